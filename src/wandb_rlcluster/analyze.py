@@ -1,0 +1,226 @@
+"""Offline analysis: a whole log through the instrument core, rendered for people or tools."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .core import FAMILY_LABELS, GAUGE_IDS, GAUGE_TITLES, InstrumentCluster
+from .core.readers import LoadedLog, load_rows
+
+# The one series per gauge that the sparkline shows (first key present wins).
+SPARK_KEYS: dict[str, tuple[str, ...]] = {
+    "loss": ("loss",),
+    "gradients": ("grad_norm",),
+    "learning_rate": ("learning_rate",),
+    "attention_entropy": ("attention_entropy/mean",),
+    "samples": ("samples/repetition_rate",),
+    "lora": ("lora/norm_mean",),
+    "efficiency": ("step_time", "efficiency/tokens_per_s"),
+    "convergence": ("eval_loss", "loss"),
+    "reward": ("reward", "objective/scores", "rewards/margins", "accuracy"),
+    "kl": ("kl", "objective/kl"),
+    "policy_ratio": ("val/ratio", "policy/clipfrac_avg", "clip_ratio/region_mean"),
+    "length": ("completions/mean_length", "val/num_eos_tokens"),
+    "entropy": ("entropy", "objective/entropy"),
+    "reward_signal": ("frac_reward_zero_std", "reward_std"),
+}
+
+# Derived values shown in the table, per gauge (in order; missing ones skipped).
+SHOW: dict[str, tuple[str, ...]] = {
+    "loss": ("loss", "loss_ewma", "spike_ratio"),
+    "gradients": ("grad_norm", "spike_ratio", "spikes"),
+    "learning_rate": ("learning_rate", "peak", "frac_at_zero"),
+    "attention_entropy": ("mean", "vs_start"),
+    "samples": ("repetition_rate",),
+    "lora": ("norm_mean", "effective_rank", "norm_vs_start"),
+    "efficiency": ("tokens_per_s", "step_time", "slowdown", "samples_per_s"),
+    "convergence": ("eval_loss", "gap", "progress", "rows_since_improvement"),
+    "reward": ("reward_ewma", "trend_t", "margin_ewma", "accuracy_ewma"),
+    "kl": ("kl", "kl_ewma", "kl_z"),
+    "policy_ratio": ("ratio", "clip", "clip_asymmetry"),
+    "length": ("mean_length", "vs_baseline", "clipped_ratio", "num_eos_tokens"),
+    "entropy": ("entropy", "vs_start"),
+    "reward_signal": ("frac_zero_std", "reward_std", "dead_components"),
+}
+
+BARS = "▁▂▃▄▅▆▇█"
+
+
+class Downsampler:
+    """Keeps at most ``2 * size`` bucket means of a stream: bounded memory, O(1) amortised."""
+
+    __slots__ = ("size", "vals", "weight", "_acc", "_n")
+
+    def __init__(self, size: int = 32) -> None:
+        self.size = size
+        self.vals: list[float] = []
+        self.weight = 1
+        self._acc = 0.0
+        self._n = 0
+
+    def push(self, x: float) -> None:
+        self._acc += x
+        self._n += 1
+        if self._n >= self.weight:
+            self.vals.append(self._acc / self._n)
+            self._acc, self._n = 0.0, 0
+            if len(self.vals) >= 2 * self.size:
+                v = self.vals
+                self.vals = [(v[i] + v[i + 1]) / 2 for i in range(0, len(v) - 1, 2)]
+                self.weight *= 2
+
+    def series(self) -> list[float]:
+        tail = [self._acc / self._n] if self._n else []
+        return self.vals + tail
+
+
+def sparkline(values: list[float], width: int = 24) -> str:
+    vals = [v for v in values if math.isfinite(v)]
+    if not vals:
+        return ""
+    if len(vals) > width:  # bucket means down to the width
+        step = len(vals) / width
+        vals = [sum(vals[int(i * step):max(int((i + 1) * step), int(i * step) + 1)])
+                / max(1, len(vals[int(i * step):max(int((i + 1) * step), int(i * step) + 1)])) for i in range(width)]
+    lo, hi = min(vals), max(vals)
+    if hi - lo <= 1e-12 * max(1.0, abs(hi)):
+        return BARS[3] * len(vals)
+    return "".join(BARS[min(7, int((v - lo) / (hi - lo) * 8))] for v in vals)
+
+
+@dataclass
+class Analysis:
+    """The result of analysing one log."""
+
+    cluster: InstrumentCluster
+    source: str
+    source_format: str
+    sparks: dict[str, list[float]] = field(default_factory=dict)
+    first_step: int = 0
+    last_step: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        out = self.cluster.summary()
+        out["source"] = self.source
+        out["format"] = self.source_format
+        out["steps"] = [self.first_step, self.last_step]
+        restarts = self.cluster.normalizer.restarts
+        if restarts:
+            out["step_restarts_at_rows"] = restarts
+        return out
+
+
+def analyze_stream(rows: Iterable[Mapping[str, object]], trainer: str | None = None, *, source: str = "<rows>",
+                   source_format: str = "rows", max_steps: int = 0) -> Analysis:
+    """Feed rows through a fresh cluster, keeping a downsampled series per gauge for display."""
+    cluster = InstrumentCluster(trainer=trainer, max_steps=max_steps)
+    samplers = {gid: Downsampler() for gid in GAUGE_IDS}
+    norm = cluster.normalizer
+    first = None
+    for raw in rows:
+        if not isinstance(raw, Mapping):
+            continue
+        row = norm.normalize(raw)
+        if row is None:
+            continue
+        if first is None:
+            first = row.step
+        cluster.update_row(row)
+        vals = row.values
+        if row.kind == "summary":
+            continue
+        for gid, keys in SPARK_KEYS.items():
+            for k in keys:
+                x = vals.get(k)
+                if x is not None:
+                    if x == x and x not in (math.inf, -math.inf):
+                        samplers[gid].push(x)
+                    break
+    cluster.finalize()
+    return Analysis(cluster, source, source_format, {g: s.series() for g, s in samplers.items()},
+                    first or 0, cluster.last_step)
+
+
+def analyze_path(path: str, trainer: str | None = None) -> Analysis:
+    """Read any supported log file and analyse it (raises LogReadError on bad input)."""
+    log: LoadedLog = load_rows(path)
+    max_steps = log.meta.get("max_steps") if isinstance(log.meta, dict) else 0
+    return analyze_stream(log.rows, trainer, source=str(path), source_format=log.source_format,
+                          max_steps=int(max_steps) if isinstance(max_steps, (int, float)) else 0)
+
+
+# -- rendering ---------------------------------------------------------------------------------
+
+_COLORS = {"ok": "32", "warn": "33", "stop": "31;1", "no-data": "2", "info": "36"}
+
+
+def _use_color(stream: Any) -> bool:
+    return hasattr(stream, "isatty") and stream.isatty() and "NO_COLOR" not in os.environ
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, float):
+        if v == 0:
+            return "0"
+        a = abs(v)
+        return f"{v:.3g}" if 1e-3 <= a < 1e5 else f"{v:.2e}"
+    return str(v)
+
+
+def render_text(analysis: Analysis, color: bool | None = None, stream: Any = None) -> str:
+    """The twelve-gauge table plus findings in step order."""
+    color = _use_color(stream or sys.stdout) if color is None else color
+
+    def paint(text: str, status: str) -> str:
+        return f"\x1b[{_COLORS.get(status, '0')}m{text}\x1b[0m" if color else text
+
+    s = analysis.to_dict()
+    fam = s["trainer"]
+    lines = [
+        f"rlcluster analyze · {analysis.source}",
+        f"trainer {FAMILY_LABELS.get(fam, fam)} · {s['rows']} rows · steps {analysis.first_step}–{analysis.last_step}"
+        f" · verdict {paint(s['verdict'].upper(), s['verdict'])}",
+        "",
+        f"  {'gauge':<24} {'status':<8} {'trend':<24}  key numbers",
+        f"  {'-' * 24} {'-' * 8} {'-' * 24}  {'-' * 40}",
+    ]
+    for gid in GAUGE_IDS:
+        g = s["gauges"][gid]
+        st = g["status"]
+        nums = ", ".join(f"{k}={_fmt(g[k])}" for k in SHOW.get(gid, ()) if g.get(k) is not None)
+        if st == "no-data":
+            nums = g.get("note", "")
+        elif g.get("note"):
+            nums = (nums + " · " if nums else "") + g["note"]
+        spark = sparkline(analysis.sparks.get(gid, [])) if st != "no-data" else ""
+        lines.append(f"  {GAUGE_TITLES[gid][:24]:<24} {paint(f'{st:<8}', st)} {spark:<24}  {nums}")
+    findings = [f for f in s["findings"]]
+    lines.append("")
+    if not findings:
+        lines.append("No findings: every gauge stayed inside its thresholds.")
+    else:
+        n_info = sum(f["severity"] == "info" for f in findings)
+        lines.append(f"Findings ({len(findings) - n_info} warn/stop, {n_info} info), in step order:")
+        for f in findings:
+            sev = f["severity"]
+            lines.append(f"  step {f['step']:>6}  {paint(f'{sev.upper():<4}', sev)}  {f['gauge']}/{f['rule']}: "
+                         f"{f['message']}")
+    return "\n".join(lines)
+
+
+def render_json(analysis: Analysis) -> str:
+    return json.dumps(analysis.to_dict(), indent=2, allow_nan=False, default=_json_default)
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, float):
+        return None
+    raise TypeError(type(o).__name__)

@@ -1,0 +1,24 @@
+"""The instrument core: pure Python + numpy, no wandb, no torch.
+
+Shared by the live callback, the offline analyzer, the alert engine and the
+report builder.
+"""
+
+from .cluster import GAUGE_CLASSES, GAUGE_IDS, GAUGE_TITLES, InstrumentCluster, analyze_rows
+from .findings import Finding
+from .keys import FAMILIES, FAMILY_LABELS, Normalizer, Row, canonical_family, detect_family
+
+__all__ = [
+    "FAMILIES",
+    "FAMILY_LABELS",
+    "GAUGE_CLASSES",
+    "GAUGE_IDS",
+    "GAUGE_TITLES",
+    "Finding",
+    "InstrumentCluster",
+    "Normalizer",
+    "Row",
+    "analyze_rows",
+    "canonical_family",
+    "detect_family",
+]

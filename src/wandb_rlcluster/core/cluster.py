@@ -1,0 +1,232 @@
+"""The instrument cluster: normalise each row, feed every gauge, collect findings.
+
+One object that the live callback, the offline analyzer and the report share.
+It imports neither wandb nor torch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from .findings import SEVERITY_RANK, Finding
+from .fundamentals import (
+    AttentionEntropyGauge,
+    ConvergenceGauge,
+    EfficiencyGauge,
+    GradientGauge,
+    LearningRateGauge,
+    LoraGauge,
+    LossGauge,
+    SamplesGauge,
+)
+from .gauge import Gauge
+from .keys import FAMILIES, Normalizer, Row, canonical_family, detect_family
+from .rl import EntropyGauge, KLGauge, LengthGauge, PolicyRatioGauge, RewardGauge, RewardSignalGauge
+
+GAUGE_CLASSES: tuple[type[Gauge], ...] = (
+    LossGauge,
+    GradientGauge,
+    LearningRateGauge,
+    AttentionEntropyGauge,
+    SamplesGauge,
+    LoraGauge,
+    EfficiencyGauge,
+    ConvergenceGauge,
+    RewardGauge,
+    KLGauge,
+    PolicyRatioGauge,
+    LengthGauge,
+    EntropyGauge,
+    RewardSignalGauge,
+)
+GAUGE_IDS: tuple[str, ...] = tuple(g.id for g in GAUGE_CLASSES)
+GAUGE_TITLES: dict[str, str] = {g.id: g.title for g in GAUGE_CLASSES}
+
+# Rows to buffer before guessing the family when it was not given.
+DETECT_ROWS = 8
+
+NO_DATA_NOTES = {
+    "kl": "no KL logged (GRPO/RLOO log kl only when beta > 0)",
+    "attention_entropy": "live runs only (probe batch through eager attention)",
+    "samples": "live runs only (sampled generations)",
+    "lora": "live runs only (PEFT adapter weights)",
+}
+
+
+class InstrumentCluster:
+    """Feeds rows to the fourteen gauges and keeps the findings.
+
+    Args:
+        trainer: trainer family (``grpo``, ``rloo``, ``dpo``, ``kto``, ``orpo``,
+            ``online_dpo``, ``ppo``, ``reward``, ``sft``) or None to detect it
+            from the first rows' keys.
+        params: per-gauge parameter overrides, ``{gauge_id: {name: value}}``.
+        max_steps: the planned run length, when known (enables "LR at zero
+            well before the end").
+    """
+
+    def __init__(
+        self,
+        trainer: str | None = None,
+        params: Mapping[str, Mapping[str, Any]] | None = None,
+        max_steps: int = 0,
+    ) -> None:
+        self.family: str | None = canonical_family(trainer) if trainer else None
+        self.params = {k: dict(v) for k, v in (params or {}).items()}
+        unknown = set(self.params) - set(GAUGE_IDS)
+        if unknown:
+            raise ValueError(f"unknown gauge id(s) {sorted(unknown)}; expected one of {', '.join(GAUGE_IDS)}")
+        self.max_steps = max_steps
+        self.normalizer = Normalizer()
+        self.gauges: dict[str, Gauge] = {}
+        self.findings: list[Finding] = []
+        self.rows = 0
+        self.keys_seen: set[str] = set()
+        self._pending: list[Row] = []
+        self.last_step = 0
+        if self.family:
+            self._build()
+
+    def _build(self) -> None:
+        assert self.family in FAMILIES
+        self.gauges = {cls.id: cls(self.family, self.params.get(cls.id)) for cls in GAUGE_CLASSES}
+        lr = self.gauges["learning_rate"]
+        lr.max_steps = self.max_steps  # type: ignore[attr-defined]
+
+    def set_max_steps(self, max_steps: int) -> None:
+        self.max_steps = max_steps
+        if self.gauges:
+            self.gauges["learning_rate"].max_steps = max_steps  # type: ignore[attr-defined]
+
+    # -- streaming -------------------------------------------------------------
+    def update(self, raw: Mapping[str, object]) -> list[Finding]:
+        """Feed one raw log row (any key spelling); returns findings that fired."""
+        row = self.normalizer.normalize(raw)
+        if row is None:
+            return []
+        return self.update_row(row)
+
+    def update_row(self, row: Row) -> list[Finding]:
+        self.rows += 1
+        self.last_step = row.step
+        if self.family is None:
+            self.keys_seen.update(row.values)
+            self._pending.append(row)
+            if len(self._pending) < DETECT_ROWS:
+                return []
+            return self._flush_pending()
+        if len(self.keys_seen) < 512:
+            self.keys_seen.update(row.values)
+        return self._feed(row)
+
+    def _flush_pending(self) -> list[Finding]:
+        if self.family is None:
+            self.family = detect_family(self.keys_seen)
+            self._build()
+        out: list[Finding] = []
+        pending, self._pending = self._pending, []
+        for row in pending:
+            out.extend(self._feed(row))
+        return out
+
+    def _feed(self, row: Row) -> list[Finding]:
+        out: list[Finding] = []
+        for g in self.gauges.values():
+            fs = g.update(row)
+            if fs:
+                out.extend(fs)
+        if out:
+            self.findings.extend(out)
+        return out
+
+    def finalize(self) -> list[Finding]:
+        """End of stream: flush rows held for detection and run end-of-run checks."""
+        out = self._flush_pending() if self._pending or self.family is None else []
+        for g in self.gauges.values():
+            out.extend(g.finalize())
+        self.findings.extend(f for f in out if f not in self.findings)
+        return out
+
+    # -- reading ---------------------------------------------------------------
+    def derived(self) -> dict[str, float]:
+        """``{"<gauge>/<name>": value}`` for every finite derived value now."""
+        out: dict[str, float] = {}
+        for gid, g in self.gauges.items():
+            for k, v in g.derived.items():
+                if v == v and not math.isinf(v):
+                    out[f"{gid}/{k}"] = v
+        return out
+
+    def statuses(self) -> dict[str, str]:
+        """Current status of each gauge (``ok``/``warn``/``stop``/``no-data``)."""
+        return {gid: (g.status if g.applies() else "no-data") for gid, g in self.gauges.items()}
+
+    def verdict(self) -> str:
+        worst = max((SEVERITY_RANK[f.severity] for f in self.findings), default=0)
+        return {0: "ok", 1: "warn", 2: "stop"}[worst]
+
+    def summary(self) -> dict[str, Any]:
+        """The analyzer's JSON contract."""
+        gauges: dict[str, Any] = {}
+        for gid in GAUGE_IDS:
+            g = self.gauges.get(gid)
+            if g is None:
+                gauges[gid] = {"status": "no-data", "rows": 0}
+                continue
+            s = g.summary()
+            if s["status"] == "no-data" and "note" not in s:
+                note = NO_DATA_NOTES.get(gid) or (
+                    f"not applicable to {self.family}" if not g.applies() else "its inputs were not logged"
+                )
+                s["note"] = note
+            gauges[gid] = s
+        findings = sorted(self.findings, key=lambda f: (f.step, -SEVERITY_RANK[f.severity]))
+        return {
+            "trainer": self.family or "unknown",
+            "rows": self.rows,
+            "verdict": self.verdict(),
+            "gauges": gauges,
+            "findings": [f.to_dict() for f in findings],
+        }
+
+    # -- checkpointing ---------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "family": self.family,
+            "rows": self.rows,
+            "last_step": self.last_step,
+            "normalizer": self.normalizer.state_dict(),
+            "gauges": {gid: g.state_dict() for gid, g in self.gauges.items()},
+            "findings": [f.to_dict() | {"value": f.value if f.value is None or math.isfinite(f.value) else None}
+                         for f in self.findings[-200:]],
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        fam = state.get("family")
+        if fam and fam != self.family:
+            self.family = fam
+            self._build()
+        self.rows = int(state.get("rows", 0))
+        self.last_step = int(state.get("last_step", 0))
+        self.normalizer.load_state_dict(state.get("normalizer", {}))
+        for gid, gs in state.get("gauges", {}).items():
+            if gid in self.gauges:
+                self.gauges[gid].load_state_dict(gs)
+        self.findings = [
+            Finding(f["gauge"], f["rule"], f["severity"], int(f["step"]), f["metric"],
+                    f["value"] if isinstance(f["value"], (int, float)) else None, f["message"])
+            for f in state.get("findings", [])
+        ]
+
+
+def analyze_rows(rows: Iterable[Mapping[str, object]], trainer: str | None = None,
+                 params: Mapping[str, Mapping[str, Any]] | None = None, max_steps: int = 0) -> InstrumentCluster:
+    """Run a whole log through a fresh cluster and finalize it."""
+    cluster = InstrumentCluster(trainer=trainer, params=params, max_steps=max_steps)
+    for r in rows:
+        if isinstance(r, Mapping):
+            cluster.update(r)
+    cluster.finalize()
+    return cluster

@@ -1,0 +1,479 @@
+"""Gauges 1-8: the fundamentals that matter under any trainer (SFT through RL)."""
+
+from __future__ import annotations
+
+import math
+
+from .gauge import Gauge, finite
+from .keys import Row
+from .stats import Baseline, Ewma, RollingSlope, RollingWindow, robust_z
+
+# Families whose "loss" is a surrogate or an RL objective: near zero, signed,
+# and free to rise while the model improves. A loss-spike rule means nothing there.
+SURROGATE_LOSS_FAMILIES = frozenset({"grpo", "ppo", "online_dpo"})
+
+
+class NonFiniteTracker:
+    """Shared NaN/Inf logic: one bad value is a warning, a run of them a stop."""
+
+    @staticmethod
+    def check(gauge: Gauge, key: str, value: float, prefix: str) -> bool:
+        bad = not finite(value)
+        gauge.check(
+            f"{prefix}-nonfinite", bad, "warn", key, value,
+            lambda: f"{key} is {value} at step {gauge.step}. One bad step can be a skipped fp16 "
+            "loss-scale step; if it repeats, the run has diverged.",
+        )
+        gauge.check(
+            f"{prefix}-nonfinite-persistent", bad, "stop", key, value,
+            lambda: f"{key} has been NaN/Inf for {gauge.p['nonfinite_for']} logged steps: the weights are "
+            "probably corrupted. Stop, lower the learning rate or enable gradient clipping, and resume "
+            "from the last good checkpoint.",
+            for_=gauge.p["nonfinite_for"],
+        )
+        return bad
+
+
+class LossGauge(Gauge):
+    """Gauge 1 — loss landscape: level, trend, spikes and volatility."""
+
+    id = "loss"
+    title = "Loss landscape"
+    inputs = ("loss", "eval_loss")
+    defaults = {"window": 20, "spike_ratio": 2.0, "spike_for": 3, "nonfinite_for": 3, "var_ratio": 4.0}
+
+    def setup(self) -> None:
+        self.hist = RollingWindow(self.p["window"])
+        self.recent = RollingWindow(5)
+        self.ewma = Ewma(0.1)
+        self.trend = RollingSlope(50)
+        self.long_var = RollingWindow(5 * self.p["window"])
+
+    def observe(self, row: Row) -> None:
+        loss = row.values.get("loss")
+        if loss is None or row.kind != "train":
+            ev = row.values.get("eval_loss")
+            if ev is not None and finite(ev):
+                self.derived["eval_loss"] = ev
+            return
+        if NonFiniteTracker.check(self, "loss", loss, "loss"):
+            return
+        d = self.derived
+        d["loss"] = loss
+        d["loss_ewma"] = self.ewma.push(loss)
+        self.trend.push(row.step, loss)
+        d["loss_trend"] = self.trend.slope()
+        ref = self.hist.mean()
+        spiky = False
+        if self.family not in SURROGATE_LOSS_FAMILIES and self.hist.full and ref > 1e-3:
+            ratio = loss / ref
+            d["spike_ratio"] = ratio
+            spiky = ratio > self.p["spike_ratio"]
+            self.check(
+                "loss-spike", spiky, "warn", "loss", loss,
+                lambda: f"loss {loss:.4g} is {ratio:.1f}x its running mean {ref:.4g} for "
+                f"{self.p['spike_for']} logged steps: a sustained spike (bad batch, LR too high, "
+                "or data-order problem). Check grad_norm at the same steps.",
+                for_=self.p["spike_for"], clear=3,
+            )
+        if not spiky:  # keep the spike out of the reference it is judged against
+            self.hist.push(loss)
+        self.recent.push(loss)
+        self.long_var.push(loss)
+        if self.long_var.full and self.family not in SURROGATE_LOSS_FAMILIES:
+            vr = self.recent.var() / max(self.long_var.var(), 1e-12)
+            d["volatility_ratio"] = vr
+            self.check(
+                "loss-volatile", vr > self.p["var_ratio"] and self.recent.full, "info", "loss", loss,
+                "loss variance over the last 5 steps is far above its longer-run level: training is "
+                "getting noisier.",
+                for_=3,
+            )
+
+
+class GradientGauge(Gauge):
+    """Gauge 2 — gradient health: norm level, spikes, vanishing/exploding, NaN."""
+
+    id = "gradients"
+    title = "Gradient health"
+    inputs = ("grad_norm", "gradients/nonfinite", "gradients/layer_spread", "gradients/sparsity")
+    defaults = {
+        "window": 50, "explode_ratio": 5.0, "explode_for": 3, "spike_ratio": 10.0,
+        "vanish_ratio": 0.01, "vanish_for": 10, "zero_for": 5, "nonfinite_for": 3,
+        "layer_spread": 1000.0, "sparsity": 0.99, "min_history": 20,
+    }
+
+    def setup(self) -> None:
+        self.win = RollingWindow(self.p["window"])
+        self.base = Baseline(10)
+        self.spikes = 0
+
+    def observe(self, row: Row) -> None:
+        v = row.values
+        d = self.derived
+        g = v.get("grad_norm")
+        if g is not None:
+            if NonFiniteTracker.check(self, "grad_norm", g, "grad"):
+                return
+            d["grad_norm"] = g
+            self.check(
+                "grad-zero", g <= 1e-12, "stop", "grad_norm", g,
+                lambda: f"grad_norm has been exactly 0 for {self.p['zero_for']} logged steps: nothing is "
+                "being learned (frozen parameters, all-zero advantages, or a broken loss). The run is "
+                "burning compute.",
+                for_=self.p["zero_for"],
+            )
+            if g > 1e-12:
+                med = self.win.median() if len(self.win) >= self.p["min_history"] else math.nan
+                if med == med and med > 0:
+                    ratio = g / med
+                    d["spike_ratio"] = ratio
+                    if ratio > self.p["spike_ratio"]:
+                        self.spikes += 1
+                    d["spikes"] = float(self.spikes)
+                    self.check(
+                        "grad-spike", ratio > self.p["spike_ratio"], "info", "grad_norm", g,
+                        lambda: f"isolated grad_norm spike {g:.3g} ({ratio:.0f}x the running median). "
+                        "Isolated spikes are common; watch for them clustering.",
+                        clear=1,
+                    )
+                    self.check(
+                        "grad-explosion", ratio > self.p["explode_ratio"], "warn", "grad_norm", g,
+                        lambda: f"grad_norm has stayed above {self.p['explode_ratio']:.0f}x its running median "
+                        f"for {self.p['explode_for']} logged steps (now {g:.3g}): gradients are exploding. "
+                        "Lower the LR or tighten max_grad_norm.",
+                        for_=self.p["explode_for"],
+                    )
+                    if ratio <= self.p["explode_ratio"]:
+                        self.win.push(g)
+                else:
+                    self.win.push(g)
+                self.base.push(g)
+                if self.base.ready and len(self.win) >= 10:
+                    rel = self.win.median() / max(self.base.value, 1e-30)
+                    d["norm_vs_start"] = rel
+                    self.check(
+                        "grad-vanishing", rel < self.p["vanish_ratio"], "warn", "grad_norm", g,
+                        lambda: f"grad_norm median has fallen to {rel:.2g}x its start: gradients are "
+                        "vanishing and the model has stopped moving.",
+                        for_=self.p["vanish_for"],
+                    )
+        nf = v.get("gradients/nonfinite")
+        if nf is not None and finite(nf):
+            d["nonfinite"] = nf
+            self.check("grad-nonfinite-params", nf > 0, "warn", "gradients/nonfinite", nf,
+                       lambda: f"{nf:.0f} gradient entries are NaN/Inf.")
+        spread = v.get("gradients/layer_spread")
+        if spread is not None and finite(spread):
+            d["layer_spread"] = spread
+            self.check("grad-layer-imbalance", spread > self.p["layer_spread"], "warn",
+                       "gradients/layer_spread", spread,
+                       lambda: f"largest/smallest per-layer gradient norm is {spread:.3g}: some layers are "
+                       "learning while others are frozen or exploding.", for_=3)
+        sp = v.get("gradients/sparsity")
+        if sp is not None and finite(sp):
+            d["sparsity"] = sp
+            self.check("grad-sparse", sp > self.p["sparsity"], "warn", "gradients/sparsity", sp,
+                       lambda: f"{sp:.1%} of gradient entries are ~0.", for_=3)
+
+
+class LearningRateGauge(Gauge):
+    """Gauge 3 — the schedule: warm-up, peak, decay, and LR stuck at zero."""
+
+    id = "learning_rate"
+    title = "Learning-rate dynamics"
+    inputs = ("learning_rate",)
+    defaults = {"zero_frac": 1e-3, "zero_for": 10, "end_frac": 0.9}
+
+    def setup(self) -> None:
+        self.peak = 0.0
+        self.peak_step = 0
+        self.prev = math.nan
+        self.zero_rows = 0
+        self.max_steps = 0
+
+    def observe(self, row: Row) -> None:
+        lr = row.values["learning_rate"]
+        if not finite(lr):
+            return
+        d = self.derived
+        d["learning_rate"] = lr
+        if lr > self.peak:
+            self.peak, self.peak_step = lr, row.step
+        d["peak"] = self.peak
+        prev = self.prev
+        if prev == prev:
+            d["phase"] = 0.0 if lr > prev * (1 + 1e-9) else (2.0 if lr < prev * (1 - 1e-9) else 1.0)
+        self.prev = lr
+        near_zero = self.peak > 0 and lr <= self.p["zero_frac"] * self.peak
+        if near_zero:
+            self.zero_rows += 1
+        d["frac_at_zero"] = self.zero_rows / self.rows_seen
+        early = self.max_steps <= 0 or row.step < self.p["end_frac"] * self.max_steps
+        self.check(
+            "lr-zero-early", near_zero and early and self.max_steps > 0, "warn", "learning_rate", lr,
+            lambda: f"learning rate is ~0 ({lr:.2g}, peak {self.peak:.2g}) at step {row.step} of "
+            f"{self.max_steps}: the schedule ended early and the remaining steps learn nothing.",
+            for_=self.p["zero_for"],
+        )
+
+    def finish(self) -> None:
+        frac = self.zero_rows / max(1, self.rows_seen)
+        if self.max_steps <= 0 and self.rows_seen >= 20:
+            self.check(
+                "lr-zero-long", frac > 0.2, "warn", "learning_rate", self.derived.get("learning_rate"),
+                f"learning rate was ~0 for {frac:.0%} of the logged steps: the schedule spent a large "
+                "part of the run not learning.",
+            )
+
+
+class AttentionEntropyGauge(Gauge):
+    """Gauge 4 — attention entropy of a probe batch (live runs only)."""
+
+    id = "attention_entropy"
+    title = "Attention entropy"
+    inputs = ("attention_entropy/mean",)
+    live_only = True
+    defaults = {"collapse_ratio": 0.3, "saturation": 0.95, "jump_z": 8.0}
+
+    def setup(self) -> None:
+        self.base = Baseline(3)
+        self.win = RollingWindow(20)
+
+    def observe(self, row: Row) -> None:
+        v = row.values
+        h = v["attention_entropy/mean"]
+        if not finite(h):
+            return
+        d = self.derived
+        d["mean"] = h
+        if "attention_entropy/head_std" in v:
+            d["head_std"] = v["attention_entropy/head_std"]
+        hmax = v.get("attention_entropy/max_possible")
+        self.base.push(h)
+        if self.base.ready:
+            rel = h / max(self.base.value, 1e-12)
+            d["vs_start"] = rel
+            self.check("attention-collapse", rel < self.p["collapse_ratio"], "warn", "attention_entropy/mean", h,
+                       lambda: f"attention entropy fell to {rel:.2f}x its start: heads are collapsing onto "
+                       "single tokens.", for_=2)
+        if hmax and finite(hmax) and hmax > 0:
+            sat = h / hmax
+            d["vs_uniform"] = sat
+            self.check("attention-uniform", sat > self.p["saturation"], "warn", "attention_entropy/mean", h,
+                       lambda: f"attention entropy is {sat:.0%} of log(n): attention is spreading uniformly "
+                       "and carries no information.", for_=2)
+        if len(self.win) >= 5:
+            z = robust_z(h, self.win)
+            self.check("attention-jump", abs(z) > self.p["jump_z"], "info", "attention_entropy/mean", h,
+                       lambda: f"attention entropy jumped ({z:+.1f} robust sigmas): a phase change.", clear=2)
+        self.win.push(h)
+
+
+class SamplesGauge(Gauge):
+    """Gauge 5 — generated samples: repetition loops and format drift (live runs only)."""
+
+    id = "samples"
+    title = "Generation samples"
+    inputs = ("samples/repetition_rate",)
+    live_only = True
+    defaults = {"repetition": 0.5, "repetition_for": 2}
+
+    def observe(self, row: Row) -> None:
+        r = row.values["samples/repetition_rate"]
+        if not finite(r):
+            return
+        self.derived["repetition_rate"] = r
+        for k in ("samples/distinct_2", "samples/mean_chars"):
+            if k in row.values:
+                self.derived[k.split("/", 1)[1]] = row.values[k]
+        self.check("sample-repetition", r > self.p["repetition"], "warn", "samples/repetition_rate", r,
+                   lambda: f"{r:.0%} of sampled n-grams are repeats: generations are looping.",
+                   for_=self.p["repetition_for"])
+
+
+class LoraGauge(Gauge):
+    """Gauge 6 — LoRA adapters: ‖B·A‖, effective rank, change since start (live runs only)."""
+
+    id = "lora"
+    title = "LoRA adapter diagnostics"
+    inputs = ("lora/norm_mean",)
+    live_only = True
+    defaults = {"norm_explosion": 10.0, "rank_collapse": 0.1, "layer_cv": 2.0}
+
+    def setup(self) -> None:
+        self.base = Baseline(2)
+
+    def observe(self, row: Row) -> None:
+        v = row.values
+        n = v["lora/norm_mean"]
+        if not finite(n):
+            return
+        d = self.derived
+        d["norm_mean"] = n
+        for k in ("lora/effective_rank", "lora/rank", "lora/rel_change", "lora/norm_cv"):
+            if k in v and finite(v[k]):
+                d[k.split("/", 1)[1]] = v[k]
+        self.base.push(n)
+        if self.base.ready and self.base.value > 0:
+            ratio = n / self.base.value
+            d["norm_vs_start"] = ratio
+            self.check("lora-norm-explosion", ratio > self.p["norm_explosion"], "warn", "lora/norm_mean", n,
+                       lambda: f"mean LoRA update norm ‖B·A‖ grew {ratio:.0f}x since the first probes: "
+                       "adapters are blowing up (LR too high for the adapter).", for_=2)
+        er, r = d.get("effective_rank"), d.get("rank")
+        if er is not None and r and n > 1e-8:
+            self.check("lora-rank-collapse", er < max(1.0, self.p["rank_collapse"] * r) and r >= 4, "info",
+                       "lora/effective_rank", er,
+                       lambda: f"effective rank {er:.1f} of configured rank {r:.0f}: the adapter uses few "
+                       "directions; a smaller rank would do.", for_=2)
+        cv = d.get("norm_cv")
+        if cv is not None:
+            self.check("lora-layer-imbalance", cv > self.p["layer_cv"], "info", "lora/norm_cv", cv,
+                       lambda: f"per-layer LoRA norms vary widely (CV {cv:.1f}).", for_=2)
+
+
+class EfficiencyGauge(Gauge):
+    """Gauge 7 — compute efficiency: throughput trend, memory trend."""
+
+    id = "efficiency"
+    title = "Compute efficiency"
+    inputs = ("step_time", "num_tokens", "train_samples_per_second", "efficiency/tokens_per_s",
+              "efficiency/mem_frac", "efficiency/steps_per_s")
+    defaults = {"slowdown": 1.5, "slowdown_for": 10, "mem_high": 0.88, "util_drop": 0.7}
+
+    def setup(self) -> None:
+        self.base = Baseline(10)
+        self.win = RollingWindow(10)
+        self.prev_tokens = math.nan
+        self.prev_step = 0
+        self.util_base = Baseline(5)
+        self.skip = 3  # first steps include compilation and warm-up
+
+    def observe(self, row: Row) -> None:
+        v = row.values
+        d = self.derived
+        if row.kind == "summary":
+            sps = v.get("train_samples_per_second")
+            if sps is not None and finite(sps):
+                d["samples_per_s"] = sps
+            return
+        st = v.get("step_time")
+        tok = v.get("num_tokens")
+        if tok is not None and finite(tok):
+            if self.prev_tokens == self.prev_tokens and st and finite(st) and st > 0 and row.step > self.prev_step:
+                d["tokens_per_s"] = (tok - self.prev_tokens) / ((row.step - self.prev_step) * st)
+            self.prev_tokens, self.prev_step = tok, row.step
+        for k in ("efficiency/tokens_per_s", "efficiency/steps_per_s", "efficiency/mem_frac",
+                  "efficiency/util", "efficiency/rss_gb"):
+            if k in v and finite(v[k]):
+                d[k.split("/", 1)[1]] = v[k]
+        sec = st if (st is not None and finite(st) and st > 0) else None
+        if sec is None and d.get("steps_per_s"):
+            sec = 1.0 / d["steps_per_s"]
+        if sec is not None:
+            if self.skip > 0:
+                self.skip -= 1
+            else:
+                d["step_time"] = sec
+                self.base.push(sec)
+                self.win.push(sec)
+                if self.base.ready and self.win.full:
+                    slow = self.win.median() / max(self.base.value, 1e-12)
+                    d["slowdown"] = slow
+                    self.check("throughput-declining", slow > self.p["slowdown"], "warn", "step_time", sec,
+                               lambda: f"steps now take {slow:.1f}x as long as at the start: throughput is "
+                               "declining (memory fragmentation, growing sequence lengths, a straggler).",
+                               for_=self.p["slowdown_for"])
+        mem, util = d.get("mem_frac"), d.get("util")
+        if mem is not None and "efficiency/mem_frac" in v:
+            if util is not None:
+                self.util_base.push(util)
+            dropping = util is not None and self.util_base.ready and util < self.p["util_drop"] * self.util_base.value
+            self.check("memory-pressure", mem > self.p["mem_high"] and dropping, "warn", "efficiency/mem_frac", mem,
+                       lambda: f"device memory at {mem:.0%} while utilisation falls: the three-alarm fire "
+                       "(allocator thrashing or swapping). Reduce batch size or sequence length.", for_=3)
+
+
+class ConvergenceGauge(Gauge):
+    """Gauge 8 — convergence: patience on eval loss, train/eval gap, no progress."""
+
+    id = "convergence"
+    title = "Convergence"
+    inputs = ("loss", "eval_loss")
+    defaults = {"patience": 5, "min_delta": 0.001, "gap_velocity": 0.1, "plateau_rows": 25,
+                "min_rows": 40, "progress": 0.05}
+
+    def setup(self) -> None:
+        self.train = Ewma(0.1)
+        self.train_start = Baseline(5)
+        self.best_train = math.inf
+        self.since_best_train = 0
+        self.best_eval = math.inf
+        self.since_best_eval = 0
+        self.evals: list[float] = []
+        self.gaps: list[float] = []
+        self.train_at_eval: list[float] = []
+
+    def applies(self) -> bool:
+        # An RL surrogate loss says nothing about convergence; the reward gauge judges progress there.
+        return self.family not in SURROGATE_LOSS_FAMILIES
+
+    def observe(self, row: Row) -> None:
+        if not self.applies():
+            self.note = "RL surrogate loss: progress is judged by the reward gauge"
+            return
+        v = row.values
+        d = self.derived
+        loss = v.get("loss")
+        if row.kind == "train" and loss is not None and finite(loss):
+            sm = self.train.push(loss)
+            self.train_start.push(loss)
+            if self.best_train == math.inf or sm < self.best_train - self.p["min_delta"] * abs(self.best_train):
+                self.best_train, self.since_best_train = sm, 0
+            else:
+                self.since_best_train += 1
+            d["rows_since_improvement"] = float(self.since_best_train)
+            start = self.train_start.value
+            if self.family not in SURROGATE_LOSS_FAMILIES and start == start and start > 0:
+                progress = 1.0 - self.best_train / start
+                d["progress"] = progress
+                stuck = (self.rows_seen >= self.p["min_rows"] and self.since_best_train >= self.p["plateau_rows"]
+                         and progress < self.p["progress"])
+                self.check("no-progress", stuck, "warn", "loss", sm,
+                           lambda: f"loss has not improved for {self.since_best_train} logged steps and is within "
+                           f"{progress:.0%} of where it started ({start:.4g}): the run is not learning. "
+                           "Check learning rate, data and labels.")
+        ev = v.get("eval_loss")
+        if ev is None or not finite(ev) or self.family in SURROGATE_LOSS_FAMILIES:
+            return
+        self.evals.append(ev)
+        self.evals = self.evals[-10:]
+        d["eval_loss"] = ev
+        if self.best_eval == math.inf or ev < self.best_eval - self.p["min_delta"] * abs(self.best_eval):
+            self.best_eval, self.since_best_eval = ev, 0
+        else:
+            self.since_best_eval += 1
+        d["evals_since_improvement"] = float(self.since_best_eval)
+        self.check("eval-plateau", self.since_best_eval >= self.p["patience"], "warn", "eval_loss", ev,
+                   lambda: f"eval_loss has not improved by {self.p['min_delta']:.1%} in {self.since_best_eval} "
+                   f"evaluations (best {self.best_eval:.4g}): converged or stuck; early stopping would stop here.")
+        tr = self.train.mean
+        if tr == tr:
+            gap = ev - tr
+            prev_gap = self.gaps[-1] if self.gaps else None
+            self.gaps = (self.gaps + [gap])[-10:]
+            self.train_at_eval = (self.train_at_eval + [tr])[-10:]
+            d["gap"] = gap
+            if prev_gap is not None:
+                vel = (gap - prev_gap) / max(abs(ev), 1e-12)
+                d["gap_velocity"] = vel
+                self.check("overfitting", vel > self.p["gap_velocity"], "warn", "eval_loss", ev,
+                           lambda: f"train/eval gap grew by {vel:.0%} of eval_loss in one evaluation (gap now "
+                           f"{gap:.4g}): the model is overfitting.", for_=2)
+            if len(self.evals) >= 3 and len(self.train_at_eval) >= 3:
+                e, t = self.evals[-3:], self.train_at_eval[-3:]
+                diverging = e[0] < e[1] < e[2] and t[0] >= t[1] >= t[2]
+                self.check("eval-diverging", diverging, "warn", "eval_loss", ev,
+                           lambda: "eval_loss rose for 3 evaluations while train loss kept falling: "
+                           "classic overfitting. Keep the best checkpoint; stop or regularise.")

@@ -1,0 +1,169 @@
+"""The gauge base class: a small stateful object that turns rows into findings.
+
+Like a torchmetrics metric, a gauge has ``update`` (one row in, findings out)
+and ``compute`` (its derived values now). Deciding *when* a condition counts
+is shared here, Prometheus-style: a rule must hold ``for`` consecutive
+evaluations before it fires, fires once, and resolves after it has been false
+for ``clear`` evaluations, so one noisy point neither fires nor flaps.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar
+
+from .findings import SEVERITY_RANK, Finding, Severity
+from .keys import Row
+
+Message = str | Callable[[], str]
+
+
+class Gauge:
+    """Base class. Subclasses set ``id``/``title``/``inputs`` and implement ``observe``."""
+
+    id: ClassVar[str] = ""
+    title: ClassVar[str] = ""
+    #: Canonical keys this gauge reads (a row with none of them is ignored).
+    inputs: ClassVar[tuple[str, ...]] = ()
+    #: Gauges whose inputs exist only inside a live run (attention, LoRA, ...).
+    live_only: ClassVar[bool] = False
+    #: Default parameters; ``family_defaults`` overrides them per trainer family.
+    defaults: ClassVar[dict[str, Any]] = {}
+    family_defaults: ClassVar[dict[str, dict[str, Any]]] = {}
+
+    def __init__(self, family: str, params: Mapping[str, Any] | None = None) -> None:
+        self.family = family
+        self.p: dict[str, Any] = {**self.defaults, **self.family_defaults.get(family, {}), **(params or {})}
+        self.derived: dict[str, float] = {}
+        self.rows_seen = 0
+        self.step = 0
+        self.worst: str = "ok"
+        self.note = ""
+        # rule -> [consecutive_true, firing (0/1), consecutive_false, severity_rank]
+        self._rules: dict[str, list[int]] = {}
+        self._out: list[Finding] = []
+        self.setup()
+
+    # -- subclass API ---------------------------------------------------------
+    def setup(self) -> None:
+        """Create the gauge's streaming statistics."""
+
+    def observe(self, row: Row) -> None:
+        """Read one row; update ``self.derived``; call ``self.check`` per rule."""
+        raise NotImplementedError
+
+    def finish(self) -> None:
+        """End-of-stream checks (offline analysis only). Default: none."""
+
+    def applies(self) -> bool:
+        """False where the gauge means nothing for this trainer family."""
+        return True
+
+    # -- engine ---------------------------------------------------------------
+    def update(self, row: Row) -> list[Finding]:
+        """Feed one row; returns the findings that fired on it."""
+        self._out = []
+        self.step = row.step
+        if not self.inputs or any(k in row.values for k in self.inputs):
+            self.rows_seen += 1
+            self.observe(row)
+        return self._out
+
+    def finalize(self) -> list[Finding]:
+        self._out = []
+        if self.rows_seen:
+            self.finish()
+        return self._out
+
+    def check(
+        self,
+        rule: str,
+        active: bool,
+        severity: Severity,
+        metric: str,
+        value: float | None,
+        message: Message,
+        for_: int = 1,
+        clear: int = 5,
+    ) -> bool:
+        """Advance ``rule``'s state; emit a Finding when it starts firing. Returns firing."""
+        st = self._rules.get(rule)
+        if st is None:
+            if not active:
+                return False
+            st = self._rules[rule] = [0, 0, 0, SEVERITY_RANK[severity]]
+        if active:
+            st[0] += 1
+            st[2] = 0
+            if not st[1] and st[0] >= max(1, for_):
+                st[1] = 1
+                text = message() if callable(message) else message
+                self._out.append(Finding(self.id, rule, severity, self.step, metric, value, text))
+                if SEVERITY_RANK[severity] > SEVERITY_RANK.get(self.worst, 0):
+                    self.worst = severity
+        else:
+            st[0] = 0
+            if st[1]:
+                st[2] += 1
+                if st[2] >= clear:
+                    st[1] = 0
+        return bool(st[1])
+
+    def firing(self) -> list[str]:
+        return [r for r, st in self._rules.items() if st[1]]
+
+    @property
+    def status(self) -> str:
+        """Current status: the worst severity among rules firing now."""
+        if not self.rows_seen:
+            return "no-data"
+        rank = max((st[3] for st in self._rules.values() if st[1]), default=0)
+        return {0: "ok", 1: "warn", 2: "stop"}[rank]
+
+    def compute(self) -> dict[str, float]:
+        return dict(self.derived)
+
+    def summary(self) -> dict[str, Any]:
+        """What the analyzer prints: worst status over the run plus derived values."""
+        if not self.rows_seen or not self.applies():
+            status = "no-data"
+        else:
+            status = self.worst if self.worst in ("warn", "stop") else "ok"
+        out: dict[str, Any] = {"status": status, "current": self.status, "rows": self.rows_seen}
+        for k, v in self.derived.items():
+            out[k] = None if not math.isfinite(v) else round(v, 6)
+        if self.note:
+            out["note"] = self.note
+        return out
+
+    # -- checkpointing --------------------------------------------------------
+    _SKIP_STATE: ClassVar[frozenset[str]] = frozenset({"family", "p", "_out"})
+
+    def state_dict(self) -> dict[str, Any]:
+        """JSON-serialisable state, so a resumed run keeps its baselines."""
+        out: dict[str, Any] = {}
+        for k, v in vars(self).items():
+            if k in self._SKIP_STATE:
+                continue
+            if hasattr(v, "state_dict"):
+                out[k] = {"__state__": v.state_dict()}
+            elif isinstance(v, (int, float, str, bool, type(None))):
+                out[k] = v
+            elif isinstance(v, dict):
+                out[k] = {str(a): b for a, b in v.items()}
+            elif isinstance(v, list):
+                out[k] = list(v)
+        return out
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        for k, v in state.items():
+            cur = getattr(self, k, None)
+            if isinstance(v, dict) and "__state__" in v and hasattr(cur, "load_state_dict"):
+                cur.load_state_dict(v["__state__"])
+            elif not hasattr(cur, "load_state_dict"):
+                setattr(self, k, v)
+
+
+def finite(x: float | None) -> bool:
+    return x is not None and x == x and x != math.inf and x != -math.inf

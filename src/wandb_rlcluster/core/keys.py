@@ -1,0 +1,254 @@
+"""Key registry: one vocabulary for what every TRL trainer (and older TRL) logs.
+
+Trainers log the same quantity under different names (``completion_length``
+vs ``completions/mean_length``, ``clip_ratio`` vs ``clip_ratio/region_mean``,
+W&B's ``train/loss`` vs ``loss``). Gauges read canonical names only; this
+module maps a raw row onto them and guesses the trainer family from the keys.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+# Raw name -> canonical name. Canonical names are TRL 1.x's own.
+ALIASES: dict[str, str] = {
+    "completion_length": "completions/mean_length",
+    "clip_ratio": "clip_ratio/region_mean",
+    "lr": "learning_rate",
+    "global_step": "step",
+    "_step": "step",
+    "Step": "step",
+    # TRL < 0.12 PPOTrainer (PPOv1) names.
+    "env/reward_mean": "objective/scores",
+    "ppo/mean_scores": "objective/scores",
+    "ppo/mean_non_score_reward": "objective/non_score_reward",
+    "ppo/policy/clipfrac": "policy/clipfrac_avg",
+    "ppo/policy/approxkl": "policy/approxkl_avg",
+    "ppo/policy/entropy": "policy/entropy_avg",
+    "ppo/val/clipfrac": "val/clipfrac_avg",
+    "ppo/loss/value": "loss/value_avg",
+    "ppo/loss/policy": "loss/policy_avg",
+    "ppo/loss/total": "loss",
+}
+
+# ``rewards/<x>`` keys that are DPO-family statistics, not reward functions.
+PREFERENCE_REWARD_KEYS = frozenset(
+    {"chosen", "rejected", "margins", "accuracies", "chosen_sum", "rejected_sum"}
+)
+
+STEP_KEYS = ("step",)
+SUMMARY_KEYS = frozenset({"train_runtime", "train_loss", "total_flos"})
+
+FAMILIES = ("grpo", "dpo", "kto", "orpo", "online_dpo", "ppo", "reward", "sft")
+
+FAMILY_LABELS = {
+    "grpo": "GRPO / RLOO",
+    "dpo": "DPO",
+    "kto": "KTO",
+    "orpo": "ORPO / CPO",
+    "online_dpo": "Online DPO",
+    "ppo": "PPO",
+    "reward": "Reward model",
+    "sft": "SFT",
+}
+
+_TRAINER_ALIASES = {
+    "rloo": "grpo",
+    "grpo": "grpo",
+    "cpo": "orpo",
+    "orpo": "orpo",
+    "onlinedpo": "online_dpo",
+    "online-dpo": "online_dpo",
+    "online_dpo": "online_dpo",
+    "xpo": "online_dpo",
+    "nash_md": "online_dpo",
+    "rewardtrainer": "reward",
+}
+
+
+def canonical_family(name: str) -> str:
+    """``'RLOO'`` -> ``'grpo'``; raises ValueError on an unknown trainer name."""
+    key = name.strip().lower().replace("trainer", "") or name.lower()
+    key = _TRAINER_ALIASES.get(key, key)
+    if key not in FAMILIES:
+        raise ValueError(f"unknown trainer {name!r}; expected one of: {', '.join(FAMILIES)} (or rloo, cpo)")
+    return key
+
+
+def _canonical_key(raw: str) -> str | None:
+    """Canonical name of a raw key, or None for keys that carry no signal."""
+    key = raw.strip()
+    if " - " in key:  # W&B CSV export: "<run name> - train/loss"
+        key = key.rsplit(" - ", 1)[1]
+    if key.endswith("__MIN") or key.endswith("__MAX"):
+        return None
+    if key.startswith("train/"):
+        key = key[6:]
+        if key == "global_step":
+            return "step"
+    elif key.startswith("eval/"):
+        key = "eval_" + key[5:]
+    if key in ALIASES:
+        return ALIASES[key]
+    if key.startswith("_") and key != "_step":
+        return None
+    if key.startswith("rewards/"):
+        rest = key[8:]
+        if "/" not in rest and rest not in PREFERENCE_REWARD_KEYS:
+            return f"rewards/{rest}/mean"  # older TRL: rewards/<fn> without /mean
+    return key
+
+
+def to_float(value: object) -> float | None:
+    """A float for anything number-like (``"0.5"``, ``"NaN"``, True); None otherwise."""
+    t = type(value)
+    if t is float:
+        return value  # type: ignore[return-value]
+    if t is int:
+        return float(value)  # type: ignore[arg-type]
+    if t is bool:
+        return 1.0 if value else 0.0
+    if t is str:
+        s = value.strip().lower()  # type: ignore[union-attr]
+        if s in ("nan", "+nan", "-nan"):
+            return math.nan
+        if s in ("inf", "+inf", "infinity", "+infinity"):
+            return math.inf
+        if s in ("-inf", "-infinity"):
+            return -math.inf
+        try:
+            return float(s)
+        except ValueError:
+            return None
+    try:  # numpy scalars, torch 0-d tensors' .item() results, Decimals
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+@dataclass(slots=True)
+class Row:
+    """A normalised log row: canonical keys, float values (NaN/inf kept)."""
+
+    step: int
+    kind: str  # "train" | "eval" | "summary"
+    values: dict[str, float]
+    index: int = 0
+
+    def get(self, key: str) -> float | None:
+        return self.values.get(key)
+
+
+@dataclass
+class Normalizer:
+    """Maps raw rows to :class:`Row`, keeping steps monotonic.
+
+    A step counter that restarts (two logs concatenated, a second stage that
+    counts from zero) is shifted so that steps keep increasing; ``restarts``
+    records where that happened. Rows without a step get the previous step
+    plus one.
+    """
+
+    _key_cache: dict[str, str | None] = field(default_factory=dict)
+    last_step: int = 0
+    offset: int = 0
+    count: int = 0
+    restarts: list[int] = field(default_factory=list)
+    _raw_last: float | None = None
+
+    def key(self, raw: str) -> str | None:
+        try:
+            return self._key_cache[raw]
+        except KeyError:
+            canon = _canonical_key(raw)
+            self._key_cache[raw] = canon
+            return canon
+
+    def normalize(self, raw: Mapping[str, object]) -> Row | None:
+        """A Row, or None if the mapping holds nothing usable."""
+        values: dict[str, float] = {}
+        cache = self._key_cache
+        for k, v in raw.items():
+            if type(k) is not str:
+                continue
+            canon = cache[k] if k in cache else self.key(k)
+            if canon is None:
+                continue
+            t = type(v)
+            f = v if t is float else (float(v) if t is int else to_float(v))  # type: ignore[arg-type]
+            if f is None:
+                continue
+            if canon in values and canon != k:
+                continue  # the canonical spelling wins over an alias in the same row
+            values[canon] = f  # type: ignore[assignment]
+        raw_step = values.pop("step", None)
+        if not values:
+            return None
+        self.count += 1
+        step = self._step_for(raw_step)
+        if SUMMARY_KEYS.intersection(values) and "loss" not in values:
+            kind = "summary"
+        elif "loss" not in values and any(k.startswith("eval_") for k in values):
+            kind = "eval"
+        else:
+            kind = "train"
+        return Row(step=step, kind=kind, values=values, index=self.count - 1)
+
+    def _step_for(self, raw_step: float | None) -> int:
+        if raw_step is None or not math.isfinite(raw_step):
+            step = self.last_step + (1 if self.count > 1 else 0)
+        else:
+            step = int(raw_step) + self.offset
+            if self._raw_last is not None and step < self.last_step:
+                # The counter went backwards: a restart, not a time machine.
+                self.restarts.append(self.count - 1)
+                self.offset = self.last_step - int(raw_step) + 1
+                step = int(raw_step) + self.offset
+            self._raw_last = raw_step
+        self.last_step = max(self.last_step, step)
+        return step
+
+    def state_dict(self) -> dict[str, object]:
+        return {"last_step": self.last_step, "offset": self.offset, "count": self.count,
+                "restarts": list(self.restarts), "raw_last": self._raw_last}
+
+    def load_state_dict(self, state: Mapping[str, object]) -> None:
+        self.last_step = int(state.get("last_step", 0))  # type: ignore[arg-type]
+        self.offset = int(state.get("offset", 0))  # type: ignore[arg-type]
+        self.count = int(state.get("count", 0))  # type: ignore[arg-type]
+        self.restarts = [int(x) for x in state.get("restarts", [])]  # type: ignore[union-attr]
+        raw_last = state.get("raw_last")
+        self._raw_last = float(raw_last) if raw_last is not None else None  # type: ignore[arg-type]
+
+
+def detect_family(keys: Iterable[str]) -> str:
+    """Guess the trainer family from the canonical keys seen in a log."""
+    ks = set(keys)
+    has = ks.__contains__
+    if has("log_odds_ratio") or has("log_odds_chosen") or (has("nll_loss") and has("rewards/margins")):
+        return "orpo"
+    if has("objective/kl") or has("objective/scores") or has("objective/rlhf_reward"):
+        if has("rewards/margins") or has("rewards/chosen") or has("val/contain_eos_token"):
+            return "online_dpo"
+        return "ppo"
+    if has("val/ratio") or has("policy/approxkl_avg") or has("policy/clipfrac_avg") or has("loss/value_avg"):
+        return "ppo"
+    if has("rewards/margins") or has("rewards/chosen") or has("rewards/accuracies"):
+        if has("kl") and not has("rewards/accuracies"):
+            return "kto"
+        return "dpo"
+    if (
+        has("frac_reward_zero_std")
+        or has("reward_std")
+        or has("completions/mean_length")
+        or has("clip_ratio/region_mean")
+        or any(k.startswith("rewards/") and k.endswith("/mean") for k in ks)
+    ):
+        return "grpo"
+    if has("reward") and (has("kl") or has("entropy")):
+        return "grpo"
+    if has("accuracy") and (has("margin") or has("mean_reward")):
+        return "reward"
+    return "sft"

@@ -1,0 +1,297 @@
+"""Bounded-memory streaming statistics with O(1) (or O(window)) work per value.
+
+Everything a gauge needs to ignore one noisy point and still notice a trend:
+rolling windows, EWMA baselines, a rolling least-squares slope, robust
+z-scores (median / MAD) and a frozen start-of-run baseline. Pure Python on
+purpose: for a few dozen numbers per row, numpy's call overhead costs more
+than the arithmetic.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Iterable
+
+MAD_TO_SIGMA = 1.4826
+
+
+def is_finite(x: float | None) -> bool:
+    return x is not None and x == x and x not in (math.inf, -math.inf)
+
+
+class RollingWindow:
+    """The last ``size`` finite values, with running sum and sum of squares."""
+
+    __slots__ = ("size", "buf", "_sum", "_sumsq", "_pushes")
+
+    def __init__(self, size: int) -> None:
+        self.size = max(1, int(size))
+        self.buf: deque[float] = deque(maxlen=self.size)
+        self._sum = 0.0
+        self._sumsq = 0.0
+        self._pushes = 0
+
+    def push(self, x: float) -> None:
+        if len(self.buf) == self.size:
+            old = self.buf[0]
+            self._sum -= old
+            self._sumsq -= old * old
+        self.buf.append(x)
+        self._sum += x
+        self._sumsq += x * x
+        self._pushes += 1
+        if self._pushes % 4096 == 0:  # wash out floating-point drift of the running sums
+            self._sum = math.fsum(self.buf)
+            self._sumsq = math.fsum(v * v for v in self.buf)
+
+    def __len__(self) -> int:
+        return len(self.buf)
+
+    @property
+    def full(self) -> bool:
+        return len(self.buf) == self.size
+
+    def mean(self) -> float:
+        n = len(self.buf)
+        return self._sum / n if n else math.nan
+
+    def var(self) -> float:
+        n = len(self.buf)
+        if n < 2:
+            return 0.0
+        m = self._sum / n
+        return max(0.0, (self._sumsq - n * m * m) / (n - 1))
+
+    def std(self) -> float:
+        return math.sqrt(self.var())
+
+    def median(self) -> float:
+        return median(self.buf)
+
+    def mad_sigma(self) -> float:
+        """Robust standard deviation: 1.4826 × median absolute deviation."""
+        if len(self.buf) < 2:
+            return 0.0
+        med = median(self.buf)
+        return MAD_TO_SIGMA * median([abs(v - med) for v in self.buf])
+
+    def min(self) -> float:
+        return min(self.buf) if self.buf else math.nan
+
+    def max(self) -> float:
+        return max(self.buf) if self.buf else math.nan
+
+    def values(self) -> list[float]:
+        return list(self.buf)
+
+    def state_dict(self) -> dict[str, object]:
+        return {"size": self.size, "buf": list(self.buf)}
+
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        self.__init__(int(state.get("size", self.size)))  # type: ignore[misc, arg-type]
+        for v in state.get("buf", []):  # type: ignore[union-attr]
+            self.push(float(v))
+
+
+def median(values: Iterable[float]) -> float:
+    s = sorted(values)
+    n = len(s)
+    if not n:
+        return math.nan
+    mid = n // 2
+    return s[mid] if n % 2 else 0.5 * (s[mid - 1] + s[mid])
+
+
+def robust_z(x: float, window: RollingWindow, floor: float = 1e-12) -> float:
+    """How many robust sigmas ``x`` lies from the window's median."""
+    if len(window) < 5:
+        return 0.0
+    med = window.median()
+    sigma = max(window.mad_sigma(), floor, 1e-3 * abs(med))
+    return (x - med) / sigma
+
+
+class Ewma:
+    """Exponentially weighted mean and variance (West's update)."""
+
+    __slots__ = ("alpha", "mean", "var", "count")
+
+    def __init__(self, alpha: float = 0.1) -> None:
+        self.alpha = alpha
+        self.mean = math.nan
+        self.var = 0.0
+        self.count = 0
+
+    def push(self, x: float) -> float:
+        self.count += 1
+        if self.count == 1:
+            self.mean = x
+            return x
+        diff = x - self.mean
+        incr = self.alpha * diff
+        self.mean += incr
+        self.var = (1.0 - self.alpha) * (self.var + diff * incr)
+        return self.mean
+
+    def state_dict(self) -> dict[str, float]:
+        return {"alpha": self.alpha, "mean": self.mean, "var": self.var, "count": self.count}
+
+    def load_state_dict(self, state: dict[str, float]) -> None:
+        self.alpha = float(state["alpha"])
+        self.mean = float(state["mean"])
+        self.var = float(state["var"])
+        self.count = int(state["count"])
+
+
+class RollingSlope:
+    """Least-squares slope of the last ``size`` (x, y) points, O(1) per point."""
+
+    __slots__ = ("size", "pts", "sx", "sy", "sxx", "sxy")
+
+    def __init__(self, size: int) -> None:
+        self.size = max(2, int(size))
+        self.pts: deque[tuple[float, float]] = deque(maxlen=self.size)
+        self.sx = self.sy = self.sxx = self.sxy = 0.0
+
+    def push(self, x: float, y: float) -> None:
+        if len(self.pts) == self.size:
+            ox, oy = self.pts[0]
+            self.sx -= ox
+            self.sy -= oy
+            self.sxx -= ox * ox
+            self.sxy -= ox * oy
+        self.pts.append((x, y))
+        self.sx += x
+        self.sy += y
+        self.sxx += x * x
+        self.sxy += x * y
+
+    def __len__(self) -> int:
+        return len(self.pts)
+
+    def slope(self) -> float:
+        n = len(self.pts)
+        if n < 3:
+            return 0.0
+        den = n * self.sxx - self.sx * self.sx
+        if den <= 0:
+            return 0.0
+        return (n * self.sxy - self.sx * self.sy) / den
+
+    def state_dict(self) -> dict[str, object]:
+        return {"size": self.size, "pts": [list(p) for p in self.pts]}
+
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        self.__init__(int(state.get("size", self.size)))  # type: ignore[misc, arg-type]
+        for x, y in state.get("pts", []):  # type: ignore[union-attr]
+            self.push(float(x), float(y))
+
+
+class Baseline:
+    """Median of the first ``size`` finite values, frozen once collected.
+
+    Ratios against the start of the run (length ×2, entropy ÷2) need a
+    reference that later drift cannot move; the median keeps one odd early
+    point from setting it.
+    """
+
+    __slots__ = ("size", "_vals", "value")
+
+    def __init__(self, size: int = 10) -> None:
+        self.size = max(1, int(size))
+        self._vals: list[float] = []
+        self.value = math.nan
+
+    def push(self, x: float) -> None:
+        if self.ready:
+            return
+        self._vals.append(x)
+        if len(self._vals) >= self.size:
+            self.value = median(self._vals)
+            self._vals = []
+
+    @property
+    def ready(self) -> bool:
+        return self.value == self.value
+
+    def provisional(self) -> float:
+        """The baseline so far (before it is frozen), or nan."""
+        return self.value if self.ready else (median(self._vals) if self._vals else math.nan)
+
+    def state_dict(self) -> dict[str, object]:
+        return {"size": self.size, "vals": list(self._vals), "value": self.value}
+
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        self.size = int(state["size"])  # type: ignore[arg-type]
+        self._vals = [float(v) for v in state["vals"]]  # type: ignore[union-attr]
+        self.value = float(state["value"])  # type: ignore[arg-type]
+
+
+def pearson(xs: list[float], ys: list[float]) -> float:
+    """Correlation of two equal-length lists; 0.0 when undefined."""
+    n = min(len(xs), len(ys))
+    if n < 3:
+        return 0.0
+    mx = sum(xs[-n:]) / n
+    my = sum(ys[-n:]) / n
+    sxy = sxx = syy = 0.0
+    for x, y in zip(xs[-n:], ys[-n:], strict=True):
+        dx, dy = x - mx, y - my
+        sxy += dx * dy
+        sxx += dx * dx
+        syy += dy * dy
+    if sxx <= 0 or syy <= 0:
+        return 0.0
+    return sxy / math.sqrt(sxx * syy)
+
+
+class RunningRegression:
+    """Least-squares fit of y on x over *all* points so far, O(1) per point.
+
+    Its slope t-statistic answers "is this trending up at all?" for the whole
+    run, which a pair of short windows answers badly on noisy rewards.
+    """
+
+    __slots__ = ("n", "sx", "sy", "sxx", "sxy", "syy")
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.sx = self.sy = self.sxx = self.sxy = self.syy = 0.0
+
+    def push(self, x: float, y: float) -> None:
+        self.n += 1
+        self.sx += x
+        self.sy += y
+        self.sxx += x * x
+        self.sxy += x * y
+        self.syy += y * y
+
+    def slope(self) -> float:
+        n = self.n
+        cxx = self.sxx - self.sx * self.sx / n if n else 0.0
+        return (self.sxy - self.sx * self.sy / n) / cxx if n > 2 and cxx > 0 else 0.0
+
+    def t_stat(self) -> float:
+        """Slope divided by its standard error (0 when undefined; capped at ±1e6)."""
+        n = self.n
+        if n < 4:
+            return 0.0
+        cxx = self.sxx - self.sx * self.sx / n
+        cxy = self.sxy - self.sx * self.sy / n
+        cyy = self.syy - self.sy * self.sy / n
+        if cxx <= 0:
+            return 0.0
+        b = cxy / cxx
+        resid = max(cyy - b * cxy, 0.0) / (n - 2)
+        se = math.sqrt(resid / cxx)
+        if se <= 0:
+            return 0.0 if b == 0 else math.copysign(1e6, b)
+        return max(-1e6, min(1e6, b / se))
+
+    def state_dict(self) -> dict[str, float]:
+        return {k: getattr(self, k) for k in self.__slots__}
+
+    def load_state_dict(self, state: dict[str, float]) -> None:
+        for k in self.__slots__:
+            setattr(self, k, float(state[k]) if k != "n" else int(state[k]))
