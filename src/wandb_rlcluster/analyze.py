@@ -8,10 +8,11 @@ import os
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from .core import FAMILY_LABELS, GAUGE_IDS, GAUGE_TITLES, InstrumentCluster
-from .core.readers import LoadedLog, load_rows
+from .core import FAMILY_LABELS, GAUGE_IDS, GAUGE_TITLES, InstrumentCluster, Row
+from .core.readers import LoadedLog, LogReadError, load_rows
 
 # The one series per gauge that the sparkline shows (first key present wins).
 SPARK_KEYS: dict[str, tuple[str, ...]] = {
@@ -50,6 +51,7 @@ SHOW: dict[str, tuple[str, ...]] = {
 }
 
 BARS = "▁▂▃▄▅▆▇█"
+CHUNK = 2048  # rows normalised before the gauges run over them, gauge by gauge
 
 
 class Downsampler:
@@ -121,8 +123,10 @@ def analyze_stream(rows: Iterable[Mapping[str, object]], trainer: str | None = N
     """Feed rows through a fresh cluster, keeping a downsampled series per gauge for display."""
     cluster = InstrumentCluster(trainer=trainer, max_steps=max_steps)
     samplers = {gid: Downsampler() for gid in GAUGE_IDS}
+    spark_keys = list(SPARK_KEYS.items())
     norm = cluster.normalizer
     first = None
+    chunk: list[Row] = []
     for raw in rows:
         if not isinstance(raw, Mapping):
             continue
@@ -131,25 +135,56 @@ def analyze_stream(rows: Iterable[Mapping[str, object]], trainer: str | None = N
             continue
         if first is None:
             first = row.step
-        cluster.update_row(row)
-        vals = row.values
+        chunk.append(row)
+        if len(chunk) >= CHUNK:
+            cluster.update_batch(chunk)
+            chunk = []
         if row.kind == "summary":
             continue
-        for gid, keys in SPARK_KEYS.items():
+        vals = row.values
+        for gid, keys in spark_keys:
             for k in keys:
                 x = vals.get(k)
                 if x is not None:
                     if x == x and x not in (math.inf, -math.inf):
                         samplers[gid].push(x)
                     break
+    cluster.update_batch(chunk)
     cluster.finalize()
     return Analysis(cluster, source, source_format, {g: s.series() for g, s in samplers.items()},
                     first or 0, cluster.last_step)
 
 
+def _is_wandb_run(path: Path) -> bool:
+    if path.suffix == ".wandb":
+        return True
+    if not path.is_dir():
+        return False
+    return any(path.glob("run-*.wandb")) or any(path.glob("*run-*/run-*.wandb")) or any(
+        path.glob("wandb/*run-*/run-*.wandb"))
+
+
+def load_any(path: str) -> LoadedLog:
+    """A trainer log file, or a W&B offline run (directory or ``.wandb`` file)."""
+    p = Path(path)
+    if _is_wandb_run(p):
+        from .wandb_offline import WandbReadError, read_offline_run
+
+        try:
+            run = read_offline_run(p)
+        except WandbReadError as e:
+            raise LogReadError(str(e).splitlines()[0]) from None
+        if not run.history:
+            raise LogReadError(f"rlcluster: cannot read {path!r}: the W&B run has no history rows yet "
+                               "(wandb flushes its file every ~15 s while a run is open)")
+        return LoadedLog(rows=run.history, source_format="wandb_offline_run", path=str(run.path),
+                         meta={"run_id": run.run_id})
+    return load_rows(path)
+
+
 def analyze_path(path: str, trainer: str | None = None) -> Analysis:
-    """Read any supported log file and analyse it (raises LogReadError on bad input)."""
-    log: LoadedLog = load_rows(path)
+    """Read any supported log (file or W&B offline run) and analyse it (raises LogReadError on bad input)."""
+    log: LoadedLog = load_any(path)
     max_steps = log.meta.get("max_steps") if isinstance(log.meta, dict) else 0
     return analyze_stream(log.rows, trainer, source=str(path), source_format=log.source_format,
                           max_steps=int(max_steps) if isinstance(max_steps, (int, float)) else 0)

@@ -30,14 +30,46 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
         return _fail(str(e).splitlines()[0] if str(e) else "cannot read input")
     except (OSError, MemoryError) as e:
         return _fail(f"cannot read {args.path!r}: {e}")
-    if analysis.cluster.rows == 0:
-        return _fail(f"{args.path!r} holds no usable log rows (no numeric values)")
+    if not analysis.cluster.recognised():
+        return _fail(f"{args.path!r} has no training metrics this tool knows (loss, grad_norm, reward, kl, "
+                     "rewards/margins, ...): is it a trainer log?")
     out = render_json(analysis) if args.format == "json" else render_text(analysis)
     print(out)
     verdict = analysis.cluster.verdict()
     if args.fail_on and SEVERITY_LEVEL[verdict] >= SEVERITY_LEVEL[args.fail_on]:
         return 1
     return 0
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    """Write a generated GRPO log with a known pathology and analyse it, as a user would."""
+    import json
+    from pathlib import Path
+
+    from .analyze import analyze_path, render_text
+    from .synthetic import generate_run
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    run = generate_run("grpo_kl", args.pathology, n_steps=args.steps, seed=args.seed, onset=0.5)
+    path = out / "trainer_state.json"
+    path.write_text(json.dumps({"global_step": args.steps, "max_steps": args.steps, "log_history": run.rows},
+                               indent=1))
+    print(f"Generated a {args.steps}-step GRPO log (beta > 0) with pathology '{args.pathology}' starting at step "
+          f"{run.onset_step}: {path}\n")
+    analysis = analyze_path(str(path))
+    print(render_text(analysis))
+    caught = [f for f in analysis.cluster.findings
+              if f.severity != "info" and f.gauge in run.expected_gauges and f.step >= run.onset_step]
+    print()
+    if caught:
+        first = min(caught, key=lambda f: f.step)
+        print(f"Caught: {first.gauge}/{first.rule} at step {first.step}, "
+              f"{first.step - run.onset_step} steps after the pathology began.")
+    else:
+        print(f"Not caught: no {'/'.join(run.expected_gauges)} alarm after step {run.onset_step}.")
+    print("Try it on your own run:  rlcluster analyze path/to/checkpoint-N/trainer_state.json")
+    return 0 if caught else 1
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -59,6 +91,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--fail-on", choices=("warn", "stop"), help="exit 1 when the verdict reaches this severity (CI gate)",
     )
     a.set_defaults(func=_cmd_analyze)
+
+    d = sub.add_parser(
+        "demo",
+        help="analyse a generated GRPO log with a known pathology (no account, no GPU, no network)",
+    )
+    d.add_argument("--out", default="demo-out", help="directory for the generated log (default: demo-out)")
+    d.add_argument("--pathology", default="kl_runaway",
+                   choices=("kl_runaway", "reward_hacking", "entropy_collapse", "length_explosion",
+                            "reward_std_collapse", "truncation", "nan", "dead_run"))
+    d.add_argument("--steps", type=int, default=400)
+    d.add_argument("--seed", type=int, default=0)
+    d.set_defaults(func=_cmd_demo)
     return parser
 
 

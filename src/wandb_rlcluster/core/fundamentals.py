@@ -63,9 +63,11 @@ class LossGauge(Gauge):
         d["loss_ewma"] = self.ewma.push(loss)
         self.trend.push(row.step, loss)
         d["loss_trend"] = self.trend.slope()
+        if self.family in SURROGATE_LOSS_FAMILIES:
+            return  # a surrogate's level says nothing: no spike or volatility rules, nothing to keep
         ref = self.hist.mean()
         spiky = False
-        if self.family not in SURROGATE_LOSS_FAMILIES and self.hist.full and ref > 1e-3:
+        if self.hist.full and ref > 1e-3:
             ratio = loss / ref
             d["spike_ratio"] = ratio
             spiky = ratio > self.p["spike_ratio"]
@@ -80,7 +82,7 @@ class LossGauge(Gauge):
             self.hist.push(loss)
         self.recent.push(loss)
         self.long_var.push(loss)
-        if self.long_var.full and self.family not in SURROGATE_LOSS_FAMILIES:
+        if self.long_var.full:
             vr = self.recent.var() / max(self.long_var.var(), 1e-12)
             d["volatility_ratio"] = vr
             self.check(
@@ -124,7 +126,7 @@ class GradientGauge(Gauge):
                 for_=self.p["zero_for"],
             )
             if g > 1e-12:
-                med = self.win.median() if len(self.win) >= self.p["min_history"] else math.nan
+                med = self.win.robust()[0] if len(self.win) >= self.p["min_history"] else math.nan
                 if med == med and med > 0:
                     ratio = g / med
                     d["spike_ratio"] = ratio
@@ -150,7 +152,7 @@ class GradientGauge(Gauge):
                     self.win.push(g)
                 self.base.push(g)
                 if self.base.ready and len(self.win) >= 10:
-                    rel = self.win.median() / max(self.base.value, 1e-30)
+                    rel = self.win.robust()[0] / max(self.base.value, 1e-30)
                     d["norm_vs_start"] = rel
                     self.check(
                         "grad-vanishing", rel < self.p["vanish_ratio"], "warn", "grad_norm", g,
@@ -333,6 +335,11 @@ class LoraGauge(Gauge):
                        lambda: f"per-layer LoRA norms vary widely (CV {cv:.1f}).", for_=2)
 
 
+_LIVE_EFFICIENCY_KEYS = tuple((k, k.split("/", 1)[1]) for k in (
+    "efficiency/tokens_per_s", "efficiency/steps_per_s", "efficiency/mem_frac", "efficiency/util",
+    "efficiency/rss_gb"))
+
+
 class EfficiencyGauge(Gauge):
     """Gauge 7 — compute efficiency: throughput trend, memory trend."""
 
@@ -364,10 +371,10 @@ class EfficiencyGauge(Gauge):
             if self.prev_tokens == self.prev_tokens and st and finite(st) and st > 0 and row.step > self.prev_step:
                 d["tokens_per_s"] = (tok - self.prev_tokens) / ((row.step - self.prev_step) * st)
             self.prev_tokens, self.prev_step = tok, row.step
-        for k in ("efficiency/tokens_per_s", "efficiency/steps_per_s", "efficiency/mem_frac",
-                  "efficiency/util", "efficiency/rss_gb"):
-            if k in v and finite(v[k]):
-                d[k.split("/", 1)[1]] = v[k]
+        for k, short in _LIVE_EFFICIENCY_KEYS:
+            x = v.get(k)
+            if x is not None and finite(x):
+                d[short] = x
         sec = st if (st is not None and finite(st) and st > 0) else None
         if sec is None and d.get("steps_per_s"):
             sec = 1.0 / d["steps_per_s"]
@@ -402,7 +409,7 @@ class ConvergenceGauge(Gauge):
     title = "Convergence"
     inputs = ("loss", "eval_loss")
     defaults = {"patience": 5, "min_delta": 0.001, "gap_velocity": 0.1, "plateau_rows": 25,
-                "min_rows": 40, "progress": 0.05}
+                "min_rows": 40, "progress": 0.05, "diverge_margin": 0.02}
 
     def setup(self) -> None:
         self.train = Ewma(0.1)
@@ -468,12 +475,15 @@ class ConvergenceGauge(Gauge):
             if prev_gap is not None:
                 vel = (gap - prev_gap) / max(abs(ev), 1e-12)
                 d["gap_velocity"] = vel
-                self.check("overfitting", vel > self.p["gap_velocity"], "warn", "eval_loss", ev,
+                eval_stalled = len(self.evals) >= 2 and ev >= self.evals[-2]
+                self.check("overfitting", vel > self.p["gap_velocity"] and eval_stalled, "warn", "eval_loss", ev,
                            lambda: f"train/eval gap grew by {vel:.0%} of eval_loss in one evaluation (gap now "
                            f"{gap:.4g}): the model is overfitting.", for_=2)
             if len(self.evals) >= 3 and len(self.train_at_eval) >= 3:
                 e, t = self.evals[-3:], self.train_at_eval[-3:]
-                diverging = e[0] < e[1] < e[2] and t[0] >= t[1] >= t[2]
+                # three rises in a row can be noise; also require eval to sit clearly above its best
+                diverging = (e[0] < e[1] < e[2] and t[0] >= t[1] >= t[2]
+                             and e[2] > self.best_eval * (1 + self.p["diverge_margin"]))
                 self.check("eval-diverging", diverging, "warn", "eval_loss", ev,
                            lambda: "eval_loss rose for 3 evaluations while train loss kept falling: "
                            "classic overfitting. Keep the best checkpoint; stop or regularise.")

@@ -43,6 +43,7 @@ class Gauge:
         # rule -> [consecutive_true, firing (0/1), consecutive_false, severity_rank]
         self._rules: dict[str, list[int]] = {}
         self._out: list[Finding] = []
+        self._inputs = frozenset(self.inputs)
         self.setup()
 
     # -- subclass API ---------------------------------------------------------
@@ -65,7 +66,7 @@ class Gauge:
         """Feed one row; returns the findings that fired on it."""
         self._out = []
         self.step = row.step
-        if not self.inputs or any(k in row.values for k in self.inputs):
+        if not self._inputs or not self._inputs.isdisjoint(row.values):
             self.rows_seen += 1
             self.observe(row)
         return self._out
@@ -138,7 +139,7 @@ class Gauge:
         return out
 
     # -- checkpointing --------------------------------------------------------
-    _SKIP_STATE: ClassVar[frozenset[str]] = frozenset({"family", "p", "_out"})
+    _SKIP_STATE: ClassVar[frozenset[str]] = frozenset({"family", "p", "_out", "_inputs"})
 
     def state_dict(self) -> dict[str, Any]:
         """JSON-serialisable state, so a resumed run keeps its baselines."""

@@ -39,6 +39,17 @@ PREFERENCE_REWARD_KEYS = frozenset(
 )
 
 STEP_KEYS = ("step",)
+
+# Inputs that only a live run can measure; the callback logs them as ``rlcluster/<key>``.
+LIVE_INPUT_KEYS = frozenset({
+    "attention_entropy/mean", "attention_entropy/head_std", "attention_entropy/max_possible",
+    "lora/norm_mean", "lora/effective_rank", "lora/rank", "lora/rel_change", "lora/norm_cv",
+    "samples/repetition_rate", "samples/distinct_2", "samples/mean_chars",
+    "gradients/nonfinite", "gradients/layer_spread", "gradients/sparsity",
+    "efficiency/tokens_per_s", "efficiency/steps_per_s", "efficiency/mem_frac", "efficiency/util",
+    "efficiency/rss_gb",
+})
+LIVE_INPUT_PREFIXES = frozenset(k.split("/", 1)[0] for k in LIVE_INPUT_KEYS)
 SUMMARY_KEYS = frozenset({"train_runtime", "train_loss", "total_flos"})
 
 FAMILIES = ("grpo", "dpo", "kto", "orpo", "online_dpo", "ppo", "reward", "sft")
@@ -90,6 +101,11 @@ def _canonical_key(raw: str) -> str | None:
             return "step"
     elif key.startswith("eval/"):
         key = "eval_" + key[5:]
+    if key.startswith("rlcluster/"):
+        # Our own W&B keys: the live probes' raw inputs feed the live-only gauges when a run is
+        # analysed offline; derived values and statuses are outputs, not inputs.
+        rest = key[10:]
+        return rest if rest.split("/", 1)[0] in LIVE_INPUT_PREFIXES and rest in LIVE_INPUT_KEYS else None
     if key in ALIASES:
         return ALIASES[key]
     if key.startswith("_") and key != "_step":
@@ -184,6 +200,8 @@ class Normalizer:
                 continue  # the canonical spelling wins over an alias in the same row
             values[canon] = f  # type: ignore[assignment]
         raw_step = values.pop("step", None)
+        if "train/global_step" in raw:  # W&B rows carry both _step and the trainer's step: the trainer's wins
+            raw_step = to_float(raw["train/global_step"])
         if not values:
             return None
         self.count += 1
@@ -197,7 +215,7 @@ class Normalizer:
         return Row(step=step, kind=kind, values=values, index=self.count - 1)
 
     def _step_for(self, raw_step: float | None) -> int:
-        if raw_step is None or not math.isfinite(raw_step):
+        if raw_step is None or not math.isfinite(raw_step) or not -(2**53) < raw_step < 2**53:
             step = self.last_step + (1 if self.count > 1 else 0)
         else:
             step = int(raw_step) + self.offset

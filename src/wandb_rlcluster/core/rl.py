@@ -6,7 +6,7 @@ import math
 
 from .gauge import Gauge, finite
 from .keys import Row
-from .stats import Baseline, Ewma, RollingSlope, RollingWindow, RunningRegression, pearson, robust_z
+from .stats import Baseline, Ewma, RollingCorrelation, RollingSlope, RollingWindow, RunningRegression, robust_z
 
 PREFERENCE_FAMILIES = frozenset({"dpo", "kto", "orpo"})
 GROUP_FAMILIES = frozenset({"grpo"})
@@ -39,8 +39,7 @@ class RewardGauge(Gauge):
         self.flat_rows = 0
         self.ewma = Ewma(0.1)
         self.len_base = Baseline(10)
-        self.rw = RollingWindow(30)
-        self.lw = RollingWindow(30)
+        self.rl = RollingCorrelation(30)  # (reward, length) pairs
         self.margin = Ewma(0.1)
         self.margin_peak = -math.inf
         self.acc = Ewma(0.1)
@@ -78,7 +77,9 @@ class RewardGauge(Gauge):
             self.first.push(r)
         self.flat.push(r)
         # Flat-lined reward: no learning signal at all.
-        flat = self.flat.full and (self.flat.max() - self.flat.min()) <= self.p["flat_span"] * max(1.0, abs(r))
+        span = self.p["flat_span"] * max(1.0, abs(r))
+        # the O(1) variance rules most rows out before the O(window) min/max is needed
+        flat = self.flat.full and self.flat.var() <= span * span and (self.flat.max() - self.flat.min()) <= span
         self.flat_rows = self.flat_rows + 1 if flat else 0
         self.check("reward-flatline", flat, "warn", key, r,
                    lambda: f"{key} has been pinned at {r:.4g} for {self.p['flat_rows']} logged steps: every "
@@ -103,13 +104,12 @@ class RewardGauge(Gauge):
         length = v.get("completions/mean_length")
         if length is not None and finite(length) and length > 0:
             self.len_base.push(length)
-            self.rw.push(r)
-            self.lw.push(length)
-            if self.len_base.ready and self.first.full and self.rw.full:
-                lr = self.lw.mean() / max(self.len_base.value, 1e-9)
+            self.rl.push(r, length)
+            if self.len_base.ready and self.first.full and self.rl.full:
+                lr = self.rl.mean_y() / max(self.len_base.value, 1e-9)
                 sigma = max(self.first.std(), 1e-3 * max(1.0, abs(self.first.mean())))
-                gain = (self.rw.mean() - self.first.mean()) / sigma
-                corr = pearson(self.rw.values(), self.lw.values())
+                gain = (self.rl.mean_x() - self.first.mean()) / sigma
+                corr = self.rl.corr()
                 d["length_corr"] = corr
                 p = self.p
                 hack = lr > p["hack_length_ratio"] and corr > p["hack_corr"] and gain > p["hack_gain_sigma"]
@@ -175,7 +175,7 @@ class KLGauge(Gauge):
     id = "kl"
     title = "KL health"
     inputs = ("kl", "objective/kl")
-    defaults = {"warn": 0.5, "stop": 1.0, "for": 3, "clear": 10, "near_zero": 1e-4, "near_zero_rows": 30,
+    defaults = {"warn": 0.5, "stop": 1.0, "for": 3, "clear": 10, "near_zero": 1e-4, "near_zero_rows": 50,
                 "negative": -0.01, "spike_z": 10.0, "spike_min": 0.1, "start_rows": 5}
     family_defaults = {
         # per-sequence sums: values scale with completion length
@@ -238,11 +238,11 @@ class KLGauge(Gauge):
                        "policy has had time to move: the reference model is not the initial policy, or "
                        "generation settings (temperature, chat template) differ between sampling and scoring.")
         if self.rows_seen >= p["near_zero_rows"]:
-            med = self.win.median()
+            med = self.win.robust()[0]
             self.check("kl-near-zero", abs(med) < p["near_zero"], "warn", key, kl,
                        lambda: f"{key} has stayed ~0 (median {med:.2g}) for {self.rows_seen} logged steps: the policy "
                        "is not moving away from the reference (beta too high, LR too low, or the reference is "
-                       "updated with the policy).", for_=10, clear=10)
+                       "updated with the policy).", for_=20, clear=10)
 
 
 class PolicyRatioGauge(Gauge):
@@ -467,8 +467,9 @@ class RewardSignalGauge(Gauge):
         self.zero = Ewma(0.3)
         self.std_ewma = Ewma(0.3)
         self.comp_fns: list[str] = []
-        self.corr_r = RollingWindow(30)
-        self.corr_l = RollingWindow(30)
+        self.corr = RollingCorrelation(30)
+        self._components: tuple[tuple[str, str, str], ...] = ()
+        self._row_width = -1
 
     def applies(self) -> bool:
         return self.family in GROUP_FAMILIES
@@ -501,25 +502,30 @@ class RewardSignalGauge(Gauge):
                        lambda: f"reward_std has averaged {se:.3g} < {p['std_low']}: completions in a group score "
                        "alike, so there is little signal left to learn from.", for_=p["for"])
         # Partial rewards: a component whose std stays ~0 is dead weight.
+        if len(v) != self._row_width:  # re-scan for reward components only when the row's shape changes
+            self._row_width = len(v)
+            self._components = tuple(
+                (k, k[8:-4], f"rewards/{k[8:-4]}/mean") for k in v if k.startswith("rewards/") and k.endswith("/std")
+            )
         dead = 0
-        for k, val in v.items():
-            if k.startswith("rewards/") and k.endswith("/std") and finite(val):
-                fn = k[8:-4]
-                mean = v.get(f"rewards/{fn}/mean")
-                is_dead = val < p["component_dead"]
-                dead += is_dead
-                self.check(f"reward-component-dead:{fn}", is_dead, "warn", k, val,
-                           lambda fn=fn, mean=mean: f"reward function '{fn}' has had std < {p['component_dead']} "
-                           f"(mean {mean if mean is None else round(mean, 4)}) for {p['component_for']} logged steps: "
-                           "it scores every completion alike and adds no signal.",
-                           for_=p["component_for"], clear=10)
+        for k, fn, mean_key in self._components:
+            val = v.get(k)
+            if val is None or not finite(val):
+                continue
+            mean = v.get(mean_key)
+            is_dead = val < p["component_dead"]
+            dead += is_dead
+            self.check(f"reward-component-dead:{fn}", is_dead, "warn", k, val,
+                       lambda fn=fn, mean=mean: f"reward function '{fn}' has had std < {p['component_dead']} "
+                       f"(mean {mean if mean is None else round(mean, 4)}) for {p['component_for']} logged steps: "
+                       "it scores every completion alike and adds no signal.",
+                       for_=p["component_for"], clear=10)
         d["dead_components"] = float(dead)
         r, L = v.get("reward"), v.get("completions/mean_length")
         if r is not None and L is not None and finite(r) and finite(L):
-            self.corr_r.push(r)
-            self.corr_l.push(L)
-            if self.corr_r.full:
-                corr = pearson(self.corr_r.values(), self.corr_l.values())
+            self.corr.push(r, L)
+            if self.corr.full:
+                corr = self.corr.corr()
                 d["length_reward_corr"] = corr
                 self.check("length-reward-correlation", corr > 0.8, "info", "completions/mean_length", L,
                            lambda: f"reward and completion length move together (corr {corr:.2f}): check for "

@@ -23,7 +23,7 @@ def is_finite(x: float | None) -> bool:
 class RollingWindow:
     """The last ``size`` finite values, with running sum and sum of squares."""
 
-    __slots__ = ("size", "buf", "_sum", "_sumsq", "_pushes")
+    __slots__ = ("size", "buf", "_sum", "_sumsq", "_pushes", "_robust", "_robust_at")
 
     def __init__(self, size: int) -> None:
         self.size = max(1, int(size))
@@ -31,6 +31,8 @@ class RollingWindow:
         self._sum = 0.0
         self._sumsq = 0.0
         self._pushes = 0
+        self._robust = (math.nan, 0.0)
+        self._robust_at = -1
 
     def push(self, x: float) -> None:
         if len(self.buf) == self.size:
@@ -76,6 +78,19 @@ class RollingWindow:
         med = median(self.buf)
         return MAD_TO_SIGMA * median([abs(v - med) for v in self.buf])
 
+    def robust(self, refresh: int = 4) -> tuple[float, float]:
+        """(median, robust sigma), recomputed at most every ``refresh`` pushes.
+
+        Sorting the window on every row is the core's most expensive step;
+        a median a few rows stale is just as good a reference for a spike.
+        """
+        if self._robust_at < 0 or self._pushes - self._robust_at >= refresh or len(self.buf) < 2 * refresh:
+            med = median(self.buf)
+            mad = MAD_TO_SIGMA * median([abs(v - med) for v in self.buf]) if len(self.buf) >= 2 else 0.0
+            self._robust = (med, mad)
+            self._robust_at = self._pushes
+        return self._robust
+
     def min(self) -> float:
         return min(self.buf) if self.buf else math.nan
 
@@ -107,8 +122,8 @@ def robust_z(x: float, window: RollingWindow, floor: float = 1e-12) -> float:
     """How many robust sigmas ``x`` lies from the window's median."""
     if len(window) < 5:
         return 0.0
-    med = window.median()
-    sigma = max(window.mad_sigma(), floor, 1e-3 * abs(med))
+    med, mad = window.robust()
+    sigma = max(mad, floor, 1e-3 * abs(med))
     return (x - med) / sigma
 
 
@@ -295,3 +310,58 @@ class RunningRegression:
     def load_state_dict(self, state: dict[str, float]) -> None:
         for k in self.__slots__:
             setattr(self, k, float(state[k]) if k != "n" else int(state[k]))
+
+
+class RollingCorrelation:
+    """Pearson correlation of the last ``size`` (x, y) pairs with running sums: O(1) per pair."""
+
+    __slots__ = ("size", "pts", "sx", "sy", "sxx", "syy", "sxy")
+
+    def __init__(self, size: int) -> None:
+        self.size = max(3, int(size))
+        self.pts: deque[tuple[float, float]] = deque(maxlen=self.size)
+        self.sx = self.sy = self.sxx = self.syy = self.sxy = 0.0
+
+    def push(self, x: float, y: float) -> None:
+        if len(self.pts) == self.size:
+            ox, oy = self.pts[0]
+            self.sx -= ox
+            self.sy -= oy
+            self.sxx -= ox * ox
+            self.syy -= oy * oy
+            self.sxy -= ox * oy
+        self.pts.append((x, y))
+        self.sx += x
+        self.sy += y
+        self.sxx += x * x
+        self.syy += y * y
+        self.sxy += x * y
+
+    @property
+    def full(self) -> bool:
+        return len(self.pts) == self.size
+
+    def corr(self) -> float:
+        n = len(self.pts)
+        if n < 3:
+            return 0.0
+        cxx = self.sxx - self.sx * self.sx / n
+        cyy = self.syy - self.sy * self.sy / n
+        cxy = self.sxy - self.sx * self.sy / n
+        if cxx <= 1e-12 * max(1.0, self.sxx) or cyy <= 1e-12 * max(1.0, self.syy):
+            return 0.0
+        return max(-1.0, min(1.0, cxy / math.sqrt(cxx * cyy)))
+
+    def mean_x(self) -> float:
+        return self.sx / len(self.pts) if self.pts else math.nan
+
+    def mean_y(self) -> float:
+        return self.sy / len(self.pts) if self.pts else math.nan
+
+    def state_dict(self) -> dict[str, object]:
+        return {"size": self.size, "pts": [list(p) for p in self.pts]}
+
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        self.__init__(int(state.get("size", self.size)))  # type: ignore[misc, arg-type]
+        for x, y in state.get("pts", []):  # type: ignore[union-attr]
+            self.push(float(x), float(y))

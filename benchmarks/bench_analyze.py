@@ -1,0 +1,70 @@
+"""Benchmark: `rlcluster analyze` on a 100k-row GRPO history, and the core's per-row cost.
+
+Not a test: it prints figures for the README. Run with `make bench` (or
+`python benchmarks/bench_analyze.py --rows 100000 --repeat 3`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from wandb_rlcluster.core import GAUGE_IDS, InstrumentCluster
+from wandb_rlcluster.synthetic import generate_run
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--rows", type=int, default=100_000)
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+
+    run = generate_run("grpo_kl", "kl_runaway", n_steps=args.rows, seed=0, onset=0.8)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "trainer_state.json"
+        path.write_text(json.dumps({"global_step": args.rows, "max_steps": args.rows, "log_history": run.rows}))
+        size_mb = path.stat().st_size / 1e6
+        print(f"input: {len(run.rows)} rows, {len(run.rows[0])} keys/row, {size_mb:.0f} MB trainer_state.json")
+        cpu = platform.processor() or platform.machine()
+        print(f"machine: {cpu}, {os.cpu_count()} cpus, Python {platform.python_version()}")
+
+        # End to end, as a user runs it: a fresh process, read + analyse + render.
+        times = []
+        for i in range(args.repeat):
+            t0 = time.perf_counter()
+            p = subprocess.run([sys.executable, "-m", "wandb_rlcluster", "analyze", str(path), "--format", "json"],
+                               capture_output=True, text=True)
+            times.append(time.perf_counter() - t0)
+            if p.returncode != 0:
+                sys.exit(f"analyze failed: {p.stderr}")
+            verdict = json.loads(p.stdout)["verdict"]
+            print(f"  run {i + 1}: {times[-1]:.2f} s (verdict {verdict})")
+        print(f"rlcluster analyze end to end: median {statistics.median(times):.2f} s over {args.repeat} runs "
+              f"(target < 5 s)")
+
+    # The core alone, rows already in memory, all fourteen gauges.
+    live, batch = [], []
+    for _ in range(args.repeat):
+        cluster = InstrumentCluster(trainer="grpo")
+        t0 = time.perf_counter()
+        for r in run.rows:  # the live callback's path: one row per on_log
+            cluster.update(r)
+        live.append((time.perf_counter() - t0) / len(run.rows) * 1e6)
+        cluster = InstrumentCluster(trainer="grpo")
+        t0 = time.perf_counter()
+        rows = [row for row in map(cluster.normalizer.normalize, run.rows) if row is not None]
+        cluster.update_batch(rows)  # the analyzer's path: gauge by gauge over a batch
+        batch.append((time.perf_counter() - t0) / len(run.rows) * 1e6)
+    print(f"core cost per row ({len(GAUGE_IDS)} gauges): live update() median {statistics.median(live):.1f} µs, "
+          f"batch update_batch() median {statistics.median(batch):.1f} µs")
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,92 @@
+"""The streaming statistics agree with their batch definitions."""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+
+import numpy as np
+
+from wandb_rlcluster.core.stats import (
+    Baseline,
+    Ewma,
+    RollingSlope,
+    RollingWindow,
+    RunningRegression,
+    pearson,
+    robust_z,
+)
+
+
+def test_rolling_window_matches_batch():
+    rng = random.Random(0)
+    w = RollingWindow(20)
+    xs = [rng.gauss(3, 2) for _ in range(10_000)]
+    for x in xs:
+        w.push(x)
+    tail = xs[-20:]
+    assert len(w) == 20 and w.full
+    assert math.isclose(w.mean(), statistics.fmean(tail), rel_tol=1e-9)
+    assert math.isclose(w.var(), statistics.variance(tail), rel_tol=1e-6)
+    assert w.median() == statistics.median(tail)
+    assert w.min() == min(tail) and w.max() == max(tail)
+
+
+def test_rolling_slope_matches_polyfit():
+    w = RollingSlope(30)
+    xs = np.arange(100.0)
+    ys = 0.5 * xs + np.sin(xs)
+    for x, y in zip(xs, ys, strict=True):
+        w.push(float(x), float(y))
+    expected = np.polyfit(xs[-30:], ys[-30:], 1)[0]
+    assert math.isclose(w.slope(), expected, rel_tol=1e-9)
+
+
+def test_running_regression_t_stat():
+    rng = np.random.default_rng(1)
+    flat, rising = RunningRegression(), RunningRegression()
+    ys = []
+    for i in range(200):
+        flat.push(i, float(rng.normal()))
+        ys.append(0.02 * i + float(rng.normal()))
+        rising.push(i, ys[-1])
+    assert abs(flat.t_stat()) < 3
+    assert rising.t_stat() > 8
+    assert math.isclose(rising.slope(), np.polyfit(np.arange(200), ys, 1)[0], rel_tol=1e-6)
+
+
+def test_robust_z_ignores_one_outlier_in_history():
+    w = RollingWindow(30)
+    for i in range(29):
+        w.push(1.0 + 0.01 * (i % 3))
+    w.push(100.0)  # one wild point in the history does not inflate the scale
+    assert robust_z(1.5, w) > 10
+    assert abs(robust_z(1.01, w)) < 2
+
+
+def test_ewma_converges_and_baseline_freezes():
+    e = Ewma(0.2)
+    for _ in range(200):
+        e.push(5.0)
+    assert math.isclose(e.mean, 5.0) and e.var < 1e-12
+    b = Baseline(5)
+    for x in [10, 1, 2, 3, 4, 100, 200]:
+        b.push(float(x))
+    assert b.ready and b.value == 3.0  # median of the first five; later values do not move it
+
+
+def test_pearson():
+    xs = [float(i) for i in range(50)]
+    assert math.isclose(pearson(xs, [2 * x + 1 for x in xs]), 1.0)
+    assert math.isclose(pearson(xs, [-x for x in xs]), -1.0)
+    assert pearson(xs, [1.0] * 50) == 0.0
+
+
+def test_state_roundtrip():
+    w = RollingWindow(5)
+    for x in range(8):
+        w.push(float(x))
+    w2 = RollingWindow(1)
+    w2.load_state_dict(w.state_dict())
+    assert w2.values() == w.values() and w2.mean() == w.mean()
