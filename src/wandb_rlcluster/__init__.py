@@ -1,6 +1,17 @@
 """wandb-rlcluster: an instrument cluster for RL / preference-optimisation post-training."""
 
+from typing import Any
+
 from .core import GAUGE_IDS, InstrumentCluster, analyze_rows
 
 __version__ = "0.1.0"
-__all__ = ["GAUGE_IDS", "InstrumentCluster", "__version__", "analyze_rows"]
+__all__ = ["GAUGE_IDS", "InstrumentCluster", "RLClusterCallback", "__version__", "analyze_rows"]
+
+
+def __getattr__(name: str) -> Any:
+    # The callback pulls in transformers and torch; the analyzer and the core must not pay for that.
+    if name == "RLClusterCallback":
+        from .callback import RLClusterCallback
+
+        return RLClusterCallback
+    raise AttributeError(f"module 'wandb_rlcluster' has no attribute {name!r}")

@@ -65,6 +65,8 @@ class InstrumentCluster:
         params: per-gauge parameter overrides, ``{gauge_id: {name: value}}``.
         max_steps: the planned run length, when known (enables "LR at zero
             well before the end").
+        detect_rows: rows to buffer before guessing the family (live runs use 1:
+            TRL logs its full key set on every row).
     """
 
     def __init__(
@@ -72,7 +74,9 @@ class InstrumentCluster:
         trainer: str | None = None,
         params: Mapping[str, Mapping[str, Any]] | None = None,
         max_steps: int = 0,
+        detect_rows: int = DETECT_ROWS,
     ) -> None:
+        self.detect_rows = max(1, detect_rows)
         self.family: str | None = canonical_family(trainer) if trainer else None
         self.params = {k: dict(v) for k, v in (params or {}).items()}
         unknown = set(self.params) - set(GAUGE_IDS)
@@ -95,6 +99,12 @@ class InstrumentCluster:
         lr = self.gauges["learning_rate"]
         lr.max_steps = self.max_steps  # type: ignore[attr-defined]
 
+    def set_family(self, trainer: str) -> None:
+        """Fix the family before any row arrives (e.g. from the trainer's config class)."""
+        if self.family is None and not self._pending and self.rows == 0:
+            self.family = canonical_family(trainer)
+            self._build()
+
     def set_max_steps(self, max_steps: int) -> None:
         self.max_steps = max_steps
         if self.gauges:
@@ -114,7 +124,7 @@ class InstrumentCluster:
         if self.family is None:
             self.keys_seen.update(row.values)
             self._pending.append(row)
-            if len(self._pending) < DETECT_ROWS:
+            if len(self._pending) < self.detect_rows:
                 return []
             return self._flush_pending()
         if len(self.keys_seen) < 512:

@@ -1,0 +1,304 @@
+"""RLClusterCallback: the instrument cluster inside a running transformers/TRL Trainer."""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+from transformers.trainer_callback import ExportableState
+
+from .core import GAUGE_IDS, InstrumentCluster
+from .core.findings import Finding
+from .core.keys import canonical_family
+from .live import probes
+from .live.distributed import any_rank
+from .live.sink import WandbSink
+
+logger = logging.getLogger("wandb_rlcluster")
+
+STATUS_CODE = {"ok": 0, "warn": 1, "stop": 2}
+
+# TRL config classes name the trainer; plain TrainingArguments leave it to detection from the keys.
+CONFIG_FAMILIES = {
+    "GRPOConfig": "grpo", "RLOOConfig": "grpo", "DPOConfig": "dpo", "KTOConfig": "kto", "ORPOConfig": "orpo",
+    "CPOConfig": "orpo", "OnlineDPOConfig": "online_dpo", "XPOConfig": "online_dpo", "NashMDConfig": "online_dpo",
+    "PPOConfig": "ppo", "RewardConfig": "reward", "SFTConfig": "sft",
+}
+
+
+class RLClusterCallback(TrainerCallback, ExportableState):
+    """Watches a TRL / transformers run and says when it is going wrong.
+
+    Add it to a trainer that already has ``report_to="wandb"``; every ``on_log`` row
+    goes through the fourteen gauges, the derived values are logged to the active
+    W&B run as ``rlcluster/<gauge>/<name>`` plus ``rlcluster/<gauge>/status``
+    (0 ok, 1 warn, 2 stop) on ``train/global_step``, and findings are reported.
+    Without a W&B run it still computes, reports and stops.
+
+    Args:
+        trainer: trainer family (``grpo``, ``rloo``, ``dpo``, ``kto``, ``orpo``, ``online_dpo``,
+            ``ppo``, ``reward``, ``sft``); None detects it from the first logged keys.
+        params: per-gauge threshold overrides, ``{"kl": {"warn": 0.3, "stop": 0.8}}``.
+        stop_on: ``"stop"`` (default) ends training when a stop-severity finding fires;
+            ``"warn"`` also on warnings; None never stops.
+        save_on_stop: ask the Trainer for a checkpoint when stopping, so no work is lost.
+        grad_every: sample per-layer gradient statistics every N optimizer steps (0 = off).
+        attention_every: run the attention-entropy probe batch every N steps (0 = off).
+        lora_every: measure LoRA adapters every N steps when the model is a PEFT model (0 = off).
+        sample_every: generate greedy samples for the samples gauge every N steps (0 = off).
+        sample_tokens: new tokens per sample.
+        log_to_wandb: log derived metrics to the active W&B run.
+        prefix: W&B key prefix.
+
+    Stopping is decided on every rank from the same log row and then reduced across
+    ranks, so all processes stop at the same step; logging happens on the main
+    process only. The callback's state (windows, baselines, rule state) is saved in
+    checkpoints and restored on ``resume_from_checkpoint``.
+    """
+
+    def __init__(
+        self,
+        trainer: str | None = None,
+        params: Mapping[str, Mapping[str, Any]] | None = None,
+        *,
+        stop_on: str | None = "stop",
+        save_on_stop: bool = True,
+        grad_every: int = 10,
+        attention_every: int = 50,
+        lora_every: int = 50,
+        sample_every: int = 100,
+        sample_tokens: int = 32,
+        log_to_wandb: bool = True,
+        prefix: str = "rlcluster",
+    ) -> None:
+        if stop_on not in (None, "stop", "warn"):
+            raise ValueError(f"stop_on must be 'stop', 'warn' or None, not {stop_on!r}")
+        for name, every in (("grad_every", grad_every), ("attention_every", attention_every),
+                            ("lora_every", lora_every), ("sample_every", sample_every)):
+            if not isinstance(every, int) or every < 0:
+                raise ValueError(f"{name} must be an int >= 0 (0 turns the probe off), not {every!r}")
+        self.trainer = canonical_family(trainer) if trainer else None
+        self.params = {k: dict(v) for k, v in (params or {}).items()}
+        self.stop_on = stop_on
+        self.save_on_stop = save_on_stop
+        self.grad_every = grad_every
+        self.attention_every = attention_every
+        self.lora_every = lora_every
+        self.sample_every = sample_every
+        self.sample_tokens = sample_tokens
+        self.log_to_wandb = log_to_wandb
+        self.prefix = prefix
+        self.cluster = InstrumentCluster(trainer=self.trainer, params=self.params, detect_rows=1)  # validates
+        self.sink = WandbSink(prefix)
+        self.stop_finding: Finding | None = None
+        self.stopped_at: int | None = None
+        self.errors = 0
+        self.on_log_seconds = 0.0
+        self.on_log_calls = 0
+        self._live: dict[str, float] = {}
+        self._layer_norms: dict[str, float] = {}
+        self._samples: list[list[Any]] = []
+        self._probe_batch: Any = None
+        self._lora = probes.LoraTracker()
+        self._efficiency = probes.EfficiencyMeter()
+        self._restored = False
+        self._disable_forward_probes = ""
+
+    # -- checkpoint state (transformers' ExportableState) -------------------------------------------
+    def state(self) -> dict[str, Any]:
+        return {
+            "args": {
+                "trainer": self.trainer, "params": self.params, "stop_on": self.stop_on,
+                "save_on_stop": self.save_on_stop, "grad_every": self.grad_every,
+                "attention_every": self.attention_every, "lora_every": self.lora_every,
+                "sample_every": self.sample_every, "sample_tokens": self.sample_tokens,
+                "log_to_wandb": self.log_to_wandb, "prefix": self.prefix,
+            },
+            "attributes": {"cluster_state": self.cluster.state_dict()},
+        }
+
+    @property
+    def cluster_state(self) -> dict[str, Any]:
+        return self.cluster.state_dict()
+
+    @cluster_state.setter
+    def cluster_state(self, value: Mapping[str, Any]) -> None:
+        try:
+            self.cluster.load_state_dict(value)
+            self._restored = True
+        except Exception as e:  # noqa: BLE001 - a damaged state must not stop a resume
+            logger.warning("rlcluster: could not restore gauge state from the checkpoint (%s); starting fresh", e)
+
+    # -- events -------------------------------------------------------------------------------------
+    def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                       **kwargs: Any) -> None:
+        try:
+            if self.trainer is None:
+                family = CONFIG_FAMILIES.get(type(args).__name__)
+                if family:
+                    self.cluster.set_family(family)
+            if state.max_steps and state.max_steps > 0:
+                self.cluster.set_max_steps(int(state.max_steps))
+            # transformers restores callback state only with restore_callback_states_from_checkpoint=True;
+            # the state is in trainer_state.json either way, so take it from there when resuming.
+            stored = (getattr(state, "stateful_callbacks", None) or {}).get(type(self).__name__)
+            if isinstance(stored, list):
+                stored = stored[-1] if stored else None
+            if stored and not self._restored and self.cluster.rows == 0 and state.global_step > 0:
+                self.cluster_state = stored.get("attributes", {}).get("cluster_state", {})
+            if getattr(args, "fsdp", None) or getattr(args, "deepspeed", None):
+                # a forward pass on one rank would wait forever for sharded parameters
+                self._disable_forward_probes = "sharded model (FSDP/DeepSpeed): forward probes run off"
+        except Exception as e:  # noqa: BLE001
+            self._error("on_train_begin", e)
+
+    def on_pre_optimizer_step(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                              model: Any = None, **kwargs: Any) -> None:
+        if not self.grad_every or model is None or not state.is_world_process_zero:
+            return
+        if (state.global_step + 1) % self.grad_every:
+            return
+        try:
+            live, layers = probes.gradient_stats(model)
+            self._live.update(live)
+            self._layer_norms = layers
+        except Exception as e:  # noqa: BLE001
+            self._error("gradient probe", e)
+
+    def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                    model: Any = None, processing_class: Any = None, **kwargs: Any) -> None:
+        if model is None or not state.is_world_process_zero:
+            return
+        step = state.global_step
+        tokenizer = processing_class or kwargs.get("tokenizer")
+        try:
+            if self.lora_every and step % self.lora_every == 0:
+                self._live.update(self._lora.measure(model))
+        except Exception as e:  # noqa: BLE001
+            self._error("LoRA probe", e)
+        if self._disable_forward_probes:
+            return
+        try:
+            if self.attention_every and step % self.attention_every == 0:
+                if self._probe_batch is None:
+                    vocab = getattr(getattr(probes._base_model(model), "config", None), "vocab_size", 32) or 32
+                    self._probe_batch = probes.make_probe_batch(tokenizer, vocab)
+                self._live.update(probes.attention_entropy(model, self._probe_batch))
+        except Exception as e:  # noqa: BLE001
+            self._error("attention probe", e)
+        try:
+            if self.sample_every and step % self.sample_every == 0 and tokenizer is not None:
+                stats, rows = probes.generate_samples(model, tokenizer, self.sample_tokens)
+                self._live.update(stats)
+                self._samples = [[step, *r] for r in rows]
+        except Exception as e:  # noqa: BLE001
+            self._error("sample probe", e)
+
+    def on_log(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+               logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        t0 = time.perf_counter()
+        local_stop = False
+        fired: list[Finding] = []
+        before: dict[str, int] = {}
+        try:
+            row: dict[str, Any] = dict(logs or {})
+            row["step"] = state.global_step
+            if state.is_world_process_zero:
+                num_tokens = row.get("num_tokens")
+                eff = self._efficiency.measure(state.global_step,
+                                               float(num_tokens) if isinstance(num_tokens, (int, float)) else None)
+                self._live.update(eff)
+                row.update(self._live)
+            self._live = {}
+            before = {gid: g.rows_seen for gid, g in self.cluster.gauges.items()}
+            fired = self.cluster.update(row)
+            if self.stop_on and self.stop_finding is None:
+                wanted = ("stop",) if self.stop_on == "stop" else ("stop", "warn")
+                hit = [f for f in fired if f.severity in wanted]
+                if hit:
+                    self.stop_finding = hit[0]
+                    local_stop = True
+        except Exception as e:  # noqa: BLE001 - never break the user's training
+            self._error("on_log", e)
+        # Every rank reaches this line at the same global step: the decision is reduced across ranks.
+        try:
+            stop = any_rank(local_stop)
+        except Exception as e:  # noqa: BLE001
+            self._error("stop reduction", e)
+            stop = local_stop
+        if stop and not control.should_training_stop:
+            control.should_training_stop = True
+            if self.save_on_stop and args.save_strategy != "no":
+                control.should_save = True
+            self.stopped_at = state.global_step
+        if state.is_world_process_zero:
+            try:
+                self._publish(state, fired, before, stop)
+            except Exception as e:  # noqa: BLE001
+                self._error("publish", e)
+        self.on_log_seconds += time.perf_counter() - t0
+        self.on_log_calls += 1
+
+    def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                     **kwargs: Any) -> None:
+        if not state.is_world_process_zero:
+            return
+        try:
+            self.cluster.finalize()
+            summary = {f"{self.prefix}/verdict": self.cluster.verdict(),
+                       f"{self.prefix}/findings": len(self.cluster.findings)}
+            if self.stopped_at is not None:
+                summary[f"{self.prefix}/stopped_at_step"] = self.stopped_at
+                if self.stop_finding is not None:
+                    summary[f"{self.prefix}/stopped_by"] = f"{self.stop_finding.gauge}/{self.stop_finding.rule}"
+            if self.log_to_wandb:
+                self.sink.summary(summary)
+        except Exception as e:  # noqa: BLE001
+            self._error("on_train_end", e)
+
+    # -- helpers ------------------------------------------------------------------------------------
+    def _publish(self, state: TrainerState, fired: list[Finding], before: dict[str, int], stop: bool) -> None:
+        for f in fired:
+            if f.severity == "info":
+                logger.info("rlcluster step %d INFO %s/%s: %s", f.step, f.gauge, f.rule, f.message)
+            else:
+                logger.warning("rlcluster step %d %s %s/%s: %s", f.step, f.severity.upper(), f.gauge, f.rule,
+                               f.message)
+        if stop and self.stop_finding is not None:
+            logger.warning("rlcluster: stopping training at step %d (%s/%s)", state.global_step,
+                           self.stop_finding.gauge, self.stop_finding.rule)
+        elif stop:
+            logger.warning("rlcluster: stopping training at step %d (decided on another rank)", state.global_step)
+        if not self.log_to_wandb or not self.sink.active:
+            return
+        p = self.prefix
+        metrics: dict[str, float] = {}
+        for gid, g in self.cluster.gauges.items():
+            if g.rows_seen == before.get(gid, 0):
+                continue  # only what this row updated: no stale repeats
+            for k, v in g.derived.items():
+                if isinstance(v, float) and math.isfinite(v):
+                    metrics[f"{p}/{gid}/{k}"] = v
+            if g.applies():
+                metrics[f"{p}/{gid}/status"] = STATUS_CODE.get(g.status, 0)
+        for k, v in self._layer_norms.items():
+            metrics[f"{p}/gradients/{k}"] = v
+        self._layer_norms = {}
+        metrics[f"{p}/findings"] = float(len(self.cluster.findings))
+        self.sink.log(metrics, state.global_step)
+        if self._samples:
+            self.sink.log_table(f"{p}/samples/table", ["step", "prompt", "completion", "repetition_rate"],
+                                self._samples, state.global_step)
+            self._samples = []
+
+    def _error(self, where: str, exc: BaseException) -> None:
+        self.errors += 1
+        if self.errors <= 5:
+            logger.warning("rlcluster: %s failed (%s: %s); training continues", where, type(exc).__name__, exc)
+
+
+__all__ = ["GAUGE_IDS", "RLClusterCallback"]

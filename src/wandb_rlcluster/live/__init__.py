@@ -1,0 +1,1 @@
+"""Live-run pieces: the probes that measure what only a running trainer can, and the W&B sink."""

@@ -1,0 +1,92 @@
+"""Logging to W&B that can never break training.
+
+Every call is guarded: an outage, a finished run or a bad value becomes one
+warning (then a counter), never an exception in the training loop. Metrics
+go out in their own ``wandb.log`` call keyed by ``train/global_step`` — never
+an explicit ``step=`` (W&B silently drops steps lower than the run's current
+one), and never by editing ``logs`` (transformers' WandbCallback may already
+have sent them).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import sys
+from collections import Counter
+from typing import Any
+
+logger = logging.getLogger("wandb_rlcluster")
+
+
+class WandbSink:
+    """Writes rlcluster metrics to the active W&B run, if there is one."""
+
+    def __init__(self, prefix: str = "rlcluster") -> None:
+        self.prefix = prefix
+        self.errors: Counter[str] = Counter()
+        self._defined_for: object = None
+        self.rows_logged = 0
+
+    @staticmethod
+    def _run() -> Any:
+        wandb = sys.modules.get("wandb")  # never import wandb ourselves: no run without the user's setup
+        return getattr(wandb, "run", None) if wandb is not None else None
+
+    @property
+    def active(self) -> bool:
+        return self._run() is not None
+
+    def _define(self, run: Any) -> None:
+        if self._defined_for is run:
+            return
+        self._defined_for = run
+        try:
+            run.define_metric("train/global_step")
+            run.define_metric(f"{self.prefix}/*", step_metric="train/global_step", step_sync=True)
+        except Exception as e:  # noqa: BLE001 - W&B must never break training
+            self.error("define_metric", e)
+
+    def log(self, metrics: dict[str, float], global_step: int) -> bool:
+        run = self._run()
+        if run is None or not metrics:
+            return False
+        self._define(run)
+        clean = {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and math.isfinite(v)}
+        clean["train/global_step"] = global_step
+        try:
+            run.log(clean)
+        except Exception as e:  # noqa: BLE001
+            self.error("log", e)
+            return False
+        self.rows_logged += 1
+        return True
+
+    def log_table(self, key: str, columns: list[str], data: list[list[Any]], global_step: int) -> bool:
+        run = self._run()
+        wandb = sys.modules.get("wandb")
+        if run is None or wandb is None:
+            return False
+        try:
+            run.log({key: wandb.Table(columns=columns, data=data), "train/global_step": global_step})
+        except Exception as e:  # noqa: BLE001
+            self.error("log_table", e)
+            return False
+        return True
+
+    def summary(self, values: dict[str, Any]) -> None:
+        run = self._run()
+        if run is None:
+            return
+        try:
+            for k, v in values.items():
+                run.summary[k] = v
+        except Exception as e:  # noqa: BLE001
+            self.error("summary", e)
+
+    def error(self, what: str, exc: BaseException) -> None:
+        self.errors[what] += 1
+        if self.errors[what] == 1:
+            logger.warning("rlcluster: W&B %s failed (%s: %s); training continues, metrics are still computed "
+                           "and findings still reported locally. Further %s errors are counted silently.",
+                           what, type(exc).__name__, exc, what)
