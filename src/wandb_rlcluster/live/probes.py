@@ -272,6 +272,7 @@ class EfficiencyMeter:
         self.last_step = 0
         self.last_tokens: float | None = None
         self.util_ok = True
+        self.calls = 0
 
     def measure(self, global_step: int, num_tokens: float | None) -> dict[str, float]:
         now = time.perf_counter()
@@ -285,9 +286,11 @@ class EfficiencyMeter:
         if global_step > self.last_step or self.last_time is None:
             self.last_time, self.last_step = now, global_step
             self.last_tokens = num_tokens
-        rss = _rss_gb()
-        if rss is not None:
-            out["efficiency/rss_gb"] = rss
+        self.calls += 1
+        if self.calls % 10 == 1:  # process memory moves slowly; reading it costs a syscall
+            rss = _rss_gb()
+            if rss is not None:
+                out["efficiency/rss_gb"] = rss
         if torch.cuda.is_available():
             try:
                 free, total = torch.cuda.mem_get_info()
@@ -302,10 +305,16 @@ class EfficiencyMeter:
         return out
 
 
-def _rss_gb() -> float | None:
-    try:
-        import psutil
+_PROCESS: Any = None
 
-        return psutil.Process(os.getpid()).memory_info().rss / 1e9
+
+def _rss_gb() -> float | None:
+    global _PROCESS
+    try:
+        if _PROCESS is None or _PROCESS.pid != os.getpid():
+            import psutil
+
+            _PROCESS = psutil.Process(os.getpid())
+        return _PROCESS.memory_info().rss / 1e9
     except Exception:  # noqa: BLE001
         return None

@@ -1,0 +1,119 @@
+"""Run one tiny real TRL trainer with RLClusterCallback in a fresh process; write result.json.
+
+Used by the callback tests (a fresh process per run: wandb keeps the settings of the
+first ``wandb.init`` in a process) and runnable by hand:
+
+    python tests/scripts/run_trainer.py --kind grpo_kl --out /tmp/x --report wandb
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--kind", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--order", choices=("after", "before", "add"), default="after",
+                    help="after: callbacks=[cb] (after WandbCallback); add: trainer.add_callback(cb); "
+                         "before: cb moved ahead of WandbCallback")
+    ap.add_argument("--report", default="wandb")
+    ap.add_argument("--max-steps", type=int, default=4)
+    ap.add_argument("--peft", action="store_true")
+    ap.add_argument("--params", default="{}", help="JSON per-gauge overrides")
+    ap.add_argument("--rank-params", default="{}", help="JSON {rank: params} applied on that rank only")
+    ap.add_argument("--every", type=int, default=1, help="cadence of all live probes")
+    ap.add_argument("--wandb-interval", type=float, default=0.0, help="RLClusterCallback(wandb_min_interval=...)")
+    ap.add_argument("--save-steps", type=int, default=0)
+    ap.add_argument("--resume", default=None)
+    ap.add_argument("--user-wandb-init", action="store_true", help="wandb.init by the user, report_to none")
+    ap.add_argument("--kill-wandb-at", type=int, default=0, help="kill the wandb-core service at this step")
+    ap.add_argument("--overrides", default="{}", help="JSON config overrides for the trainer")
+    a = ap.parse_args()
+
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("WANDB_MODE", "offline")
+    os.environ.setdefault("WANDB_DIR", str(out))
+    os.environ.setdefault("WANDB_SILENT", "true")
+    os.environ.setdefault("WANDB_DISABLE_GIT", "true")
+    os.environ.setdefault("WANDB_CONSOLE", "off")
+    os.environ.setdefault("WANDB_PROJECT", "rlcluster-tests")
+    logging.basicConfig(level=logging.WARNING, format="%(name)s %(levelname)s %(message)s")
+
+    import wandb
+    from transformers import TrainerCallback
+    from transformers.integrations import WandbCallback
+
+    from wandb_rlcluster import RLClusterCallback
+    from wandb_rlcluster.live.distributed import world
+    from wandb_rlcluster.tiny import make_trainer
+
+    rank = int(os.environ.get("RANK", "0"))
+    params = json.loads(a.params)
+    params.update(json.loads(a.rank_params).get(str(rank), {}))
+    cb = RLClusterCallback(params=params, grad_every=a.every, attention_every=a.every, lora_every=a.every,
+                           sample_every=2 * a.every, wandb_min_interval=a.wandb_interval)
+
+    class KillWandb(TrainerCallback):
+        """A real W&B outage: the wandb-core service process dies mid-run."""
+
+        def on_step_end(self, args, state, control, **kw):  # noqa: ANN001, ANN003, ANN201
+            if state.global_step == a.kill_wandb_at and state.is_world_process_zero:
+                import psutil
+
+                for p in psutil.Process().children(recursive=True):
+                    if p.name().startswith("wandb-core"):
+                        p.kill()
+                        p.wait(10)
+
+    extra = [KillWandb()] if a.kill_wandb_at else []
+    overrides = json.loads(a.overrides)
+    if a.save_steps:
+        overrides.update(save_strategy="steps", save_steps=a.save_steps)
+    report = "none" if a.user_wandb_init else a.report
+    user_run = wandb.init(project="rlcluster-tests", name=f"{a.kind}-user") if a.user_wandb_init else None
+    callbacks = [cb, *extra] if a.order == "after" else extra
+    trainer = make_trainer(a.kind, output_dir=str(out / "trainer"), callbacks=callbacks, report_to=report,
+                           max_steps=a.max_steps, peft=a.peft, run_name=f"{a.kind}-{a.order}", **overrides)
+    if a.order == "add":
+        trainer.add_callback(cb)
+    elif a.order == "before":
+        wcb = trainer.pop_callback(WandbCallback)
+        trainer.add_callback(cb)
+        if wcb is not None:
+            trainer.add_callback(wcb)
+    order = [type(c).__name__ for c in trainer.callback_handler.callbacks]
+    trainer.train(resume_from_checkpoint=a.resume)
+
+    run = wandb.run
+    run_dir = str(Path(run.dir).parent) if run is not None else None
+    try:
+        wandb.finish()
+    except Exception as e:  # noqa: BLE001 - the killed-service run cannot finish cleanly
+        print(f"wandb.finish failed as expected after the outage: {type(e).__name__}", file=sys.stderr)
+    del user_run
+    r, n = world()
+    length = cb.cluster.gauges.get("length")
+    result = {
+        "rank": r, "world_size": n, "run_dir": run_dir, "order": order,
+        "global_step": trainer.state.global_step, "stopped_at": cb.stopped_at,
+        "stop_finding": cb.stop_finding.to_dict() if cb.stop_finding else None,
+        "errors": cb.errors, "sink_errors": dict(cb.sink.errors), "family": cb.cluster.family,
+        "cluster_rows": cb.cluster.rows,
+        "length_baseline": length.base.value if length is not None else None,
+        "findings": [f.to_dict() for f in cb.cluster.findings],
+        "on_log_calls": cb.on_log_calls, "on_log_seconds": cb.on_log_seconds,
+        "is_peft": type(trainer.model).__name__.startswith("Peft"),
+    }
+    (out / f"result-rank{rank}.json").write_text(json.dumps(result, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,192 @@
+"""RLClusterCallback inside real TRL trainers (tiny local models, wandb offline), read back from disk.
+
+Each training runs in a fresh process (tests/scripts/run_trainer.py), as a user's
+script would; the test then reads the offline W&B run that wandb wrote.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from wandb_rlcluster.wandb_offline import find_run_dirs, read_offline_run
+
+SCRIPT = Path(__file__).parent / "scripts" / "run_trainer.py"
+
+# rlcluster keys each trainer's run must carry (beyond the common ones).
+COMMON = {"rlcluster/gradients/grad_norm", "rlcluster/gradients/sparsity", "rlcluster/gradients/status",
+          "rlcluster/learning_rate/learning_rate", "rlcluster/efficiency/steps_per_s",
+          "rlcluster/attention_entropy/mean", "rlcluster/samples/repetition_rate", "rlcluster/findings"}
+GRPO = {"rlcluster/reward/reward", "rlcluster/reward_signal/frac_zero_std", "rlcluster/length/mean_length",
+        "rlcluster/length/clipped_ratio", "rlcluster/entropy/entropy", "rlcluster/policy_ratio/clip",
+        "rlcluster/reward_signal/status", "rlcluster/length/status"}
+EXPECT = {
+    "grpo": GRPO,
+    "grpo_kl": GRPO | {"rlcluster/kl/kl", "rlcluster/kl/status"},
+    "rloo": GRPO | {"rlcluster/kl/kl"},
+    "dpo": {"rlcluster/reward/margin", "rlcluster/reward/accuracy_ewma", "rlcluster/loss/loss",
+            "rlcluster/convergence/status"},
+    "kto": {"rlcluster/reward/margin", "rlcluster/loss/loss"},
+    "online_dpo": {"rlcluster/kl/kl", "rlcluster/reward/margin", "rlcluster/entropy/entropy"},
+    "sft": {"rlcluster/loss/loss", "rlcluster/convergence/status"},
+    "sft_peft": {"rlcluster/loss/loss", "rlcluster/lora/norm_mean", "rlcluster/lora/effective_rank",
+                 "rlcluster/lora/rank", "rlcluster/lora/status"},
+}
+ABSENT = {"grpo": {"rlcluster/kl/kl", "rlcluster/kl/status"}, "dpo": {"rlcluster/kl/kl"},
+          "sft": {"rlcluster/lora/norm_mean", "rlcluster/kl/kl"}}
+
+
+def run_trainer(out: Path, kind: str, *args: str, timeout: int = 300, nproc: int = 0) -> dict:
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_DIR": str(out), "PYTHONUNBUFFERED": "1"}
+    env.pop("WANDB_API_KEY", None)
+    base = ["--kind", kind.replace("_peft", ""), "--out", str(out), *args]
+    if kind.endswith("_peft"):
+        base.append("--peft")
+    if nproc:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--master_port",
+               str(29500 + os.getpid() % 1000), str(SCRIPT), *base]
+    else:
+        cmd = [sys.executable, str(SCRIPT), *base]
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    assert p.returncode == 0, f"training failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-6000:]}"
+    return json.loads((out / "result-rank0.json").read_text()) | {"stderr": p.stderr}
+
+
+@pytest.mark.parametrize("order", ["after", "before"])
+@pytest.mark.parametrize("kind", list(EXPECT))
+def test_callback_metrics_reach_wandb(tmp_path: Path, kind: str, order: str):
+    res = run_trainer(tmp_path, kind, "--order", order, "--max-steps", "4")
+    assert res["errors"] == 0 and not res["sink_errors"], res["stderr"][-3000:]
+    names = res["order"]
+    assert names.index("RLClusterCallback") < names.index("WandbCallback") if order == "before" else \
+        names.index("RLClusterCallback") > names.index("WandbCallback")
+    run = read_offline_run(res["run_dir"])
+    assert run.finished
+    ours = [row for row in run.history if any(k.startswith("rlcluster/") for k in row)]
+    assert ours, "no rlcluster rows in the W&B run"
+    keys = {k for row in ours for k in row}
+    missing = (COMMON | EXPECT[kind]) - keys
+    assert not missing, f"missing in W&B: {sorted(missing)}"
+    assert not (ABSENT.get(kind, set()) & keys)
+    # every rlcluster row sits on the trainer's step axis, at a step TRL itself logged
+    trl_steps = {row["train/global_step"] for row in run.history if "train/loss" in row or "train/reward" in row
+                 or "train/objective/kl" in row}
+    for row in ours:
+        assert "train/global_step" in row
+        if "rlcluster/findings" in row and row["train/global_step"] <= res["global_step"]:
+            assert row["train/global_step"] in trl_steps | {res["global_step"]}
+    statuses = {v for row in ours for k, v in row.items() if k.endswith("/status")}
+    assert statuses <= {0, 1, 2}
+    assert res["is_peft"] == kind.endswith("_peft")
+
+
+def test_ppo_shaped_rows_through_real_trainer_log(tmp_path: Path, real_logs: Path):
+    """PPO is gone from TRL 1.16: feed the real PPO log's rows through a real Trainer.log() with the callback."""
+    script = tmp_path / "ppo_rows.py"
+    script.write_text(f"""
+import json, os
+os.environ.update(WANDB_MODE="offline", WANDB_DIR={str(tmp_path)!r}, WANDB_SILENT="true", WANDB_DISABLE_GIT="true")
+import wandb
+from transformers import Trainer, TrainingArguments
+from wandb_rlcluster import RLClusterCallback
+from wandb_rlcluster.tiny import build_model, build_tokenizer
+rows = json.load(open({str(real_logs / "ppo_trl_kartik_v1_seed2026.json")!r}))
+tok = build_tokenizer()
+cb = RLClusterCallback(grad_every=0, attention_every=0, sample_every=0, wandb_min_interval=0)
+args = TrainingArguments(output_dir={str(tmp_path / "out")!r}, report_to="wandb", use_cpu=True, save_strategy="no")
+trainer = Trainer(model=build_model(tok), args=args, callbacks=[cb])
+stopped = None
+for r in rows:
+    trainer.state.global_step = int(r["step"])
+    trainer.log({{k: v for k, v in r.items() if k not in ("step", "epoch")}})
+    if trainer.control.should_training_stop and stopped is None:
+        stopped = trainer.state.global_step
+run_dir = os.path.dirname(wandb.run.dir)
+wandb.finish()
+json.dump({{"run_dir": run_dir, "stopped": stopped, "family": cb.cluster.family, "verdict": cb.cluster.verdict(),
+           "stop": cb.stop_finding.to_dict() if cb.stop_finding else None}}, open({str(tmp_path / "r.json")!r}, "w"))
+""")
+    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    assert p.returncode == 0, p.stderr[-4000:]
+    res = json.loads((tmp_path / "r.json").read_text())
+    assert res["family"] == "ppo" and res["verdict"] == "stop"
+    assert res["stop"]["rule"] == "reward-flatline-persistent"
+    assert res["stopped"] == res["stop"]["step"]  # the trainer was told to stop on the very row that decided it
+    hist = read_offline_run(res["run_dir"]).history
+    kl_rows = [row for row in hist if "rlcluster/kl/kl" in row]
+    assert len(kl_rows) == 100
+    assert {row["train/global_step"] for row in kl_rows} == set(range(1, 101))
+    assert any(row.get("rlcluster/reward/status") == 2 for row in hist)
+    assert any(row.get("rlcluster/length/status") == 1 for row in hist)  # no EOS ever: warn
+
+
+def test_two_processes_stop_together_and_log_once(tmp_path: Path):
+    """Rank 1 alone decides to stop (its KL threshold is tiny); both ranks must stop at the same step."""
+    rank_params = json.dumps({"1": {"kl": {"stop": 1e-12, "for": 1}}})
+    res0 = run_trainer(tmp_path, "grpo_kl", "--max-steps", "8", "--rank-params", rank_params, "--every", "2",
+                       nproc=2, timeout=400)
+    res1 = json.loads((tmp_path / "result-rank1.json").read_text())
+    assert res0["world_size"] == 2 and res1["world_size"] == 2
+    assert res1["stop_finding"] is not None and res1["stop_finding"]["rule"] == "kl-stop"
+    assert res0["stop_finding"] is None  # rank 0 saw nothing itself ...
+    assert res0["stopped_at"] == res1["stopped_at"] is not None  # ... and still stopped at the same step
+    assert res0["global_step"] == res1["global_step"] == res0["stopped_at"] < 8
+    runs = find_run_dirs(tmp_path / "wandb")
+    assert len(runs) == 1, "only the main process may create a W&B run"
+    hist = read_offline_run(runs[0]).history
+    steps = [row["train/global_step"] for row in hist if "rlcluster/kl/kl" in row]  # one per training log row
+    assert steps == list(range(1, res0["stopped_at"] + 1)), f"rlcluster rows duplicated or missing: {steps}"
+
+
+def test_resume_keeps_baselines(tmp_path: Path):
+    """A run resumed from a checkpoint continues its gauges: the length baseline does not restart."""
+    params = json.dumps({"length": {"baseline_rows": 3}, "kl": {"start_rows": 3}})
+    first = run_trainer(tmp_path / "a", "grpo_kl", "--max-steps", "6", "--save-steps", "3", "--params", params,
+                        "--report", "none")
+    ckpt = tmp_path / "a" / "trainer" / "checkpoint-3"
+    state = json.loads((ckpt / "trainer_state.json").read_text())
+    stored = state["stateful_callbacks"]["RLClusterCallback"]
+    assert stored["attributes"]["cluster_state"]["rows"] == 3
+    resumed = run_trainer(tmp_path / "b", "grpo_kl", "--max-steps", "6", "--params", params, "--report", "none",
+                          "--resume", str(ckpt))
+    assert resumed["global_step"] == 6
+    assert resumed["cluster_rows"] == first["cluster_rows"]  # 3 restored + 3 new (+ the summary row)
+    assert resumed["length_baseline"] == first["length_baseline"]
+    fresh = run_trainer(tmp_path / "c", "grpo_kl", "--max-steps", "3", "--params", params, "--report", "none")
+    assert fresh["cluster_rows"] < resumed["cluster_rows"]
+
+
+def test_wandb_outage_never_reaches_training(tmp_path: Path):
+    """The wandb-core service is killed mid-run: logging fails, training finishes, gauges keep working."""
+    res = run_trainer(tmp_path, "grpo_kl", "--max-steps", "5", "--user-wandb-init", "--kill-wandb-at", "2")
+    assert res["global_step"] == 5
+    assert res["sink_errors"].get("log", 0) >= 1
+    assert res["cluster_rows"] >= 5  # the core kept computing after W&B died
+    assert "W&B log failed" in res["stderr"]
+    assert "Traceback" not in res["stderr"].split("wandb.finish failed")[0]
+
+
+def test_no_wandb_run_still_computes_and_stops(tmp_path: Path):
+    """report_to='none': nothing is logged, the gauges still run and a stop rule still stops training."""
+    params = json.dumps({"kl": {"stop": 1e-12, "for": 1}})
+    res = run_trainer(tmp_path, "grpo_kl", "--max-steps", "6", "--report", "none", "--params", params)
+    assert res["run_dir"] is None
+    assert res["stop_finding"]["rule"] == "kl-stop"
+    assert res["global_step"] == res["stopped_at"] < 6
+    assert not list(tmp_path.glob("wandb/*run-*"))
+
+
+def test_default_throttle_thins_wandb_rows_but_keeps_changes(tmp_path: Path):
+    """With the default 0.25 s interval a fast run logs fewer rlcluster rows, never losing the last step."""
+    res = run_trainer(tmp_path, "grpo_kl", "--max-steps", "12", "--wandb-interval", "0.25", "--every", "5")
+    hist = read_offline_run(res["run_dir"]).history
+    steps = [row["train/global_step"] for row in hist if "rlcluster/kl/kl" in row]
+    assert 1 in steps and 12 in steps  # first row and last step always go out
+    assert len(steps) < 12, "a 12-step tiny run (~20 ms/step) must be thinned by the 0.25 s interval"
+    assert res["cluster_rows"] >= 12  # the gauges still saw every row
