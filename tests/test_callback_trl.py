@@ -190,3 +190,23 @@ def test_default_throttle_thins_wandb_rows_but_keeps_changes(tmp_path: Path):
     assert 1 in steps and 12 in steps  # first row and last step always go out
     assert len(steps) < 12, "a 12-step tiny run (~20 ms/step) must be thinned by the 0.25 s interval"
     assert res["cluster_rows"] >= 12  # the gauges still saw every row
+
+
+def test_analyze_reads_the_wandb_offline_run(tmp_path: Path):
+    """`rlcluster analyze` on the run directory wandb wrote: TRL's train/* keys plus the live probes' inputs."""
+    res = run_trainer(tmp_path, "grpo_kl", "--max-steps", "6", "--every", "2")
+    p = subprocess.run([sys.executable, "-m", "wandb_rlcluster", "analyze", res["run_dir"], "--format", "json"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert out["format"] == "wandb_offline_run"
+    assert out["trainer"] == "grpo"
+    assert out["steps"] == [1, 6]
+    g = out["gauges"]
+    assert g["kl"]["status"] != "no-data" and g["reward_signal"]["status"] != "no-data"
+    # live-only gauges are fed offline from the rlcluster/<probe> keys the callback logged
+    assert g["attention_entropy"]["status"] != "no-data"
+    assert g["samples"]["status"] != "no-data"
+    p2 = subprocess.run([sys.executable, "-m", "wandb_rlcluster", "analyze", str(Path(res["run_dir"]).parent.parent)],
+                        capture_output=True, text=True, timeout=120)
+    assert p2.returncode == 0 and "GRPO" in p2.stdout  # the wandb/ folder's parent works too

@@ -42,6 +42,7 @@ GAUGE_CLASSES: tuple[type[Gauge], ...] = (
     RewardSignalGauge,
 )
 GAUGE_IDS: tuple[str, ...] = tuple(g.id for g in GAUGE_CLASSES)
+_KNOWN_INPUTS = frozenset(k for g in GAUGE_CLASSES for k in g.inputs)
 GAUGE_TITLES: dict[str, str] = {g.id: g.title for g in GAUGE_CLASSES}
 
 # Rows to buffer before guessing the family when it was not given.
@@ -89,6 +90,7 @@ class InstrumentCluster:
         self.rows = 0
         self.keys_seen: set[str] = set()
         self._pending: list[Row] = []
+        self._informative = 0  # buffered rows that carry a metric some gauge reads
         self.last_step = 0
         if self.family:
             self._build()
@@ -124,7 +126,9 @@ class InstrumentCluster:
         if self.family is None:
             self.keys_seen.update(row.values)
             self._pending.append(row)
-            if len(self._pending) < self.detect_rows:
+            if not _KNOWN_INPUTS.isdisjoint(row.values):
+                self._informative += 1
+            if self._informative < self.detect_rows and len(self._pending) < 50 * self.detect_rows:
                 return []
             return self._flush_pending()
         if len(self.keys_seen) < 512:

@@ -108,8 +108,8 @@ def _canonical_key(raw: str) -> str | None:
         return rest if rest.split("/", 1)[0] in LIVE_INPUT_PREFIXES and rest in LIVE_INPUT_KEYS else None
     if key in ALIASES:
         return ALIASES[key]
-    if key.startswith("_") and key != "_step":
-        return None
+    if (key.startswith("_") and key != "_step") or key.startswith("profiling/"):
+        return None  # W&B bookkeeping, TRL's per-function timings
     if key.startswith("rewards/"):
         rest = key[8:]
         if "/" not in rest and rest not in PREFERENCE_REWARD_KEYS:
