@@ -116,7 +116,7 @@ json.dump({{"run_dir": run_dir, "stopped": stopped, "family": cb.cluster.family,
     assert p.returncode == 0, p.stderr[-4000:]
     res = json.loads((tmp_path / "r.json").read_text())
     assert res["family"] == "ppo" and res["verdict"] == "stop"
-    assert res["stop"]["rule"] == "reward-flatline-persistent"
+    assert res["stop"]["rule"] == "reward-stop"  # the shipped alert rule forwarding the flat-line stop finding
     assert res["stopped"] == res["stop"]["step"]  # the trainer was told to stop on the very row that decided it
     hist = read_offline_run(res["run_dir"]).history
     kl_rows = [row for row in hist if "rlcluster/kl/kl" in row]
@@ -128,9 +128,10 @@ json.dump({{"run_dir": run_dir, "stopped": stopped, "family": cb.cluster.family,
 
 def test_two_processes_stop_together_and_log_once(tmp_path: Path):
     """Rank 1 alone decides to stop (its KL threshold is tiny); both ranks must stop at the same step."""
-    rank_params = json.dumps({"1": {"kl": {"stop": 1e-12, "for": 1}}})
-    res0 = run_trainer(tmp_path, "grpo_kl", "--max-steps", "8", "--rank-params", rank_params, "--every", "2",
-                       nproc=2, timeout=400)
+    strict = tmp_path / "strict-alerts.yaml"
+    strict.write_text("rules:\n  - name: kl-stop\n    when: \"kl > 0\"\n    for: 1\n")
+    res0 = run_trainer(tmp_path, "grpo_kl", "--max-steps", "8", "--rank-alerts", json.dumps({"1": str(strict)}),
+                       "--every", "2", nproc=2, timeout=400)
     res1 = json.loads((tmp_path / "result-rank1.json").read_text())
     assert res0["world_size"] == 2 and res1["world_size"] == 2
     assert res1["stop_finding"] is not None and res1["stop_finding"]["rule"] == "kl-stop"
@@ -139,6 +140,8 @@ def test_two_processes_stop_together_and_log_once(tmp_path: Path):
     assert res0["global_step"] == res1["global_step"] == res0["stopped_at"] < 8
     runs = find_run_dirs(tmp_path / "wandb")
     assert len(runs) == 1, "only the main process may create a W&B run"
+    journal = Path(res0["output_dir"]) / "alerts.jsonl"
+    assert not journal.exists() or "kl-stop" not in journal.read_text()  # rank 1's alert is not rank 0's to send
     hist = read_offline_run(runs[0]).history
     steps = [row["train/global_step"] for row in hist if "rlcluster/kl/kl" in row]  # one per training log row
     assert steps == list(range(1, res0["stopped_at"] + 1)), f"rlcluster rows duplicated or missing: {steps}"
@@ -174,9 +177,12 @@ def test_wandb_outage_never_reaches_training(tmp_path: Path):
 
 def test_no_wandb_run_still_computes_and_stops(tmp_path: Path):
     """report_to='none': nothing is logged, the gauges still run and a stop rule still stops training."""
-    params = json.dumps({"kl": {"stop": 1e-12, "for": 1}})
-    res = run_trainer(tmp_path, "grpo_kl", "--max-steps", "6", "--report", "none", "--params", params)
+    strict = tmp_path / "strict-alerts.yaml"
+    strict.write_text("rules:\n  - name: kl-stop\n    when: \"kl > 0\"\n    for: 1\n")
+    res = run_trainer(tmp_path, "grpo_kl", "--max-steps", "6", "--report", "none", "--alerts", str(strict))
     assert res["run_dir"] is None
+    journal = [json.loads(x) for x in (Path(res["output_dir"]) / "alerts.jsonl").read_text().splitlines()]
+    assert any(j["rule"] == "kl-stop" and j["kind"] == "firing" for j in journal)  # written locally, no W&B
     assert res["stop_finding"]["rule"] == "kl-stop"
     assert res["global_step"] == res["stopped_at"] < 6
     assert not list(tmp_path.glob("wandb/*run-*"))

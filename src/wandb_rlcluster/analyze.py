@@ -106,9 +106,22 @@ class Analysis:
     sparks: dict[str, list[float]] = field(default_factory=dict)
     first_step: int = 0
     last_step: int = 0
+    alerts: list[Any] | None = None  # AlertEvents when rules were applied
+
+    def verdict(self) -> str:
+        """The worst finding; with alert rules, the worst alert that fired (as the live run would act)."""
+        if self.alerts is None:
+            return self.cluster.verdict()
+        rank = max(({"info": 0, "warn": 1, "stop": 2}[e.severity] for e in self.alerts if e.kind == "firing"),
+                   default=0)
+        return ("ok", "warn", "stop")[rank]
 
     def to_dict(self) -> dict[str, Any]:
         out = self.cluster.summary()
+        if self.alerts is not None:
+            out["verdict"] = self.verdict()
+            out["findings_verdict"] = self.cluster.verdict()
+            out["alerts"] = [e.to_dict() for e in self.alerts]
         out["source"] = self.source
         out["format"] = self.source_format
         out["steps"] = [self.first_step, self.last_step]
@@ -119,9 +132,20 @@ class Analysis:
 
 
 def analyze_stream(rows: Iterable[Mapping[str, object]], trainer: str | None = None, *, source: str = "<rows>",
-                   source_format: str = "rows", max_steps: int = 0) -> Analysis:
-    """Feed rows through a fresh cluster, keeping a downsampled series per gauge for display."""
-    cluster = InstrumentCluster(trainer=trainer, max_steps=max_steps)
+                   source_format: str = "rows", max_steps: int = 0, alerts: Any = None) -> Analysis:
+    """Feed rows through a fresh cluster, keeping a downsampled series per gauge for display.
+
+    With ``alerts`` (an AlertConfig) the rules are evaluated row by row exactly as the
+    live callback does (no cooldown: offline there is no wall clock to wait on).
+    """
+    params = alerts.gauge_params if alerts is not None else None
+    cluster = InstrumentCluster(trainer=trainer, max_steps=max_steps, params=params)
+    engine = None
+    events: list[Any] = []
+    if alerts is not None:
+        from .alerts import AlertEngine
+
+        engine = AlertEngine(alerts, clock=None)
     samplers = {gid: Downsampler() for gid in GAUGE_IDS}
     spark_keys = list(SPARK_KEYS.items())
     norm = cluster.normalizer
@@ -135,10 +159,17 @@ def analyze_stream(rows: Iterable[Mapping[str, object]], trainer: str | None = N
             continue
         if first is None:
             first = row.step
-        chunk.append(row)
-        if len(chunk) >= CHUNK:
-            cluster.update_batch(chunk)
-            chunk = []
+        if engine is not None:  # alert rules read gauge state after each row: row-by-row path
+            before = [g.rows_seen for g in cluster.gauges.values()]
+            fired = cluster.update_row(row)
+            updated = {gid for (gid, g), b in zip(cluster.gauges.items(), before, strict=False) if g.rows_seen != b}
+            if cluster.gauges:
+                events.extend(engine.evaluate(row.step, raw, cluster, fired, updated if before else None))
+        else:
+            chunk.append(row)
+            if len(chunk) >= CHUNK:
+                cluster.update_batch(chunk)
+                chunk = []
         if row.kind == "summary":
             continue
         vals = row.values
@@ -152,7 +183,7 @@ def analyze_stream(rows: Iterable[Mapping[str, object]], trainer: str | None = N
     cluster.update_batch(chunk)
     cluster.finalize()
     return Analysis(cluster, source, source_format, {g: s.series() for g, s in samplers.items()},
-                    first or 0, cluster.last_step)
+                    first or 0, cluster.last_step, alerts=events if engine is not None else None)
 
 
 def _is_wandb_run(path: Path) -> bool:
@@ -182,12 +213,12 @@ def load_any(path: str) -> LoadedLog:
     return load_rows(path)
 
 
-def analyze_path(path: str, trainer: str | None = None) -> Analysis:
+def analyze_path(path: str, trainer: str | None = None, alerts: Any = None) -> Analysis:
     """Read any supported log (file or W&B offline run) and analyse it (raises LogReadError on bad input)."""
     log: LoadedLog = load_any(path)
     max_steps = log.meta.get("max_steps") if isinstance(log.meta, dict) else 0
     return analyze_stream(log.rows, trainer, source=str(path), source_format=log.source_format,
-                          max_steps=int(max_steps) if isinstance(max_steps, (int, float)) else 0)
+                          max_steps=int(max_steps) if isinstance(max_steps, (int, float)) else 0, alerts=alerts)
 
 
 # -- rendering ---------------------------------------------------------------------------------
@@ -237,7 +268,16 @@ def render_text(analysis: Analysis, color: bool | None = None, stream: Any = Non
             nums = (nums + " · " if nums else "") + g["note"]
         spark = sparkline(analysis.sparks.get(gid, [])) if st != "no-data" else ""
         lines.append(f"  {GAUGE_TITLES[gid][:24]:<24} {paint(f'{st:<8}', st)} {spark:<24}  {nums}")
-    findings = [f for f in s["findings"]]
+    findings = list(s["findings"])
+    if analysis.alerts is not None:
+        fired = [e for e in analysis.alerts if e.kind == "firing"]
+        lines.append("")
+        lines.append(f"Alerts ({len(fired)} fired; verdict by alert rules {paint(s['verdict'].upper(), s['verdict'])}, "
+                     f"by findings {s['findings_verdict'].upper()}):")
+        for e in fired:
+            note = "" if e.notify else f"  [{e.suppressed}]"
+            sev = paint(f"{e.severity.upper():<4}", e.severity)
+            lines.append(f"  step {e.step:>6}  {sev}  {e.rule}: {e.title}{note}")
     lines.append("")
     if not findings:
         lines.append("No findings: every gauge stayed inside its thresholds.")

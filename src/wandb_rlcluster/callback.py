@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 from transformers.trainer_callback import ExportableState
 
+from .alerts import AlertConfig, AlertEngine, AlertEvent, load_config
+from .alerts.notify import Notifier
 from .core import GAUGE_IDS, InstrumentCluster
 from .core.findings import Finding
 from .core.keys import canonical_family
@@ -40,12 +44,18 @@ class RLClusterCallback(TrainerCallback, ExportableState):
     Without a W&B run it still computes, reports and stops.
 
     Args:
+        alerts: the alert rules: None (default) uses the shipped ``alerts.yaml``; a path to your
+            own YAML (merged over the shipped rules by name unless it says ``extends: none``);
+            False turns alerting off (then core ``stop`` findings stop training directly). The
+            file is validated here, before training starts: a bad file raises ConfigError
+            naming the file, the line and the fix.
         trainer: trainer family (``grpo``, ``rloo``, ``dpo``, ``kto``, ``orpo``, ``online_dpo``,
             ``ppo``, ``reward``, ``sft``); None detects it from the first logged keys.
         params: per-gauge threshold overrides, ``{"kl": {"warn": 0.3, "stop": 0.8}}``.
-        stop_on: ``"stop"`` (default) ends training when a stop-severity finding fires;
+        stop_on: ``"stop"`` (default) ends training when a stop-severity alert fires;
             ``"warn"`` also on warnings; None never stops.
-        save_on_stop: ask the Trainer for a checkpoint when stopping, so no work is lost.
+        save_on_stop: ask the Trainer for a checkpoint when stopping (also with ``save_strategy="no"``),
+            so no work is lost.
         grad_every: sample per-layer gradient statistics every N optimizer steps (0 = off).
         attention_every: run the attention-entropy probe batch every N steps (0 = off).
         lora_every: measure LoRA adapters every N steps when the model is a PEFT model (0 = off).
@@ -65,6 +75,7 @@ class RLClusterCallback(TrainerCallback, ExportableState):
 
     def __init__(
         self,
+        alerts: str | os.PathLike[str] | AlertConfig | bool | None = None,
         trainer: str | None = None,
         params: Mapping[str, Mapping[str, Any]] | None = None,
         *,
@@ -99,7 +110,23 @@ class RLClusterCallback(TrainerCallback, ExportableState):
         self.prefix = prefix
         self._last_wandb_time = -1e18
         self._last_statuses: dict[str, str] = {}
-        self.cluster = InstrumentCluster(trainer=self.trainer, params=self.params, detect_rows=1)  # validates
+        self.alerts_source: str | None = None
+        self.alert_config: AlertConfig | None = None
+        if alerts is not False:
+            if isinstance(alerts, AlertConfig):
+                self.alert_config = alerts
+            else:
+                self.alerts_source = None if alerts in (None, True) else os.fspath(alerts)  # type: ignore[arg-type]
+                self.alert_config = load_config(self.alerts_source)  # raises ConfigError: fail before training
+            for w in self.alert_config.warnings:
+                logger.warning("rlcluster: %s", w)
+        gauge_params = {k: dict(v) for k, v in (self.alert_config.gauge_params if self.alert_config else {}).items()}
+        for gid, ps in self.params.items():
+            gauge_params.setdefault(gid, {}).update(ps)
+        self.cluster = InstrumentCluster(trainer=self.trainer, params=gauge_params, detect_rows=1)  # validates
+        self.engine = AlertEngine(self.alert_config) if self.alert_config else None
+        self.notifier: Notifier | None = None
+        self.alert_events: list[AlertEvent] = []
         self.sink = WandbSink(prefix)
         self.stop_finding: Finding | None = None
         self.stopped_at: int | None = None
@@ -113,12 +140,14 @@ class RLClusterCallback(TrainerCallback, ExportableState):
         self._lora = probes.LoraTracker()
         self._efficiency = probes.EfficiencyMeter()
         self._restored = False
+        self._events: list[AlertEvent] = []
         self._disable_forward_probes = ""
 
     # -- checkpoint state (transformers' ExportableState) -------------------------------------------
     def state(self) -> dict[str, Any]:
         return {
             "args": {
+                "alerts": self.alerts_source if self.alert_config is not None else False,
                 "trainer": self.trainer, "params": self.params, "stop_on": self.stop_on,
                 "save_on_stop": self.save_on_stop, "grad_every": self.grad_every,
                 "attention_every": self.attention_every, "lora_every": self.lora_every,
@@ -126,7 +155,8 @@ class RLClusterCallback(TrainerCallback, ExportableState):
                 "log_to_wandb": self.log_to_wandb, "wandb_min_interval": self.wandb_min_interval,
                 "prefix": self.prefix,
             },
-            "attributes": {"cluster_state": self.cluster.state_dict()},
+            "attributes": {"cluster_state": self.cluster.state_dict(),
+                           "engine_state": self.engine.state_dict() if self.engine else {}},
         }
 
     @property
@@ -140,6 +170,18 @@ class RLClusterCallback(TrainerCallback, ExportableState):
             self._restored = True
         except Exception as e:  # noqa: BLE001 - a damaged state must not stop a resume
             logger.warning("rlcluster: could not restore gauge state from the checkpoint (%s); starting fresh", e)
+
+    @property
+    def engine_state(self) -> dict[str, Any]:
+        return self.engine.state_dict() if self.engine else {}
+
+    @engine_state.setter
+    def engine_state(self, value: Mapping[str, Any]) -> None:
+        if self.engine is not None and value:
+            try:
+                self.engine.load_state_dict(value)
+            except Exception as e:  # noqa: BLE001
+                logger.warning("rlcluster: could not restore alert state from the checkpoint (%s)", e)
 
     # -- events -------------------------------------------------------------------------------------
     def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
@@ -158,6 +200,17 @@ class RLClusterCallback(TrainerCallback, ExportableState):
                 stored = stored[-1] if stored else None
             if stored and not self._restored and self.cluster.rows == 0 and state.global_step > 0:
                 self.cluster_state = stored.get("attributes", {}).get("cluster_state", {})
+                self.engine_state = stored.get("attributes", {}).get("engine_state", {})
+            if self.engine is not None and state.is_world_process_zero:
+                run = self.sink._run()
+                if run is not None:
+                    self.engine.fields.update(run_name=getattr(run, "name", None) or args.run_name or "this run",
+                                              run_url=getattr(run, "url", None) or "",
+                                              project=getattr(run, "project", None) or "")
+                elif args.run_name:
+                    self.engine.fields["run_name"] = args.run_name
+                self.notifier = Notifier(self.alert_config, Path(args.output_dir) / "alerts.jsonl",  # type: ignore[arg-type]
+                                         use_wandb=self.log_to_wandb)
             if getattr(args, "fsdp", None) or getattr(args, "deepspeed", None):
                 # a forward pass on one rank would wait forever for sharded parameters
                 self._disable_forward_probes = "sharded model (FSDP/DeepSpeed): forward probes run off"
@@ -224,8 +277,18 @@ class RLClusterCallback(TrainerCallback, ExportableState):
             self._live = {}
             before = {gid: g.rows_seen for gid, g in self.cluster.gauges.items()}
             fired = self.cluster.update(row)
-            if self.stop_on and self.stop_finding is None:
-                wanted = ("stop",) if self.stop_on == "stop" else ("stop", "warn")
+            wanted = ("stop",) if self.stop_on == "stop" else ("stop", "warn")
+            if self.engine is not None:
+                updated = {gid for gid, g in self.cluster.gauges.items() if g.rows_seen != before.get(gid, 0)}
+                events = self.engine.evaluate(state.global_step, row, self.cluster, fired, updated)
+                self._events = events
+                self.alert_events.extend(e for e in events if e.kind == "firing")
+                hit_alerts = [e for e in events if e.kind == "firing" and e.severity in wanted]
+                if self.stop_on and self.stop_finding is None and hit_alerts:
+                    e = hit_alerts[0]
+                    self.stop_finding = Finding(e.gauge, e.rule, e.severity, e.step, e.metric, e.value, e.title)
+                    local_stop = True
+            elif self.stop_on and self.stop_finding is None:
                 hit = [f for f in fired if f.severity in wanted]
                 if hit:
                     self.stop_finding = hit[0]
@@ -240,7 +303,7 @@ class RLClusterCallback(TrainerCallback, ExportableState):
             stop = local_stop
         if stop and not control.should_training_stop:
             control.should_training_stop = True
-            if self.save_on_stop and args.save_strategy != "no":
+            if self.save_on_stop:  # even with save_strategy="no": a stopped run must not lose its work
                 control.should_save = True
             self.stopped_at = state.global_step
         if state.is_world_process_zero:
@@ -267,10 +330,18 @@ class RLClusterCallback(TrainerCallback, ExportableState):
                 self.sink.summary(summary)
         except Exception as e:  # noqa: BLE001
             self._error("on_train_end", e)
+        if self.notifier is not None:
+            try:
+                self.notifier.close()
+            except Exception as e:  # noqa: BLE001
+                self._error("alert channels", e)
 
     # -- helpers ------------------------------------------------------------------------------------
     def _publish(self, state: TrainerState, fired: list[Finding], before: dict[str, int], stop: bool) -> None:
-        for f in fired:
+        events, self._events = self._events, []
+        if self.notifier is not None and events:
+            self.notifier.handle(events)
+        for f in fired if self.engine is None else ():
             if f.severity == "info":
                 logger.info("rlcluster step %d INFO %s/%s: %s", f.step, f.gauge, f.rule, f.message)
             else:
@@ -285,7 +356,7 @@ class RLClusterCallback(TrainerCallback, ExportableState):
             return
         statuses = self.cluster.statuses()
         now = time.perf_counter()
-        due = (now - self._last_wandb_time >= self.wandb_min_interval or bool(fired) or stop
+        due = (now - self._last_wandb_time >= self.wandb_min_interval or bool(fired) or stop or bool(events)
                or statuses != self._last_statuses or state.global_step >= state.max_steps > 0)
         if not due:
             return  # the gauges still saw this row; only the W&B write is thinned out
@@ -305,6 +376,9 @@ class RLClusterCallback(TrainerCallback, ExportableState):
             metrics[f"{p}/gradients/{k}"] = v
         self._layer_norms = {}
         metrics[f"{p}/findings"] = float(len(self.cluster.findings))
+        if self.engine is not None:  # an alert's state is itself a series: 0 inactive, 1 pending, 2 firing
+            for name, st in self.engine.states().items():
+                metrics[f"{p}/alerts/{name}"] = float(st)
         self.sink.log(metrics, state.global_step)
         if self._samples:
             self.sink.log_table(f"{p}/samples/table", ["step", "prompt", "completion", "repetition_rate"],

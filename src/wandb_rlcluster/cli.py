@@ -24,8 +24,13 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
         trainer = canonical_family(args.trainer) if args.trainer else None
     except ValueError as e:
         return _fail(str(e))
+    alerts = None
+    if args.alerts:
+        alerts, code = _load_alerts(None if args.alerts == "default" else args.alerts)
+        if alerts is None:
+            return code
     try:
-        analysis = analyze_path(args.path, trainer)
+        analysis = analyze_path(args.path, trainer, alerts=alerts)
     except LogReadError as e:
         return _fail(str(e).splitlines()[0] if str(e) else "cannot read input")
     except (OSError, MemoryError) as e:
@@ -35,10 +40,65 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
                      "rewards/margins, ...): is it a trainer log?")
     out = render_json(analysis) if args.format == "json" else render_text(analysis)
     print(out)
-    verdict = analysis.cluster.verdict()
+    verdict = analysis.verdict()
     if args.fail_on and SEVERITY_LEVEL[verdict] >= SEVERITY_LEVEL[args.fail_on]:
         return 1
     return 0
+
+
+def _load_alerts(path: str | None) -> tuple[object | None, int]:
+    """(AlertConfig or None, exit code): prints every problem as FILE:LINE: message."""
+    from .alerts import ConfigError, load_config
+
+    try:
+        config = load_config(path)
+    except ConfigError as e:
+        for p in e.problems:
+            print(p, file=sys.stderr)
+        return None, 2
+    for w in config.warnings:
+        print(w, file=sys.stderr)
+    return config, 0
+
+
+def _cmd_alerts_validate(args: argparse.Namespace) -> int:
+    config, code = _load_alerts(args.file)
+    if config is None:
+        return code
+    rules = config.rules  # type: ignore[attr-defined]
+    by_sev: dict[str, int] = {}
+    for r in rules:
+        by_sev[r.severity] = by_sev.get(r.severity, 0) + 1
+    print(f"{args.file}: OK — {len(rules)} rules ({', '.join(f'{n} {s}' for s, n in sorted(by_sev.items()))}), "
+          f"{len(config.channels)} channels; from {' + '.join(config.sources)}")  # type: ignore[attr-defined]
+    return 0
+
+
+def _cmd_alerts_test(args: argparse.Namespace) -> int:
+    """Send one test alert through each configured channel, synchronously, and report each result."""
+    from .alerts.channels import AlertMessage
+    from .alerts.notify import build_channels
+
+    config, code = _load_alerts(args.file)
+    if config is None:
+        return code
+    if not config.channels:  # type: ignore[attr-defined]
+        print(f"{args.file}: no channels configured (add a 'channels:' section); W&B alerts need no test")
+        return 0
+    channels, problems = build_channels(config)  # type: ignore[arg-type]
+    failed = len(problems)
+    for p in problems:
+        print(f"FAIL  {p}", file=sys.stderr)
+    msg = AlertMessage(title="rlcluster test alert", text="If you can read this, this channel works.",
+                       severity="info", rule="test", gauge="kl", step=0)
+    for ch in channels:
+        try:
+            ch.send(msg)
+            print(f"OK    {ch.name}")
+        except Exception as e:  # noqa: BLE001 - report, never traceback
+            failed += 1
+            print(f"FAIL  {ch.name}: {e}", file=sys.stderr)
+    return 1 if failed else 0
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -90,7 +150,19 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument(
         "--fail-on", choices=("warn", "stop"), help="exit 1 when the verdict reaches this severity (CI gate)",
     )
+    a.add_argument("--alerts", metavar="FILE", nargs="?", const="default",
+                   help="also apply alert rules (a YAML file; no FILE: the shipped alerts.yaml); the verdict is "
+                        "then the worst alert, as in the live run")
     a.set_defaults(func=_cmd_analyze)
+
+    al = sub.add_parser("alerts", help="check alert rules and channels")
+    alsub = al.add_subparsers(dest="alerts_command", required=True)
+    v = alsub.add_parser("validate", help="validate an alerts YAML: exit 0, or 2 with FILE:LINE: problem; fix")
+    v.add_argument("file")
+    v.set_defaults(func=_cmd_alerts_validate)
+    t = alsub.add_parser("test", help="send one test alert through each channel configured in FILE")
+    t.add_argument("file")
+    t.set_defaults(func=_cmd_alerts_test)
 
     d = sub.add_parser(
         "demo",

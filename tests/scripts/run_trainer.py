@@ -28,6 +28,8 @@ def main() -> None:
     ap.add_argument("--peft", action="store_true")
     ap.add_argument("--params", default="{}", help="JSON per-gauge overrides")
     ap.add_argument("--rank-params", default="{}", help="JSON {rank: params} applied on that rank only")
+    ap.add_argument("--alerts", default=None, help="alerts YAML for RLClusterCallback(alerts=...)")
+    ap.add_argument("--rank-alerts", default="{}", help="JSON {rank: alerts YAML path} for that rank only")
     ap.add_argument("--every", type=int, default=1, help="cadence of all live probes")
     ap.add_argument("--wandb-interval", type=float, default=0.0, help="RLClusterCallback(wandb_min_interval=...)")
     ap.add_argument("--save-steps", type=int, default=0)
@@ -58,7 +60,9 @@ def main() -> None:
     rank = int(os.environ.get("RANK", "0"))
     params = json.loads(a.params)
     params.update(json.loads(a.rank_params).get(str(rank), {}))
-    cb = RLClusterCallback(params=params, grad_every=a.every, attention_every=a.every, lora_every=a.every,
+    alerts = json.loads(a.rank_alerts).get(str(rank), a.alerts)
+    cb = RLClusterCallback(alerts=alerts, params=params, grad_every=a.every, attention_every=a.every,
+                           lora_every=a.every,
                            sample_every=2 * a.every, wandb_min_interval=a.wandb_interval)
 
     class KillWandb(TrainerCallback):
@@ -111,6 +115,8 @@ def main() -> None:
         "findings": [f.to_dict() for f in cb.cluster.findings],
         "on_log_calls": cb.on_log_calls, "on_log_seconds": cb.on_log_seconds,
         "is_peft": type(trainer.model).__name__.startswith("Peft"),
+        "alerts": [e.to_dict() for e in cb.alert_events],
+        "output_dir": str(out / "trainer"),
     }
     (out / f"result-rank{rank}.json").write_text(json.dumps(result, indent=1, default=str))
 

@@ -1,0 +1,530 @@
+"""Direct alert channels (Slack incoming webhook, e-mail) and an off-thread dispatcher.
+
+Why this exists: W&B alerts are not always routed where a team looks, so the health monitor can also
+push alerts straight to Slack or e-mail.  Delivery must never slow down or crash the training loop,
+so every network call happens on one daemon worker thread behind a bounded, never-blocking queue,
+and each channel's failures cost only its own (bounded) retries.
+
+Secrets (the webhook URL, which *is* the credential, and the SMTP password) are kept out of every
+repr, exception message, log line and ``on_result`` error text.
+"""
+
+from __future__ import annotations
+
+import collections
+import http.client
+import json
+import logging
+import smtplib
+import ssl as ssl_mod
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from email.message import EmailMessage
+from email.utils import formatdate, make_msgid
+from typing import Protocol, runtime_checkable
+
+__all__ = [
+    "AlertMessage",
+    "AsyncDispatcher",
+    "Channel",
+    "ChannelError",
+    "EmailChannel",
+    "SlackWebhookChannel",
+]
+
+log = logging.getLogger(__name__)
+
+SEVERITIES = ("info", "warn", "stop", "resolved")
+_SLACK_EMOJI = {
+    "info": ":information_source:",
+    "warn": ":warning:",
+    "stop": ":rotating_light:",
+    "resolved": ":white_check_mark:",
+}
+_DEFAULT_EMOJI = ":bell:"
+_MASK = "***"
+_MAX_ERROR_BODY = 200
+
+
+@dataclass(frozen=True)
+class AlertMessage:
+    """One alert, already rendered to human text by the monitor; channels only format it."""
+
+    title: str
+    text: str
+    severity: str  # "info" | "warn" | "stop" | "resolved"
+    rule: str
+    gauge: str
+    step: int
+    run_name: str | None = None
+    run_url: str | None = None
+    value: float | None = None
+
+
+class ChannelError(RuntimeError):
+    """A delivery failure whose message is safe to journal (no secrets).
+
+    ``retryable`` is False for permanent failures (bad payload, auth refused) so the dispatcher does
+    not waste the worker's time on them; ``retry_after`` carries a server-requested delay (HTTP 429).
+    """
+
+    def __init__(self, message: str, *, retryable: bool = True, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+        self.retry_after = retry_after
+
+
+@runtime_checkable
+class Channel(Protocol):
+    """A destination. ``send`` is synchronous and raises on failure; only the dispatcher thread calls it."""
+
+    name: str
+
+    def send(self, msg: AlertMessage) -> None: ...
+
+
+def _redact(text: str, secrets: Iterable[str]) -> str:
+    """Replace every occurrence of each secret (longest first, so substrings cannot leak a tail)."""
+    for secret in sorted((s for s in secrets if s), key=len, reverse=True):
+        text = text.replace(secret, _MASK)
+    return text
+
+
+def _severity_label(severity: str) -> str:
+    return (severity or "info").strip().upper() or "INFO"
+
+
+def _one_line(text: str) -> str:
+    """Collapse newlines: headers and Slack header blocks must be single-line."""
+    return " ".join(str(text).split())
+
+
+def _truncate(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: max(0, limit - 1)] + "…"
+
+
+def _fmt_value(value: float | None) -> str | None:
+    if value is None:
+        return None
+    try:
+        return f"{float(value):.6g}"
+    except (TypeError, ValueError):
+        return str(value)
+
+
+# --------------------------------------------------------------------------------------------- Slack
+
+
+def _slack_escape(text: str) -> str:
+    """Slack mrkdwn treats &, <, > as control characters (links, mentions); escape user text."""
+    return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """Webhooks never redirect legitimately; following one could re-send the payload elsewhere."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):  # type: ignore[override]
+        return None
+
+
+class SlackWebhookChannel:
+    """POST an alert to a Slack incoming webhook with the standard library only."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        name: str = "slack",
+        timeout: float = 5.0,
+        username: str | None = None,
+        channel: str | None = None,
+    ) -> None:
+        # Never echo the URL in errors: it is the credential.
+        try:
+            parts = urllib.parse.urlsplit(url)
+            port = f":{parts.port}" if parts.port else ""
+        except ValueError:
+            raise ValueError("Slack webhook URL is malformed") from None
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("Slack webhook URL must be an http(s) URL with a host")
+        self.name = name
+        self.timeout = float(timeout)
+        self.username = username
+        self.channel = channel
+        self._url = url
+        self._display = f"{parts.scheme}://{parts.hostname}{port}/{_MASK}"
+        self._opener = urllib.request.build_opener(_NoRedirect())
+
+    def __repr__(self) -> str:
+        return f"SlackWebhookChannel(name={self.name!r}, url={self._display!r}, timeout={self.timeout})"
+
+    def redact(self, text: str) -> str:
+        """Mask the webhook URL and its path (the token part) in arbitrary text."""
+        path = urllib.parse.urlsplit(self._url).path
+        return _redact(text, [self._url, path if len(path) > 1 else ""])
+
+    def payload(self, msg: AlertMessage) -> dict:
+        """Slack incoming-webhook body: plain ``text`` fallback for notifications plus Block Kit blocks."""
+        emoji = _SLACK_EMOJI.get(msg.severity, _DEFAULT_EMOJI)
+        label = _severity_label(msg.severity)
+        title = _one_line(msg.title)
+        context = [f"*rule* `{_slack_escape(msg.rule)}`", f"*gauge* `{_slack_escape(msg.gauge)}`", f"*step* {msg.step}"]
+        value = _fmt_value(msg.value)
+        if value is not None:
+            context.append(f"*value* {value}")
+        if msg.run_url:
+            link_text = _slack_escape((msg.run_name or "run").replace("|", "/"))
+            context.append(f"<{_slack_escape(msg.run_url).replace('|', '%7C')}|{link_text}>")
+        elif msg.run_name:
+            context.append(f"*run* {_slack_escape(msg.run_name)}")
+        section = _truncate(_slack_escape(msg.text), 3000) or " "  # Slack rejects empty section text
+        body: dict = {
+            "text": _truncate(f"{emoji} [{label}] {title}: {msg.text}", 3000),
+            "blocks": [
+                {
+                    "type": "header",
+                    "text": {"type": "plain_text", "text": _truncate(f"{emoji} {label}: {title}", 150), "emoji": True},
+                },
+                {"type": "section", "text": {"type": "mrkdwn", "text": section}},
+                {"type": "context", "elements": [{"type": "mrkdwn", "text": _truncate(" · ".join(context), 3000)}]},
+            ],
+        }
+        if self.username:
+            body["username"] = self.username
+        if self.channel:
+            body["channel"] = self.channel
+        return body
+
+    def send(self, msg: AlertMessage) -> None:
+        data = json.dumps(self.payload(msg)).encode("utf-8")
+        req = urllib.request.Request(
+            self._url,
+            data=data,
+            method="POST",
+            headers={"Content-Type": "application/json; charset=utf-8", "User-Agent": "wandb-rlcluster-alerts"},
+        )
+        try:
+            with self._opener.open(req, timeout=self.timeout) as resp:
+                status = resp.status
+                body = resp.read(_MAX_ERROR_BODY).decode("utf-8", "replace")
+        except urllib.error.HTTPError as exc:
+            status = exc.code
+            try:
+                body = exc.read(_MAX_ERROR_BODY).decode("utf-8", "replace")
+            except Exception:
+                body = ""
+            finally:
+                exc.close()
+            retry_after = None
+            if status == 429:
+                try:
+                    retry_after = float(exc.headers.get("Retry-After", "") or 1.0)
+                except (TypeError, ValueError):
+                    retry_after = 1.0
+            # 4xx (except timeout / rate limit) is a permanent problem with the request or the webhook.
+            retryable = status >= 500 or status in (408, 429)
+            raise ChannelError(
+                self.redact(f"{self.name}: HTTP {status} from {self._display}: {_one_line(body)}"),
+                retryable=retryable,
+                retry_after=retry_after,
+            ) from None
+        except urllib.error.URLError as exc:
+            raise ChannelError(self.redact(f"{self.name}: cannot reach {self._display}: {exc.reason}")) from None
+        except (OSError, http.client.HTTPException) as exc:  # timeouts, resets, garbled responses
+            reason = str(exc) or type(exc).__name__
+            raise ChannelError(self.redact(f"{self.name}: {reason} talking to {self._display}")) from None
+        if not 200 <= status < 300:
+            raise ChannelError(
+                self.redact(f"{self.name}: HTTP {status} from {self._display}: {_one_line(body)}"),
+                retryable=status >= 500,
+            )
+
+
+# --------------------------------------------------------------------------------------------- e-mail
+
+
+class EmailChannel:
+    """Send a plain-text alert e-mail through an SMTP relay (smtplib)."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        sender: str,
+        recipients: list[str],
+        *,
+        name: str = "email",
+        username: str | None = None,
+        password: str | None = None,
+        starttls: bool = False,
+        ssl: bool = False,
+        timeout: float = 10.0,
+    ) -> None:
+        if starttls and ssl:
+            raise ValueError("EmailChannel: use either starttls=True or ssl=True, not both")
+        recipients = [r for r in recipients if r]
+        if not recipients:
+            raise ValueError("EmailChannel: at least one recipient is required")
+        self.name = name
+        self.host = host
+        self.port = int(port)
+        self.sender = sender
+        self.recipients = list(recipients)
+        self.username = username
+        self._password = password
+        self.starttls = starttls
+        self.ssl = ssl
+        self.timeout = float(timeout)
+
+    def __repr__(self) -> str:
+        pw = _MASK if self._password else None
+        return (
+            f"EmailChannel(name={self.name!r}, host={self.host!r}, port={self.port}, sender={self.sender!r}, "
+            f"recipients={self.recipients!r}, username={self.username!r}, password={pw!r}, "
+            f"starttls={self.starttls}, ssl={self.ssl})"
+        )
+
+    def redact(self, text: str) -> str:
+        return _redact(text, [self._password or ""])
+
+    def build(self, msg: AlertMessage) -> EmailMessage:
+        """Render the e-mail; subject like ``[rlcluster STOP] <title>`` so filters can key on severity."""
+        em = EmailMessage()
+        em["Subject"] = _truncate(f"[rlcluster {_severity_label(msg.severity)}] {_one_line(msg.title)}", 250)
+        em["From"] = self.sender
+        em["To"] = ", ".join(self.recipients)
+        em["Date"] = formatdate(localtime=True)
+        em["Message-ID"] = make_msgid(domain="rlcluster.local")
+        lines = [msg.text, "", f"rule:  {msg.rule}", f"gauge: {msg.gauge}", f"step:  {msg.step}"]
+        value = _fmt_value(msg.value)
+        if value is not None:
+            lines.append(f"value: {value}")
+        if msg.run_name:
+            lines.append(f"run:   {msg.run_name}")
+        if msg.run_url:
+            lines.append(f"link:  {msg.run_url}")
+        em.set_content("\n".join(lines) + "\n")
+        return em
+
+    def send(self, msg: AlertMessage) -> None:
+        em = self.build(msg)
+        where = f"{self.host}:{self.port}"
+        try:
+            context = ssl_mod.create_default_context() if (self.ssl or self.starttls) else None
+            if self.ssl:
+                smtp: smtplib.SMTP = smtplib.SMTP_SSL(self.host, self.port, timeout=self.timeout, context=context)
+            else:
+                smtp = smtplib.SMTP(self.host, self.port, timeout=self.timeout)
+            with smtp:
+                if self.starttls:
+                    smtp.starttls(context=context)
+                if self.username:
+                    smtp.login(self.username, self._password or "")
+                refused = smtp.send_message(em, from_addr=self.sender, to_addrs=self.recipients)
+        except smtplib.SMTPRecipientsRefused as exc:
+            raise ChannelError(
+                self.redact(f"{self.name}: all recipients refused by {where}: {sorted(exc.recipients)}"),
+                retryable=False,
+            ) from None
+        except smtplib.SMTPResponseException as exc:
+            detail = exc.smtp_error.decode("utf-8", "replace") if isinstance(exc.smtp_error, bytes) else exc.smtp_error
+            raise ChannelError(
+                self.redact(f"{self.name}: SMTP {exc.smtp_code} from {where}: {_one_line(str(detail))}"),
+                retryable=exc.smtp_code < 500,  # 5xx: auth refused, policy reject — retrying won't help
+            ) from None
+        except (smtplib.SMTPException, OSError) as exc:
+            reason = str(exc) or type(exc).__name__
+            raise ChannelError(self.redact(f"{self.name}: {type(exc).__name__} talking to {where}: {reason}")) from None
+        if refused:
+            # Some recipients got it; retrying would duplicate for them, so report and stop.
+            raise ChannelError(f"{self.name}: recipients refused by {where}: {sorted(refused)}", retryable=False)
+
+
+# --------------------------------------------------------------------------------------------- dispatcher
+
+
+ResultCallback = Callable[[str, AlertMessage, bool, str], None]
+
+
+class AsyncDispatcher:
+    """Bounded queue + one daemon worker thread + retries with exponential backoff.
+
+    ``submit`` is safe to call from the training loop: it only appends to an in-memory queue (or
+    counts a drop when full) and never touches the network.  For each message every channel gets
+    its first attempt before any retry sleeps, so a dead channel delays the others by at most its
+    own attempts, never theirs.
+    """
+
+    def __init__(
+        self,
+        channels: list[Channel],
+        *,
+        max_queue: int = 100,
+        retries: int = 3,
+        backoff: float = 0.5,
+        max_backoff: float = 8.0,
+        on_result: ResultCallback | None = None,
+    ) -> None:
+        self.channels = list(channels)
+        self.max_queue = max(1, int(max_queue))
+        self.retries = max(0, int(retries))
+        self.backoff = max(0.0, float(backoff))
+        self.max_backoff = max(0.0, float(max_backoff))
+        self.on_result = on_result
+        self._queue: collections.deque[AlertMessage] = collections.deque()
+        self._cond = threading.Condition()
+        self._pending = 0  # queued + in flight; flush() waits for zero
+        self._closed = False
+        self._stop = threading.Event()  # interrupts backoff sleeps on close()
+        self._stats = {"sent": 0, "failed": 0, "dropped": 0, "retried": 0}
+        self._thread = threading.Thread(target=self._run, name="rlcluster-alerts", daemon=True)
+        self._thread.start()
+
+    def __repr__(self) -> str:
+        names = [getattr(c, "name", type(c).__name__) for c in self.channels]
+        return f"AsyncDispatcher(channels={names!r}, max_queue={self.max_queue}, retries={self.retries})"
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """A consistent snapshot of the counters: sent, failed, dropped, retried."""
+        with self._cond:
+            return dict(self._stats)
+
+    def submit(self, msg: AlertMessage) -> bool:
+        """Queue ``msg`` without blocking; False (and a counted drop) when full or closed."""
+        with self._cond:
+            if self._closed or len(self._queue) >= self.max_queue:
+                self._stats["dropped"] += 1
+                return False
+            self._queue.append(msg)
+            self._pending += 1
+            self._cond.notify_all()
+            return True
+
+    def flush(self, timeout: float = 10.0) -> bool:
+        """Wait at most ``timeout`` seconds for everything queued to be processed; True if drained."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._pending == 0, timeout=max(0.0, timeout))
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Drain for up to ``timeout`` seconds, then stop the worker; undelivered messages count as dropped."""
+        deadline = time.monotonic() + max(0.0, timeout)
+        with self._cond:
+            self._closed = True  # no new messages from here on
+        self.flush(max(0.0, deadline - time.monotonic()))
+        with self._cond:
+            abandoned = len(self._queue)
+            if abandoned:
+                self._queue.clear()
+                self._pending -= abandoned
+                self._stats["dropped"] += abandoned
+                log.warning("alert dispatcher closed with %d undelivered alert(s)", abandoned)
+            self._stop.set()
+            self._cond.notify_all()
+        # The worker may be inside a send; that is bounded by the channel timeout and the thread is a daemon.
+        self._thread.join(max(0.0, deadline - time.monotonic()))
+
+    # ------------------------------------------------------------------ worker
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue and not self._stop.is_set():
+                    self._cond.wait()
+                if self._stop.is_set() and not self._queue:
+                    return
+                msg = self._queue.popleft()
+            try:
+                self._deliver(msg)
+            except Exception:  # pragma: no cover - defensive: the worker must never die
+                log.exception("alert dispatcher: unexpected error while delivering")
+            finally:
+                with self._cond:
+                    self._pending -= 1
+                    self._cond.notify_all()
+
+    def _deliver(self, msg: AlertMessage) -> None:
+        pending = list(self.channels)
+        attempt = 0
+        while pending:
+            failed: list[tuple[Channel, ChannelError | str]] = []
+            for channel in pending:
+                if self._stop.is_set():
+                    # close() ran out of time: do not start new network calls.
+                    self._count("failed")
+                    self._report(channel, msg, False, f"{_name(channel)}: dispatcher closed before delivery")
+                    continue
+                err = self._attempt(channel, msg)
+                if err is None:
+                    self._count("sent")
+                    self._report(channel, msg, True, "")
+                else:
+                    failed.append((channel, err))
+            retry: list[Channel] = []
+            delay = min(self.backoff * (2**attempt), self.max_backoff)
+            for channel, err in failed:
+                retryable = not isinstance(err, ChannelError) or err.retryable
+                if retryable and attempt < self.retries and not self._stop.is_set():
+                    retry.append(channel)
+                    if isinstance(err, ChannelError) and err.retry_after is not None:
+                        delay = max(delay, min(err.retry_after, self.max_backoff))
+                else:
+                    self._count("failed")
+                    text = str(err)
+                    if attempt and retryable:
+                        text = f"{text} (after {attempt + 1} attempts)"
+                    log.warning("alert %r via %s failed: %s", _one_line(msg.title), _name(channel), text)
+                    self._report(channel, msg, False, text)
+            if not retry:
+                return
+            if delay and self._stop.wait(delay):
+                # close() gave up waiting: report the remaining channels as failed instead of hanging on.
+                for channel in retry:
+                    self._count("failed")
+                    self._report(channel, msg, False, f"{_name(channel)}: dispatcher closed before retry")
+                return
+            self._count("retried", len(retry))
+            pending = retry
+            attempt += 1
+
+    def _attempt(self, channel: Channel, msg: AlertMessage) -> ChannelError | str | None:
+        """One send; returns None on success or a secret-free error (ChannelError or text)."""
+        try:
+            channel.send(msg)
+            return None
+        except ChannelError as exc:
+            return ChannelError(_safe_text(channel, str(exc)), retryable=exc.retryable, retry_after=exc.retry_after)
+        except Exception as exc:  # third-party channels may raise anything
+            return _safe_text(channel, f"{_name(channel)}: {type(exc).__name__}: {exc}")
+
+    def _count(self, key: str, n: int = 1) -> None:
+        with self._cond:
+            self._stats[key] += n
+
+    def _report(self, channel: Channel, msg: AlertMessage, ok: bool, error: str) -> None:
+        if self.on_result is None:
+            return
+        try:
+            self.on_result(_name(channel), msg, ok, error)
+        except Exception:
+            log.exception("alert dispatcher: on_result callback raised")
+
+
+def _name(channel: Channel) -> str:
+    return str(getattr(channel, "name", type(channel).__name__))
+
+
+def _safe_text(channel: Channel, text: str) -> str:
+    """Belt and braces: let the channel mask its secrets even in errors it did not format itself."""
+    redact = getattr(channel, "redact", None)
+    if callable(redact):
+        try:
+            return str(redact(text))
+        except Exception:
+            return f"{_name(channel)}: delivery failed (error text withheld)"
+    return text

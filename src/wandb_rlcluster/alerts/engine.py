@@ -1,0 +1,263 @@
+"""Deciding what is broken, kept apart from telling anyone (see notify.py).
+
+Each rule moves through inactive → pending (condition true, fewer than ``for``
+evaluations) → firing → resolved (false for more than ``keep_firing_for``
+evaluations), Prometheus-style. A firing ``stop`` rule silences the warn/info
+rules of its own gauge (and any rule it ``inhibits``); a rule that fired within
+its ``cooldown`` is journaled but not notified again.
+"""
+
+from __future__ import annotations
+
+import math
+import string
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from ..core import InstrumentCluster
+from ..core.findings import SEVERITY_RANK as CORE_RANK
+from ..core.findings import Finding
+from .config import SEVERITY_RANK, AlertConfig, Rule
+
+INACTIVE, PENDING, FIRING = 0, 1, 2
+
+
+@dataclass
+class AlertEvent:
+    """A rule starting to fire or resolving; what the journal, W&B and channels receive."""
+
+    kind: str  # "firing" | "resolved"
+    rule: str
+    gauge: str
+    severity: str
+    step: int
+    value: float | None
+    metric: str
+    title: str
+    text: str
+    notify: bool
+    suppressed: str | None = None  # "cooldown" | "inhibited by <rule>"
+    cooldown: float = 0.0
+    time: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        if d["value"] is not None and not math.isfinite(d["value"]):
+            d["value"] = str(d["value"])
+        return d
+
+
+class _SafeFormatter(string.Formatter):
+    """str.format without attribute or index access, tolerant of missing values."""
+
+    def get_field(self, field_name: str, args: Any, kwargs: Any) -> Any:
+        if not field_name.isidentifier():
+            return "{" + field_name + "}", field_name
+        return kwargs.get(field_name, ""), field_name
+
+    def format_field(self, value: Any, format_spec: str) -> str:
+        try:
+            return format(value, format_spec)
+        except (ValueError, TypeError):
+            return "n/a" if value is None or value == "" else str(value)
+
+
+_FMT = _SafeFormatter()
+
+
+def render(template: str, fields: Mapping[str, Any]) -> str:
+    try:
+        return _FMT.vformat(template, (), dict(fields))
+    except (ValueError, IndexError, KeyError):
+        return template
+
+
+class AlertEngine:
+    """Evaluates the alert rules on every logged row.
+
+    Args:
+        config: a validated :class:`AlertConfig`.
+        run_name, run_url, project: template fields.
+        clock: wall-clock source for cooldowns (None: no cooldown, as in offline analysis).
+    """
+
+    def __init__(self, config: AlertConfig, *, run_name: str | None = None, run_url: str | None = None,
+                 project: str | None = None, clock: Callable[[], float] | None = time.time) -> None:
+        self.config = config
+        self.fields = {"run_name": run_name or "this run", "run_url": run_url or "", "project": project or ""}
+        self.clock = clock
+        # rule -> [state, true_count, false_count]
+        self.state: dict[str, list[int]] = {r.name: [INACTIVE, 0, 0] for r in config.rules}
+        self.last_notified: dict[str, float] = {}
+        self.last_finding: dict[tuple[str, str], Finding] = {}
+        self.fired_total = 0
+
+    # -- evaluation ------------------------------------------------------------------------------
+    def evaluate(self, step: int, raw: Mapping[str, Any], cluster: InstrumentCluster,
+                 fired: Iterable[Finding] = (), updated: set[str] | None = None) -> list[AlertEvent]:
+        """One logged row: returns the events (firing / resolved) it produced."""
+        for f in fired:
+            self.last_finding[(f.gauge, f.rule)] = f
+        family = cluster.family
+        values = _Lookup(raw, cluster, updated)
+        events: list[AlertEvent] = []
+        for rule in self.config.rules:
+            if not rule.applies_to(family):
+                continue
+            gauge = cluster.gauges.get(rule.gauge)
+            if gauge is None:
+                continue
+            # Nothing this rule reads changed on this row: no evaluation, no state change (a key logged
+            # every other row must not reset a `for` counter).
+            if rule.when is not None:
+                if not values.any_in_row(rule.when.names):
+                    continue
+                active, value = rule.when.evaluate(values.get)
+                metric = rule.when.names[0] if rule.when.names else ""
+                message = f"{rule.when.text} (value {value:.4g})" if isinstance(value, float) else rule.when.text
+                label = rule.name
+            else:
+                if updated is not None and rule.gauge not in updated:
+                    continue
+                match = self._matching_finding(rule, gauge)
+                active = match is not None
+                value = match.value if match else None
+                metric = match.metric if match else ""
+                message = match.message if match else ""
+                label = match.rule if match else rule.name
+            st = self.state.setdefault(rule.name, [INACTIVE, 0, 0])
+            if active:
+                st[1] += 1
+                st[2] = 0
+                if st[0] != FIRING:
+                    st[0] = FIRING if st[1] >= rule.for_ else PENDING
+                    if st[0] == FIRING:
+                        events.append(self._event("firing", rule, step, value, metric, message, label))
+            else:
+                st[1] = 0
+                if st[0] == FIRING:
+                    st[2] += 1
+                    if st[2] > rule.keep_firing_for:
+                        st[0] = INACTIVE
+                        events.append(self._event("resolved", rule, step, value, metric, message, rule.name))
+                elif st[0] == PENDING:
+                    st[0] = INACTIVE
+        self._route(events)
+        return events
+
+    def _matching_finding(self, rule: Rule, gauge: Any) -> Finding | None:
+        import re
+
+        pat = re.compile(rule.finding or "^$")
+        best: Finding | None = None
+        min_rank = SEVERITY_RANK[rule.min_severity]
+        for core_rule in gauge.firing():
+            f = self.last_finding.get((rule.gauge, core_rule))
+            sev = f.severity if f else None
+            if sev is None or CORE_RANK.get(sev, 0) < min_rank or not pat.match(core_rule):
+                continue
+            if best is None or CORE_RANK[sev] > CORE_RANK[best.severity]:
+                best = f
+        return best
+
+    def _event(self, kind: str, rule: Rule, step: int, value: float | None, metric: str, message: str,
+               label: str) -> AlertEvent:
+        fields = {**self.fields, "value": value, "step": step, "rule": label, "gauge": rule.gauge,
+                  "severity": rule.severity, "metric": metric, "message": message,
+                  "trainer": "", "expr": rule.when.text if rule.when else ""}
+        title = render(rule.title, fields)
+        text = render(rule.text, fields) if kind == "firing" else f"Resolved: {title}"
+        return AlertEvent(kind=kind, rule=rule.name, gauge=rule.gauge, severity=rule.severity, step=step,
+                          value=value, metric=metric, title=title, text=text, notify=kind == "firing",
+                          cooldown=rule.cooldown, time=self.clock() if self.clock else 0.0)
+
+    def _route(self, events: list[AlertEvent]) -> None:
+        """Inhibition and cooldown: which firing events are notified."""
+        by_name = {r.name: r for r in self.config.rules}
+        firing = [r for r in self.config.rules if self.state.get(r.name, [0])[0] == FIRING]
+        for e in events:
+            if e.kind != "firing":
+                continue
+            self.fired_total += 1
+            for other in firing:
+                if other.name == e.rule:
+                    continue
+                stop_silences = (other.severity == "stop" and other.gauge == e.gauge
+                                 and SEVERITY_RANK[e.severity] < SEVERITY_RANK["stop"])
+                if stop_silences or e.rule in other.inhibits:
+                    e.notify, e.suppressed = False, f"inhibited by {other.name}"
+                    break
+            if not e.notify:
+                continue
+            rule = by_name[e.rule]
+            if self.clock is not None and rule.cooldown > 0:
+                last = self.last_notified.get(e.rule)
+                now = self.clock()
+                if last is not None and now - last < rule.cooldown:
+                    e.notify, e.suppressed = False, "cooldown"
+                    continue
+                self.last_notified[e.rule] = now
+
+    # -- reading ---------------------------------------------------------------------------------
+    def states(self) -> dict[str, int]:
+        return {name: st[0] for name, st in self.state.items()}
+
+    def firing(self) -> list[str]:
+        return [name for name, st in self.state.items() if st[0] == FIRING]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"state": {k: list(v) for k, v in self.state.items()}, "last_notified": dict(self.last_notified),
+                "fired_total": self.fired_total}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        for k, v in (state.get("state") or {}).items():
+            if k in self.state and isinstance(v, list) and len(v) == 3:
+                self.state[k] = [int(x) for x in v]
+        self.last_notified.update({k: float(v) for k, v in (state.get("last_notified") or {}).items()})
+        self.fired_total = int(state.get("fired_total", 0))
+
+
+class _Lookup:
+    """Metric lookup for expressions: raw keys, canonical keys, then rlcluster derived values."""
+
+    def __init__(self, raw: Mapping[str, Any], cluster: InstrumentCluster, updated: set[str] | None) -> None:
+        self.raw = raw
+        self.cluster = cluster
+        self.updated = updated
+        self._canon: dict[str, float] | None = None
+
+    def _canonical(self) -> dict[str, float]:
+        if self._canon is None:
+            from ..core.keys import Normalizer
+
+            row = Normalizer().normalize(self.raw)
+            self._canon = row.values if row is not None else {}
+        return self._canon
+
+    def any_in_row(self, names: Iterable[str]) -> bool:
+        for n in names:
+            if n.startswith("rlcluster/"):
+                parts = n.split("/", 2)
+                if self.updated is None or (len(parts) > 1 and parts[1] in self.updated):
+                    return True
+                continue
+            if n in self.raw or n.removeprefix("train/") in self._canonical():
+                return True
+        return False
+
+    def get(self, name: str) -> float | None:
+        if name.startswith("rlcluster/"):
+            parts = name.split("/", 2)
+            if len(parts) == 3:
+                g = self.cluster.gauges.get(parts[1])
+                if g is not None:
+                    if parts[2] == "status":
+                        return float({"ok": 0, "warn": 1, "stop": 2}.get(g.status, 0))
+                    return g.derived.get(parts[2])
+            return None
+        v = self.raw.get(name)
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            return float(v)
+        return self._canonical().get(name.removeprefix("train/"))

@@ -1,0 +1,119 @@
+"""alerts.yaml validation: every malformed case fails fast with FILE:LINE, a reason and a fix."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from wandb_rlcluster.alerts import ConfigError, load_config
+from wandb_rlcluster.alerts.config import DEFAULT_PATH, parse_duration
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "wandb_rlcluster", *args], capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_shipped_rules_are_valid_and_root_file_is_the_shipped_one():
+    cfg = load_config()
+    assert not cfg.warnings
+    names = {r.name for r in cfg.rules}
+    assert {"kl-warn", "kl-stop", "seq-kl-warn", "seq-kl-stop"} <= names
+    kl_stop = cfg.rule("kl-stop")
+    assert kl_stop is not None and kl_stop.severity == "stop" and kl_stop.for_ == 3 and kl_stop.trainers == ("grpo",)
+    assert (REPO / "alerts.yaml").resolve() == DEFAULT_PATH.resolve()
+    p = cli("alerts", "validate", str(REPO / "alerts.yaml"))
+    assert p.returncode == 0 and "OK" in p.stdout
+
+
+BAD = [
+    ("bad yaml", "rules:\n  - name: a\n    gauge: kl\n   when: 'kl > 1'\n", 4, "invalid YAML"),
+    ("unknown severity", "rules:\n  - name: a\n    gauge: kl\n    when: 'kl > 1'\n    severity: critical\n", 5,
+     "severity"),
+    ("negative for", "rules:\n  - name: a\n    gauge: kl\n    when: 'kl > 1'\n    for: -2\n", 5, "'for' must be >= 1"),
+    ("malformed expression", "rules:\n  - name: a\n    gauge: kl\n    when: 'kl >> 1'\n", 4, "column"),
+    ("unknown gauge", "rules:\n  - name: a\n    gauge: kll\n    when: 'kl > 1'\n", 3, "did you mean 'kl'"),
+    ("wrong type", "rules:\n  - name: a\n    gauge: kl\n    when: 'kl > 1'\n    for: three\n", 5, "integer"),
+    ("duplicate names", "rules:\n  - name: a\n    gauge: kl\n    when: 'kl > 1'\n  - name: a\n    gauge: kl\n"
+     "    when: 'kl > 2'\n", 5, "duplicate rule name"),
+    ("unknown field", "rules:\n  - name: a\n    gauge: kl\n    when: 'kl > 1'\n    sevrity: warn\n", 5,
+     "did you mean 'severity'"),
+    ("bad duration", "rules:\n  - name: a\n    gauge: kl\n    when: 'kl > 1'\n    cooldown: soon\n", 5, "duration"),
+    ("when and finding", "rules:\n  - name: a\n    gauge: kl\n    when: 'kl > 1'\n    finding: '*'\n", 2,
+     "exactly one of"),
+    ("template attribute", "rules:\n  - name: a\n    gauge: kl\n    when: 'kl > 1'\n"
+     "    title: '{value.__class__}'\n", 5, "not allowed"),
+    ("secret in file", "channels:\n  slack:\n    type: slack\n    webhook_url: https://hooks.slack.com/x\n"
+     "rules: []\n", 2, "never put secrets"),
+    ("unknown channel", "rules:\n  - name: a\n    gauge: kl\n    when: 'kl > 1'\n    channels: [pager]\n", 5,
+     "unknown channel"),
+    ("unknown trainer", "rules:\n  - name: a\n    gauge: kl\n    when: 'kl > 1'\n    trainers: [grpoo]\n", 5,
+     "did you mean 'grpo'"),
+    ("unknown gauge param", "gauges:\n  kl:\n    stopp: 2.0\n", 3, "did you mean 'stop'"),
+    ("inhibits unknown", "rules:\n  - name: a\n    gauge: kl\n    when: 'kl > 1'\n    inhibits: [nope]\n", 5,
+     "inhibits unknown rule"),
+]
+
+
+@pytest.mark.parametrize(("case", "text", "line", "needle"), BAD, ids=[b[0] for b in BAD])
+def test_bad_config_names_file_line_and_fix(tmp_path: Path, case: str, text: str, line: int, needle: str):
+    f = tmp_path / "alerts.yaml"
+    f.write_text(text)
+    with pytest.raises(ConfigError) as exc:
+        load_config(f)
+    assert any(p.startswith(f"{f}:{line}: ") and needle in p for p in exc.value.problems), exc.value.problems
+    p = cli("alerts", "validate", str(f))
+    assert p.returncode == 2
+    assert "Traceback" not in p.stderr
+    assert f"{f}:{line}: " in p.stderr
+
+
+def test_unknown_metric_is_a_warning_with_did_you_mean(tmp_path: Path):
+    f = tmp_path / "a.yaml"
+    f.write_text("rules:\n  - name: len\n    gauge: length\n    when: 'completions/mean_lenght > 500'\n"
+                 "  - name: custom\n    gauge: reward\n    when: 'rewards/my_judge/mean < 0.1'\n")
+    cfg = load_config(f)
+    assert cfg.rule("len") is not None
+    assert any(":4: warning" in w and "did you mean 'completions/mean_length'" in w for w in cfg.warnings)
+    p = cli("alerts", "validate", str(f))
+    assert p.returncode == 0 and "did you mean" in p.stderr
+
+
+def test_user_file_overrides_by_name_and_disables(tmp_path: Path):
+    f = tmp_path / "mine.yaml"
+    f.write_text("rules:\n  - name: kl-stop\n    when: 'kl > 2.0'\n  - name: entropy-warn\n    enabled: false\n"
+                 "  - name: my-rule\n    gauge: reward\n    when: 'reward < -1'\n    severity: warn\n")
+    cfg = load_config(f)
+    kl = cfg.rule("kl-stop")
+    assert kl is not None and kl.when is not None and kl.when.text == "kl > 2.0"
+    assert kl.for_ == 3 and kl.severity == "stop"  # the other fields are still the shipped ones
+    assert cfg.rule("entropy-warn") is None
+    assert cfg.rule("my-rule") is not None and cfg.rule("kl-warn") is not None
+
+
+def test_extends_none_starts_empty(tmp_path: Path):
+    f = tmp_path / "only.yaml"
+    f.write_text("extends: none\nrules:\n  - name: only\n    gauge: kl\n    when: 'kl > 0.1'\n")
+    assert [r.name for r in load_config(f).rules] == ["only"]
+
+
+def test_missing_file_and_callback_fails_before_training(tmp_path: Path):
+    from wandb_rlcluster import RLClusterCallback
+
+    with pytest.raises(ConfigError, match="no such file"):
+        RLClusterCallback(alerts=tmp_path / "nope.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("rules:\n  - name: a\n    gauge: kl\n    when: 'kl >'\n")
+    with pytest.raises(ConfigError, match=r"bad.yaml:4: "):
+        RLClusterCallback(alerts=bad)
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("10m", 600), ("1h30m", 5400), ("45s", 45), (90, 90), ("0", 0),
+                                               ("soon", None), (-1, None), ("", None)])
+def test_durations(text, seconds):
+    assert parse_duration(text) == seconds
