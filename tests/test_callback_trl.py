@@ -216,3 +216,17 @@ def test_analyze_reads_the_wandb_offline_run(tmp_path: Path):
     p2 = subprocess.run([sys.executable, "-m", "wandb_rlcluster", "analyze", str(Path(res["run_dir"]).parent.parent)],
                         capture_output=True, text=True, timeout=120)
     assert p2.returncode == 0 and "GRPO" in p2.stdout  # the wandb/ folder's parent works too
+
+
+def test_two_processes_alert_written_once(tmp_path: Path):
+    """Both ranks decide the same stop; the journal and the W&B run get the alert exactly once."""
+    strict = tmp_path / "strict-alerts.yaml"
+    strict.write_text("rules:\n  - name: kl-stop\n    when: \"kl > 0\"\n    for: 2\n")
+    res0 = run_trainer(tmp_path, "grpo_kl", "--max-steps", "8", "--alerts", str(strict), "--every", "4", nproc=2,
+                       timeout=400)
+    res1 = json.loads((tmp_path / "result-rank1.json").read_text())
+    assert res0["stopped_at"] == res1["stopped_at"] == res0["global_step"] == res1["global_step"] < 8
+    journal = [json.loads(x) for x in (Path(res0["output_dir"]) / "alerts.jsonl").read_text().splitlines()]
+    assert [j["rule"] for j in journal if j.get("kind") == "firing"].count("kl-stop") == 1
+    run = read_offline_run(find_run_dirs(tmp_path / "wandb")[0])
+    assert [a["title"] for a in run.alerts].count(next(j["title"] for j in journal if j["rule"] == "kl-stop")) == 1
