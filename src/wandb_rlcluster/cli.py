@@ -101,6 +101,59 @@ def _cmd_alerts_test(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _cmd_report(args: argparse.Namespace) -> int:
+    """Build the twelve-gauge W&B report: --out writes its spec offline, --save saves it to W&B."""
+    import os
+    from pathlib import Path
+
+    from .layouts import LAYOUT_NAMES
+    from .report import build_report, report_spec
+
+    try:
+        trainer = canonical_family(args.trainer)
+    except ValueError as e:
+        return _fail(f"{e} (layouts: {', '.join(LAYOUT_NAMES)})")
+    alerts = None
+    if args.alerts:
+        alerts, code = _load_alerts(args.alerts)
+        if alerts is None:
+            return code
+    if args.save and not (os.environ.get("WANDB_API_KEY") or _netrc_has_key()):
+        return _fail("--save needs a W&B API key: set WANDB_API_KEY or run `wandb login` (or use --out FILE)")
+    try:
+        report = build_report(args.entity, args.project, trainer, runs=args.runs, alerts=alerts, title=args.title)
+    except Exception as e:  # noqa: BLE001 - a one-line reason, never a traceback
+        return _fail(f"cannot build the report: {type(e).__name__}: {e}")
+    if args.out:
+        try:
+            Path(args.out).write_text(report_spec(report), encoding="utf-8")
+        except OSError as e:
+            return _fail(f"cannot write {args.out!r}: {e.strerror or e}")
+        print(f"wrote the report spec ({trainer} layout, {args.entity}/{args.project}) to {args.out}")
+        print(f"save it with: rlcluster report --entity {args.entity} --project {args.project} "
+              f"--trainer {trainer} --save")
+        return 0
+    try:
+        report.save()
+    except Exception as e:  # noqa: BLE001
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        return _fail(f"could not save the report to W&B: {msg}")
+    print(report.url)
+    return 0
+
+
+def _netrc_has_key() -> bool:
+    import netrc
+    import os
+
+    try:
+        n = netrc.netrc(os.path.expanduser("~/.netrc"))
+    except (OSError, netrc.NetrcParseError):
+        return False
+    host = os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai").split("://")[-1].split("/")[0]
+    return n.authenticators(host) is not None
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     """Write a generated GRPO log with a known pathology and analyse it, as a user would."""
     import json
@@ -163,6 +216,18 @@ def build_parser() -> argparse.ArgumentParser:
     t = alsub.add_parser("test", help="send one test alert through each channel configured in FILE")
     t.add_argument("file")
     t.set_defaults(func=_cmd_alerts_test)
+
+    r = sub.add_parser("report", help="build the twelve-gauge W&B report for a project")
+    r.add_argument("--entity", required=True)
+    r.add_argument("--project", required=True)
+    r.add_argument("--trainer", default="grpo", help="layout: grpo (rloo), dpo (kto, orpo), ppo (online_dpo), sft")
+    r.add_argument("--runs", help="W&B run search string for the report's runsets (default: all runs)")
+    r.add_argument("--title", help="report title")
+    r.add_argument("--alerts", metavar="FILE", help="alert rules whose thresholds annotate the panels")
+    dest = r.add_mutually_exclusive_group(required=True)
+    dest.add_argument("--out", metavar="FILE", help="write the report spec (JSON) here: no network, no API key")
+    dest.add_argument("--save", action="store_true", help="save the report to W&B and print its URL")
+    r.set_defaults(func=_cmd_report)
 
     d = sub.add_parser(
         "demo",

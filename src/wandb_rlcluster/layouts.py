@@ -1,0 +1,97 @@
+"""Panel layouts as data (``layouts/*.yaml``, also at the repo root as ``panels/``).
+
+One layout per trainer family names, for every gauge, the panels to draw, the
+metric keys as W&B stores them (TRL's ``train/<key>`` and ``rlcluster/...``), and
+the alert rules whose thresholds belong on the panel. The W&B report and the
+local dashboard are both drawn from these, so they show the same thing.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .core import GAUGE_IDS
+from .core.keys import canonical_family
+
+LAYOUT_DIR = Path(__file__).with_name("layouts")
+FAMILY_LAYOUT = {"grpo": "grpo", "dpo": "dpo", "kto": "dpo", "orpo": "dpo", "ppo": "ppo", "online_dpo": "ppo",
+                 "sft": "sft", "reward": "sft"}
+LAYOUT_NAMES = ("grpo", "dpo", "ppo", "sft")
+_SIMPLE_THRESHOLD = re.compile(r"^\s*`?([A-Za-z_][A-Za-z0-9_./-]*)`?\s*(>=|>|<=|<)\s*(-?\d+(?:\.\d+)?(?:e-?\d+)?)\s*$")
+
+
+@dataclass(frozen=True)
+class PanelSpec:
+    gauge: str
+    title: str
+    y: tuple[str, ...]
+    rules: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Section:
+    name: str
+    guide: str
+    panels: tuple[PanelSpec, ...]
+
+
+@dataclass(frozen=True)
+class Layout:
+    family: str
+    title: str
+    trainers: tuple[str, ...]
+    sections: tuple[Section, ...] = field(default_factory=tuple)
+
+    def gauges(self) -> set[str]:
+        return {p.gauge for s in self.sections for p in s.panels}
+
+
+def _section(d: dict[str, Any], where: str) -> Section:
+    panels = []
+    for p in d.get("panels", []):
+        if p.get("gauge") not in GAUGE_IDS:
+            raise ValueError(f"{where}: panel {p.get('title')!r} names unknown gauge {p.get('gauge')!r}")
+        panels.append(PanelSpec(gauge=p["gauge"], title=str(p["title"]), y=tuple(p.get("y") or ()),
+                                rules=tuple(p.get("rules") or ())))
+    return Section(name=str(d["name"]), guide=str(d.get("guide", "")).strip(), panels=tuple(panels))
+
+
+@lru_cache(maxsize=8)
+def load_layout(trainer: str) -> Layout:
+    """The layout for a trainer family (``rloo`` → the GRPO layout, ``kto`` → DPO, ...)."""
+    family = canonical_family(trainer)
+    name = FAMILY_LAYOUT[family]
+    path = LAYOUT_DIR / f"{name}.yaml"
+    doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    sections = [_section(s, str(path)) for s in doc.get("sections", [])]
+    include = doc.get("include")
+    if include:
+        inc = LAYOUT_DIR / include
+        sections.append(_section(yaml.safe_load(inc.read_text(encoding="utf-8")), str(inc)))
+    layout = Layout(family=name, title=str(doc["title"]), trainers=tuple(doc.get("trainers", [name])),
+                    sections=tuple(sections))
+    missing = set(GAUGE_IDS) - layout.gauges()
+    if missing:
+        raise ValueError(f"{path}: layout has no panel for gauges {sorted(missing)}")
+    return layout
+
+
+def thresholds(panel: PanelSpec, alert_config: Any) -> list[tuple[str, float, str, str]]:
+    """(metric, value, severity, rule) for each named rule whose condition is a simple ``metric op number``."""
+    out = []
+    if alert_config is None:
+        return out
+    for name in panel.rules:
+        rule = alert_config.rule(name)
+        if rule is None or rule.when is None:
+            continue
+        m = _SIMPLE_THRESHOLD.match(rule.when.text)
+        if m:
+            out.append((m.group(1), float(m.group(3)), rule.severity, f"{rule.severity} {m.group(2)} {m.group(3)}"))
+    return out
