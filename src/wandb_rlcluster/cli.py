@@ -154,6 +154,35 @@ def _netrc_has_key() -> bool:
     return n.authenticators(host) is not None
 
 
+def _cmd_dashboard(args: argparse.Namespace) -> int:
+    """Write a self-contained HTML dashboard of a run."""
+    from pathlib import Path
+
+    from .dashboard import build_dashboard
+
+    try:
+        trainer = canonical_family(args.trainer) if args.trainer else None
+    except ValueError as e:
+        return _fail(str(e))
+    alerts = None
+    if args.alerts:
+        alerts, code = _load_alerts(args.alerts)
+        if alerts is None:
+            return code
+    try:
+        page, analysis = build_dashboard(args.run, trainer, alerts)
+    except LogReadError as e:
+        return _fail(str(e).splitlines()[0] if str(e) else "cannot read input")
+    if not analysis.cluster.recognised():
+        return _fail(f"{args.run!r} has no training metrics this tool knows: is it a trainer log?")
+    try:
+        Path(args.out).write_text(page, encoding="utf-8")
+    except OSError as e:
+        return _fail(f"cannot write {args.out!r}: {e.strerror or e}")
+    print(f"wrote {args.out} ({analysis.cluster.family} layout, verdict {analysis.verdict()}); open it in a browser")
+    return 0
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     """Write a generated GRPO log with a known pathology and analyse it, as a user would."""
     import json
@@ -228,6 +257,13 @@ def build_parser() -> argparse.ArgumentParser:
     dest.add_argument("--out", metavar="FILE", help="write the report spec (JSON) here: no network, no API key")
     dest.add_argument("--save", action="store_true", help="save the report to W&B and print its URL")
     r.set_defaults(func=_cmd_report)
+
+    db = sub.add_parser("dashboard", help="write a self-contained HTML dashboard of a run (no network to view)")
+    db.add_argument("run", help="anything `rlcluster analyze` reads: trainer_state.json, a W&B offline run, ...")
+    db.add_argument("--out", default="dashboard.html", help="output file (default: dashboard.html)")
+    db.add_argument("--trainer", help="trainer family instead of auto-detection")
+    db.add_argument("--alerts", metavar="FILE", help="alert rules to apply (default: the shipped alerts.yaml)")
+    db.set_defaults(func=_cmd_dashboard)
 
     d = sub.add_parser(
         "demo",

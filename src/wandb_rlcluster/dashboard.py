@@ -1,0 +1,277 @@
+"""A local, self-contained HTML dashboard of a run: the report's layout as static SVG plots.
+
+For people who cannot reach W&B from their cluster, or want one file to attach to a
+post-mortem: every panel of the family's layout, coloured by its gauge's status,
+with alert thresholds drawn as dashed lines and findings marked at their steps.
+No JavaScript, no external assets: it opens from disk with no network.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import fnmatch
+import html
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .analyze import Analysis, analyze_stream, load_any
+from .core import FAMILY_LABELS, GAUGE_TITLES, InstrumentCluster
+from .core.keys import Normalizer
+from .layouts import Layout, PanelSpec, load_layout, thresholds
+
+STATUS_COLOR = {"ok": "#2e9d5b", "warn": "#e0a100", "stop": "#d1343b", "no-data": "#9aa0a6"}
+SEVERITY_COLOR = {"info": "#5f8fd6", "warn": "#e0a100", "stop": "#d1343b"}
+PALETTE = ("#3366cc", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#17becf", "#e377c2", "#7f7f7f")
+W, H, PAD_L, PAD_R, PAD_T, PAD_B = 420, 200, 52, 12, 10, 26
+MAX_POINTS = 400
+
+
+@dataclass
+class SeriesStore:
+    """(step, value) per metric, thinned to at most MAX_POINTS by averaging neighbours (bounded memory)."""
+
+    points: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    weight: dict[str, int] = field(default_factory=dict)
+    acc: dict[str, list[float]] = field(default_factory=dict)
+
+    def push(self, key: str, step: float, value: float) -> None:
+        if not math.isfinite(value):
+            return
+        a = self.acc.setdefault(key, [0.0, 0.0, 0.0])
+        a[0] += step
+        a[1] += value
+        a[2] += 1
+        w = self.weight.setdefault(key, 1)
+        if a[2] >= w:
+            pts = self.points.setdefault(key, [])
+            pts.append((a[0] / a[2], a[1] / a[2]))
+            self.acc[key] = [0.0, 0.0, 0.0]
+            if len(pts) >= 2 * MAX_POINTS:
+                self.points[key] = [((pts[i][0] + pts[i + 1][0]) / 2, (pts[i][1] + pts[i + 1][1]) / 2)
+                                    for i in range(0, len(pts) - 1, 2)]
+                self.weight[key] = w * 2
+
+    def get(self, key: str) -> list[tuple[float, float]]:
+        pts = list(self.points.get(key, []))
+        a = self.acc.get(key)
+        if a and a[2]:
+            pts.append((a[0] / a[2], a[1] / a[2]))
+        return pts
+
+
+def _canonical(layout_key: str) -> str:
+    return layout_key[6:] if layout_key.startswith("train/") else layout_key
+
+
+def collect_series(rows: list[Mapping[str, Any]], layout: Layout, trainer: str | None) -> SeriesStore:
+    """Every series the layout plots: logged keys straight from the rows, rlcluster values by re-running the core."""
+    store = SeriesStore()
+    wanted_raw = {_canonical(y) for s in layout.sections for p in s.panels for y in p.y
+                  if not y.startswith("rlcluster/")}
+    wanted_derived = {y for s in layout.sections for p in s.panels for y in p.y if y.startswith("rlcluster/")}
+    patterns = [w for w in wanted_raw if "*" in w]
+    norm = Normalizer()
+    cluster = InstrumentCluster(trainer=trainer, detect_rows=1)
+    for raw in rows:
+        if not isinstance(raw, Mapping):
+            continue
+        row = norm.normalize(raw)
+        if row is None:
+            continue
+        before = {g: x.rows_seen for g, x in cluster.gauges.items()}
+        cluster.update_row(row)
+        if row.kind == "summary":
+            continue
+        for k, v in row.values.items():
+            if k in wanted_raw or any(fnmatch.fnmatchcase(k, p) for p in patterns):
+                store.push(k, row.step, v)
+        for key in wanted_derived:
+            _, gid, name = key.split("/", 2)
+            g = cluster.gauges.get(gid)
+            if g is not None and g.rows_seen != before.get(gid, 0) and name in g.derived:
+                store.push(key, row.step, g.derived[name])
+    return store
+
+
+def _expand(panel: PanelSpec, store: SeriesStore) -> list[str]:
+    keys: list[str] = []
+    for y in panel.y:
+        c = _canonical(y)
+        if "*" in c:
+            keys += sorted(k for k in store.points if fnmatch.fnmatchcase(k, c))
+        elif c in store.points or c in store.acc:
+            keys.append(c)
+    return keys
+
+
+def _fmt(v: float) -> str:
+    a = abs(v)
+    if a == 0:
+        return "0"
+    return f"{v:.3g}" if 1e-3 <= a < 1e5 else f"{v:.1e}"
+
+
+def _svg(panel: PanelSpec, store: SeriesStore, marks: list[tuple[str, float, str, str]],
+         findings: list[dict[str, Any]], x_range: tuple[float, float]) -> str:
+    keys = _expand(panel, store)
+    series = [(k, store.get(k)) for k in keys]
+    series = [(k, pts) for k, pts in series if pts]
+    if not series:
+        return (f'<svg viewBox="0 0 {W} {H}" class="empty"><text x="{W / 2}" y="{H / 2}" text-anchor="middle">'
+                "no data for this panel</text></svg>")
+    ys = [v for _, pts in series for _, v in pts]
+    marked = [m for m in marks if _canonical(m[0]) in keys]
+    ys += [m[1] for m in marked]
+    lo, hi = min(ys), max(ys)
+    if hi - lo < 1e-12:
+        lo, hi = lo - 0.5 * (abs(lo) or 1), hi + 0.5 * (abs(hi) or 1)
+    span = hi - lo
+    lo, hi = lo - 0.05 * span, hi + 0.05 * span
+    x0, x1 = x_range
+    if x1 <= x0:
+        x1 = x0 + 1
+
+    def sx(x: float) -> float:
+        return PAD_L + (x - x0) / (x1 - x0) * (W - PAD_L - PAD_R)
+
+    def sy(y: float) -> float:
+        return PAD_T + (hi - y) / (hi - lo) * (H - PAD_T - PAD_B)
+
+    parts = [f'<svg viewBox="0 0 {W} {H}" role="img"><rect x="{PAD_L}" y="{PAD_T}" width="{W - PAD_L - PAD_R}" '
+             f'height="{H - PAD_T - PAD_B}" class="plot"/>']
+    for frac in (0, 0.5, 1):
+        yv = lo + frac * (hi - lo)
+        parts.append(f'<text x="{PAD_L - 4}" y="{sy(yv) + 4:.1f}" text-anchor="end" class="tick">{_fmt(yv)}</text>')
+    for frac in (0, 0.5, 1):
+        xv = x0 + frac * (x1 - x0)
+        parts.append(f'<text x="{sx(xv):.1f}" y="{H - 8}" text-anchor="middle" class="tick">{xv:.0f}</text>')
+    for f in findings:
+        color = SEVERITY_COLOR.get(f["severity"], "#888")
+        x = sx(float(f["step"]))
+        tip = html.escape(f"step {f['step']} {f['severity'].upper()} {f['rule']}: {f['message']}")
+        parts.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{PAD_T}" y2="{H - PAD_B}" stroke="{color}" '
+                     f'stroke-width="1.5" opacity="0.8"><title>{tip}</title></line>')
+        parts.append(f'<circle cx="{x:.1f}" cy="{PAD_T + 4}" r="3.5" fill="{color}"><title>{tip}</title></circle>')
+    for _metric, value, severity, label in marked:
+        y = sy(value)
+        color = SEVERITY_COLOR.get(severity, "#888")
+        parts.append(f'<line x1="{PAD_L}" x2="{W - PAD_R}" y1="{y:.1f}" y2="{y:.1f}" stroke="{color}" '
+                     f'stroke-dasharray="5 4" stroke-width="1.2"/><text x="{W - PAD_R - 2}" y="{y - 3:.1f}" '
+                     f'text-anchor="end" class="thr" fill="{color}">{html.escape(label)}</text>')
+    for i, (k, pts) in enumerate(series):
+        color = PALETTE[i % len(PALETTE)]
+        d = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in pts)
+        parts.append(f'<polyline points="{d}" fill="none" stroke="{color}" stroke-width="1.6"><title>'
+                     f"{html.escape(k)}</title></polyline>")
+    parts.append("</svg>")
+    legend = "".join(f'<span><i style="background:{PALETTE[i % len(PALETTE)]}"></i>{html.escape(k)}</span>'
+                     for i, (k, _) in enumerate(series))
+    return "".join(parts) + f'<div class="legend">{legend}</div>'
+
+
+def _md(text: str) -> str:
+    """The guides' tiny markdown: **bold**, *italic*, `code`, paragraphs."""
+    out = html.escape(text)
+    out = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", out, flags=re.S)
+    out = re.sub(r"\*(.+?)\*", r"<i>\1</i>", out, flags=re.S)
+    out = re.sub(r"`(.+?)`", r"<code>\1</code>", out)
+    return "".join(f"<p>{p.strip()}</p>" for p in out.split("\n\n") if p.strip())
+
+
+CSS = """
+body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;background:#f5f6f8;color:#1f2328}
+header{background:#1f2937;color:#fff;padding:16px 24px}header h1{margin:0;font-size:20px}
+header .meta{opacity:.8;margin-top:4px}.badge{display:inline-block;padding:2px 10px;border-radius:12px;color:#fff;
+font-weight:600;margin-left:8px}main{padding:12px 24px 40px}h2{margin:28px 0 6px;font-size:17px}
+.guide{color:#444;max-width:1100px}.guide p{margin:4px 0}.grid{display:grid;grid-template-columns:repeat(auto-fill,
+minmax(440px,1fr));gap:12px}.panel{background:#fff;border-radius:8px;border:1px solid #dde1e6;border-top:5px solid;
+padding:8px 10px}.panel h3{margin:0 0 4px;font-size:13px;display:flex;justify-content:space-between}
+.panel h3 .st{font-size:11px;text-transform:uppercase;font-weight:700}svg{width:100%;height:auto;display:block}
+.plot{fill:#fbfbfc;stroke:#e3e6ea}.tick{font-size:10px;fill:#666}.thr{font-size:10px}.empty text{fill:#999;
+font-size:12px}.legend{font-size:11px;color:#444;display:flex;flex-wrap:wrap;gap:4px 12px;margin-top:2px}
+.legend i{display:inline-block;width:10px;height:3px;margin-right:4px;vertical-align:middle}
+.status{display:grid;grid-template-columns:repeat(auto-fill,minmax(190px,1fr));gap:8px}.tile{background:#fff;
+border-radius:8px;padding:8px 10px;border-left:6px solid;font-size:13px}.tile b{display:block}
+table{border-collapse:collapse;background:#fff;width:100%;max-width:1300px}td,th{border-bottom:1px solid #eee;
+padding:4px 8px;text-align:left;vertical-align:top;font-size:13px}.sev{font-weight:700}
+"""
+
+
+def render_dashboard(analysis: Analysis, store: SeriesStore, layout: Layout, alert_config: Any = None) -> str:
+    s = analysis.to_dict()
+    gauges = s["gauges"]
+    verdict = s["verdict"]
+    family = s["trainer"]
+    x_range = (float(analysis.first_step), float(max(analysis.last_step, analysis.first_step + 1)))
+    by_gauge: dict[str, list[dict[str, Any]]] = {}
+    for f in s["findings"]:
+        if f["severity"] != "info":
+            by_gauge.setdefault(f["gauge"], []).append(f)
+    out = [
+        "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
+        f"<title>rlcluster dashboard · {html.escape(analysis.source)}</title><style>{CSS}</style></head><body>",
+        f"<header><h1>{html.escape(layout.title)}<span class='badge' style='background:{STATUS_COLOR[verdict]}'>"
+        f"{verdict.upper()}</span></h1><div class='meta'>{html.escape(analysis.source)} · "
+        f"{html.escape(FAMILY_LABELS.get(family, family))} · {s['rows']} rows · steps "
+        f"{analysis.first_step}–{analysis.last_step} · generated {_dt.datetime.now():%Y-%m-%d %H:%M}"
+        "</div></header><main>",
+        "<h2>Status at a glance</h2><div class='status'>",
+    ]
+    for gid, title in GAUGE_TITLES.items():
+        g = gauges[gid]
+        st = g["status"]
+        detail = g.get("note", "") if st == "no-data" else f"{len(by_gauge.get(gid, []))} findings"
+        out.append(f"<div class='tile' style='border-color:{STATUS_COLOR[st]}'><b>{html.escape(title)}</b>"
+                   f"<span style='color:{STATUS_COLOR[st]}' class='sev'>{st.upper()}</span> · "
+                   f"{html.escape(detail)}</div>")
+    out.append("</div>")
+    for section in layout.sections:
+        out.append(f"<h2>{html.escape(section.name)}</h2><div class='guide'>{_md(section.guide)}</div>"
+                   "<div class='grid'>")
+        for p in section.panels:
+            st = gauges[p.gauge]["status"]
+            svg = _svg(p, store, thresholds(p, alert_config), by_gauge.get(p.gauge, []), x_range)
+            out.append(f"<div class='panel' style='border-top-color:{STATUS_COLOR[st]}'><h3>{html.escape(p.title)}"
+                       f"<span class='st' style='color:{STATUS_COLOR[st]}'>{html.escape(p.gauge)}: {st}</span></h3>"
+                       f"{svg}</div>")
+        out.append("</div>")
+    out.append("<h2>Findings</h2>")
+    if s["findings"]:
+        out.append("<table><tr><th>step</th><th>severity</th><th>gauge / rule</th>"
+                   "<th>what happened, what to do</th></tr>")
+        for f in s["findings"]:
+            c = SEVERITY_COLOR.get(f["severity"], "#888")
+            out.append(f"<tr><td>{f['step']}</td><td class='sev' style='color:{c}'>{f['severity'].upper()}</td>"
+                       f"<td>{html.escape(f['gauge'])}/{html.escape(f['rule'])}</td><td>{html.escape(f['message'])}</td></tr>")
+        out.append("</table>")
+    else:
+        out.append("<p>No findings: every gauge stayed inside its thresholds.</p>")
+    if s.get("alerts"):
+        out.append("<h2>Alerts (rules of alerts.yaml)</h2><table><tr><th>step</th><th>severity</th><th>rule</th>"
+                   "<th>title</th></tr>")
+        for a in s["alerts"]:
+            if a["kind"] != "firing":
+                continue
+            c = SEVERITY_COLOR.get(a["severity"], "#888")
+            out.append(f"<tr><td>{a['step']}</td><td class='sev' style='color:{c}'>{a['severity'].upper()}</td>"
+                       f"<td>{html.escape(a['rule'])}</td><td>{html.escape(a['title'])}</td></tr>")
+        out.append("</table>")
+    out.append("</main></body></html>")
+    return "\n".join(out)
+
+
+def build_dashboard(path: str, trainer: str | None = None, alerts: Any = None) -> tuple[str, Analysis]:
+    """(HTML, analysis) for any log ``rlcluster analyze`` reads."""
+    from .alerts import load_config
+
+    log = load_any(path)
+    alert_config = alerts if alerts is not None else load_config()
+    analysis = analyze_stream(log.rows, trainer, source=str(path), source_format=log.source_format,
+                              alerts=alert_config)
+    family = analysis.cluster.family or "sft"
+    layout = load_layout(family)
+    store = collect_series(log.rows, layout, family)
+    return render_dashboard(analysis, store, layout, alert_config), analysis
