@@ -65,6 +65,10 @@ class RLClusterCallback(TrainerCallback, ExportableState):
         wandb_min_interval: seconds between two rlcluster rows in W&B (a W&B log call costs
             ~0.2-0.6 ms); a row whose statuses changed or that fired a finding, and the last
             row, are always logged. 0 logs every row.
+        report: at the end of training build the twelve-gauge W&B report for this run's project:
+            saved to W&B for an online run (its URL is logged), written as
+            ``<output_dir>/rlcluster_report.json`` for an offline one (save it later with
+            ``rlcluster report --save``).
         prefix: W&B key prefix.
 
     Stopping is decided on every rank from the same log row and then reduced across
@@ -88,6 +92,7 @@ class RLClusterCallback(TrainerCallback, ExportableState):
         sample_tokens: int = 24,
         log_to_wandb: bool = True,
         wandb_min_interval: float = 0.25,
+        report: bool = False,
         prefix: str = "rlcluster",
     ) -> None:
         if stop_on not in (None, "stop", "warn"):
@@ -107,6 +112,8 @@ class RLClusterCallback(TrainerCallback, ExportableState):
         self.sample_tokens = sample_tokens
         self.log_to_wandb = log_to_wandb
         self.wandb_min_interval = float(wandb_min_interval)
+        self.report = report
+        self.report_location: str | None = None
         self.prefix = prefix
         self._last_wandb_time = -1e18
         self._last_statuses: dict[str, str] = {}
@@ -330,11 +337,37 @@ class RLClusterCallback(TrainerCallback, ExportableState):
                 self.sink.summary(summary)
         except Exception as e:  # noqa: BLE001
             self._error("on_train_end", e)
+        if self.report:
+            try:
+                self._build_report(args)
+            except Exception as e:  # noqa: BLE001 - a report must never fail the run
+                self._error("report", e)
         if self.notifier is not None:
             try:
                 self.notifier.close()
             except Exception as e:  # noqa: BLE001
                 self._error("alert channels", e)
+
+    def _build_report(self, args: TrainingArguments) -> None:
+        from .report import build_report, report_spec
+
+        run = self.sink._run()
+        family = self.cluster.family or "sft"
+        entity = getattr(run, "entity", None) or "my-entity"
+        project = getattr(run, "project", None) or "my-project"
+        report = build_report(entity, project, family, alerts=self.alert_config)
+        offline = run is None or getattr(getattr(run, "settings", None), "mode", "") in ("offline", "dryrun") \
+            or getattr(getattr(run, "settings", None), "_offline", False)
+        if offline:
+            path = Path(args.output_dir) / "rlcluster_report.json"
+            path.write_text(report_spec(report), encoding="utf-8")
+            self.report_location = str(path)
+            logger.warning("rlcluster: report spec written to %s; after `wandb sync`, save it with: rlcluster report "
+                           "--entity %s --project %s --trainer %s --save", path, entity, project, family)
+        else:
+            report.save()
+            self.report_location = report.url
+            logger.warning("rlcluster: report saved: %s", report.url)
 
     # -- helpers ------------------------------------------------------------------------------------
     def _publish(self, state: TrainerState, fired: list[Finding], before: dict[str, int], stop: bool) -> None:
