@@ -93,6 +93,7 @@ class Outcome:
     """What one detector said about one run, reduced to what the scores need."""
 
     first_match: int | None = None  # first alarming step from an expected gauge at/after onset
+    first_rule: str = ""  # "gauge/rule" that made it
     early: bool = False  # any alarm before onset
     any_alarm: bool = False
     any_stop: bool = False
@@ -137,8 +138,9 @@ def _outcome(alarms: Sequence[tuple[str, str, str, int]], infos: int, onset: int
     if onset is not None:
         o.early_alarms = tuple(sorted({f"{g}/{r}" for g, r, _, s in alarms if s < onset}))
         o.early = bool(o.early_alarms)
-        hits = [s for g, _, _, s in alarms if s >= onset and g in expected]
-        o.first_match = min(hits) if hits else None
+        hits = sorted((s, f"{g}/{r}") for g, r, _, s in alarms if s >= onset and g in expected)
+        if hits:
+            o.first_match, o.first_rule = hits[0]
     return o
 
 

@@ -184,33 +184,15 @@ def _cmd_dashboard(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    """Write a generated GRPO log with a known pathology and analyse it, as a user would."""
-    import json
-    from pathlib import Path
+    """A real TRL run on a tiny local model with the plugin attached (see demo.py)."""
+    from .demo import print_summary, run_demo
 
-    from .analyze import analyze_path, render_text
-    from .synthetic import generate_run
-
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    run = generate_run("grpo_kl", args.pathology, n_steps=args.steps, seed=args.seed, onset=0.5)
-    path = out / "trainer_state.json"
-    path.write_text(json.dumps({"global_step": args.steps, "max_steps": args.steps, "log_history": run.rows},
-                               indent=1))
-    print(f"Generated a {args.steps}-step GRPO log (beta > 0) with pathology '{args.pathology}' starting at step "
-          f"{run.onset_step}: {path}\n")
-    analysis = analyze_path(str(path))
-    print(render_text(analysis))
-    caught = [f for f in analysis.cluster.findings
-              if f.severity != "info" and f.gauge in run.expected_gauges and f.step >= run.onset_step]
-    print()
-    if caught:
-        first = min(caught, key=lambda f: f.step)
-        print(f"Caught: {first.gauge}/{first.rule} at step {first.step}, "
-              f"{first.step - run.onset_step} steps after the pathology began.")
-    else:
-        print(f"Not caught: no {'/'.join(run.expected_gauges)} alarm after step {run.onset_step}.")
-    print("Try it on your own run:  rlcluster analyze path/to/checkpoint-N/trainer_state.json")
+    try:
+        result = run_demo(args.out, args.trainer, args.pathology, args.steps, args.seed)
+    except ValueError as e:
+        return _fail(str(e))
+    print_summary(result)
+    caught = args.pathology == "none" or bool(result.alerts)
     return 0 if caught else 1
 
 
@@ -267,13 +249,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     d = sub.add_parser(
         "demo",
-        help="analyse a generated GRPO log with a known pathology (no account, no GPU, no network)",
+        help="train a tiny local model with real TRL (CPU, W&B offline) and watch the plugin catch a failure",
     )
-    d.add_argument("--out", default="demo-out", help="directory for the generated log (default: demo-out)")
-    d.add_argument("--pathology", default="kl_runaway",
-                   choices=("kl_runaway", "reward_hacking", "entropy_collapse", "length_explosion",
-                            "reward_std_collapse", "truncation", "nan", "dead_run"))
-    d.add_argument("--steps", type=int, default=400)
+    d.add_argument("--out", default="demo-out", help="directory for the run, journal, report and dashboard")
+    d.add_argument("--trainer", default="grpo", choices=("grpo", "dpo"))
+    d.add_argument("--pathology", default="kl", choices=("kl", "length", "entropy", "none"),
+                   help="the failure to cause (default: kl runaway, which stops training)")
+    d.add_argument("--steps", type=int, help="max steps (default depends on the pathology)")
     d.add_argument("--seed", type=int, default=0)
     d.set_defaults(func=_cmd_demo)
     return parser

@@ -252,6 +252,7 @@ def make_trainer(
     peft: bool = False,
     run_name: str | None = None,
     reward_model: bool = False,
+    reward_funcs: Sequence[Any] | None = None,
     **overrides: Any,
 ) -> Trainer:
     """A real TRL trainer of ``kind`` on a tiny model and data set, ready for ``.train()``.
@@ -307,7 +308,7 @@ def make_trainer(
     }
     if peft:
         trainer_kwargs["peft_config"] = _lora_config()
-    reward_funcs: list[Any] = list(REWARD_FUNCS)
+    reward_funcs = list(reward_funcs) if reward_funcs is not None else list(REWARD_FUNCS)
     reward_tokenizers: list[Any] = [None] * len(reward_funcs)
     if reward_model:
         # A model reward needs its own tokenizer: TRL would otherwise look it up on the Hub by the model's name.

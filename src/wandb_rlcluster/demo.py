@@ -1,0 +1,181 @@
+"""`rlcluster demo`: a real TRL run on a tiny local model, with the plugin attached, catching a real failure.
+
+No W&B account (offline), no GPU, no model hub. The pathology is real, not
+simulated: the run is set up so that it actually happens —
+
+- ``kl``: GRPO with beta = 0.04 and a learning rate 20x too high: the policy runs away from its
+  reference, KL passes 0.5 (warn) and then 1.0 for 3 steps (stop), and training stops;
+- ``length``: a reward that pays for characters, on a model that starts out ending early:
+  completions grow to the cap (length explosion, then reward hacking);
+- ``entropy``: a reward for one letter: the policy collapses onto it (entropy collapse);
+- ``none``: the same GRPO run with a sane learning rate.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+PATHOLOGIES = ("kl", "length", "entropy", "none")
+TRAINERS = ("grpo", "dpo")
+
+
+def reward_length_chars(completions: list[Any], **kwargs: Any) -> list[float]:
+    """Pays for length (characters / 10): the reward a length-hacking policy loves."""
+    from .tiny import _texts
+
+    return [len(t) / 10.0 for t in _texts(completions)]
+
+
+def reward_letter_a_dense(completions: list[Any], **kwargs: Any) -> list[float]:
+    """The letter 'a', plus a little for length so groups are rarely all-equal: the policy collapses onto 'a'."""
+    from .tiny import _texts
+
+    return [t.lower().count("a") + len(t) / 100.0 for t in _texts(completions)]
+
+
+@dataclass
+class DemoResult:
+    out: Path
+    trainer: str
+    pathology: str
+    steps_run: int = 0
+    max_steps: int = 0
+    stopped_by: str | None = None
+    run_dir: str | None = None
+    journal: Path | None = None
+    report_spec: Path | None = None
+    dashboard: Path | None = None
+    alerts: list[Any] = field(default_factory=list)
+    verdict: str = "ok"
+
+
+def _bias_toward_eos(trainer: Any, bias: float = 6.0) -> None:
+    """Give the tiny model a strong EOS bias so it starts with short answers (and has room to grow)."""
+    import torch
+
+    model = trainer.model
+    old = model.lm_head
+    new = torch.nn.Linear(old.in_features, old.out_features, bias=True)
+    with torch.no_grad():
+        new.weight.copy_(old.weight)
+        new.bias.zero_()
+        new.bias[trainer.processing_class.eos_token_id] = bias
+    model.lm_head = new
+
+
+def run_demo(out: str | Path = "demo-out", trainer: str = "grpo", pathology: str = "kl", steps: int | None = None,
+             seed: int = 0, quiet: bool = False) -> DemoResult:
+    if trainer not in TRAINERS:
+        raise ValueError(f"--trainer must be one of {', '.join(TRAINERS)}")
+    if pathology not in PATHOLOGIES:
+        raise ValueError(f"--pathology must be one of {', '.join(PATHOLOGIES)}")
+    if trainer == "dpo" and pathology != "none":
+        raise ValueError("the DPO demo has no pathology setting yet: use --pathology none with --trainer dpo")
+    out = Path(out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("WANDB_MODE", "offline")
+    os.environ["WANDB_DIR"] = str(out)
+    os.environ.setdefault("WANDB_PROJECT", "rlcluster-demo")
+    os.environ.setdefault("WANDB_SILENT", "true")
+    os.environ.setdefault("WANDB_CONSOLE", "off")
+    os.environ.setdefault("WANDB_DISABLE_GIT", "true")
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    logging.getLogger("wandb_rlcluster").setLevel(logging.WARNING)
+
+    import wandb
+    from tqdm.auto import tqdm
+    from transformers import TrainerCallback
+
+    from .callback import RLClusterCallback
+    from .tiny import make_trainer
+
+    result = DemoResult(out=out, trainer=trainer, pathology=pathology)
+    # probes more often than the defaults: a demo is short, and every panel should have something to show
+    plugin = RLClusterCallback(report=True, grad_every=5, attention_every=10, sample_every=25)
+
+    class ProgressBar(TrainerCallback):
+        """Users look, not read: one bar with the plugin's verdict and the last alert."""
+
+        def on_train_begin(self, args, state, control, **kw):  # noqa: ANN001, ANN003, ANN201
+            self.bar = tqdm(total=state.max_steps, desc=f"demo {trainer}/{pathology}", unit="step", disable=quiet)
+
+        def on_log(self, args, state, control, logs=None, **kw):  # noqa: ANN001, ANN003, ANN201
+            fired = [e for e in plugin.alert_events]
+            post = {"verdict": plugin.cluster.verdict()}
+            if logs and "kl" in logs:
+                post["kl"] = f"{logs['kl']:.3f}"
+            if fired:
+                post["last alert"] = fired[-1].rule
+            self.bar.set_postfix(post, refresh=False)
+            self.bar.update(state.global_step - self.bar.n)
+
+        def on_train_end(self, args, state, control, **kw):  # noqa: ANN001, ANN003, ANN201
+            self.bar.close()
+
+    common = {"output_dir": str(out / "trainer"), "report_to": "wandb", "seed": seed,
+              "callbacks": [plugin, ProgressBar()], "run_name": f"demo-{trainer}-{pathology}"}
+    if trainer == "dpo":
+        t = make_trainer("dpo", max_steps=steps or 60, learning_rate=5e-4, **common)
+    elif pathology == "kl":
+        t = make_trainer("grpo_kl", max_steps=steps or 150, learning_rate=2e-2, beta=0.04, **common)
+    elif pathology == "length":
+        t = make_trainer("grpo", max_steps=steps or 80, learning_rate=2e-2, max_completion_length=48,
+                         reward_funcs=[reward_length_chars], **common)
+        _bias_toward_eos(t)
+    elif pathology == "entropy":
+        t = make_trainer("grpo", max_steps=steps or 80, learning_rate=2e-2, reward_funcs=[reward_letter_a_dense],
+                         **common)
+    else:
+        t = make_trainer("grpo_kl", max_steps=steps or 80, learning_rate=1e-3, beta=0.04, **common)
+    result.max_steps = t.args.max_steps
+    t.train()
+    run = wandb.run
+    result.run_dir = str(Path(run.dir).parent) if run is not None else None
+    wandb.finish()
+    result.steps_run = t.state.global_step
+    result.stopped_by = plugin.stop_finding.rule if plugin.stop_finding else None
+    result.alerts = [e for e in plugin.alert_events if e.notify]
+    journal = Path(t.args.output_dir) / "alerts.jsonl"
+    result.journal = journal if journal.exists() else None
+    result.report_spec = Path(plugin.report_location) if plugin.report_location else None
+    if result.run_dir:
+        from .dashboard import build_dashboard
+
+        page, analysis = build_dashboard(result.run_dir)
+        result.dashboard = out / "dashboard.html"
+        result.dashboard.write_text(page, encoding="utf-8")
+        result.verdict = analysis.verdict()
+    return result
+
+
+def print_summary(r: DemoResult, stream: Any = None) -> None:
+    from .analyze import analyze_path, render_text
+
+    w = (stream or sys.stdout).write
+    w("\n")
+    if r.stopped_by:
+        w(f"rlcluster stopped training at step {r.steps_run} of {r.max_steps} (rule {r.stopped_by}).\n")
+    else:
+        w(f"Training ran all {r.steps_run} steps.\n")
+    for e in r.alerts:
+        w(f"  alert step {e.step:>4}  {e.severity.upper():<4}  {e.rule}: {e.title}\n")
+    w("\nWhere everything is:\n")
+    if r.run_dir:
+        w(f"  W&B offline run   {r.run_dir}\n")
+        w(f"    upload it:      wandb sync {r.run_dir}\n")
+    if r.journal:
+        w(f"  alert journal     {r.journal}\n")
+    if r.report_spec:
+        w(f"  W&B report spec   {r.report_spec}\n")
+        w("    save it:        rlcluster report --entity <you> --project rlcluster-demo "
+          f"--trainer {'grpo' if r.trainer == 'grpo' else 'dpo'} --save\n")
+    if r.dashboard:
+        w(f"  dashboard         {r.dashboard}   (open it in a browser; no network needed)\n")
+    if r.run_dir:
+        w(f"\nrlcluster analyze {r.run_dir}\n\n")
+        w(render_text(analyze_path(r.run_dir)) + "\n")
