@@ -6,7 +6,7 @@ import json
 import math
 import os
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -132,11 +132,14 @@ class Analysis:
 
 
 def analyze_stream(rows: Iterable[Mapping[str, object]], trainer: str | None = None, *, source: str = "<rows>",
-                   source_format: str = "rows", max_steps: int = 0, alerts: Any = None) -> Analysis:
+                   source_format: str = "rows", max_steps: int = 0, alerts: Any = None,
+                   observer: Callable[[Row, InstrumentCluster, set[str]], None] | None = None) -> Analysis:
     """Feed rows through a fresh cluster, keeping a downsampled series per gauge for display.
 
     With ``alerts`` (an AlertConfig) the rules are evaluated row by row exactly as the
     live callback does (no cooldown: offline there is no wall clock to wait on).
+    ``observer(row, cluster, updated_gauges)`` is called after each row (the dashboard
+    records its series there, in the same pass).
     """
     params = alerts.gauge_params if alerts is not None else None
     cluster = InstrumentCluster(trainer=trainer, max_steps=max_steps, params=params)
@@ -159,12 +162,14 @@ def analyze_stream(rows: Iterable[Mapping[str, object]], trainer: str | None = N
             continue
         if first is None:
             first = row.step
-        if engine is not None:  # alert rules read gauge state after each row: row-by-row path
+        if engine is not None or observer is not None:  # they read gauge state after each row: row by row
             before = [g.rows_seen for g in cluster.gauges.values()]
             fired = cluster.update_row(row)
             updated = {gid for (gid, g), b in zip(cluster.gauges.items(), before, strict=False) if g.rows_seen != b}
-            if cluster.gauges:
+            if engine is not None and cluster.gauges:
                 events.extend(engine.evaluate(row.step, raw, cluster, fired, updated if before else None))
+            if observer is not None:
+                observer(row, cluster, updated)
         else:
             chunk.append(row)
             if len(chunk) >= CHUNK:

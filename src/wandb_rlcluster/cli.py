@@ -17,18 +17,26 @@ def _fail(msg: str) -> int:
     return 2
 
 
-def _cmd_analyze(args: argparse.Namespace) -> int:
-    from .analyze import analyze_path, render_json, render_text
-
+def _trainer_and_alerts(args: argparse.Namespace) -> tuple[str | None, object | None, int]:
+    """(trainer family or None, AlertConfig or None, exit code): shared by analyze, dashboard and report."""
     try:
         trainer = canonical_family(args.trainer) if args.trainer else None
     except ValueError as e:
-        return _fail(str(e))
+        return None, None, _fail(str(e))
     alerts = None
-    if args.alerts:
+    if getattr(args, "alerts", None):
         alerts, code = _load_alerts(None if args.alerts == "default" else args.alerts)
         if alerts is None:
-            return code
+            return None, None, code
+    return trainer, alerts, 0
+
+
+def _cmd_analyze(args: argparse.Namespace) -> int:
+    from .analyze import analyze_path, render_json, render_text
+
+    trainer, alerts, code = _trainer_and_alerts(args)
+    if code:
+        return code
     try:
         analysis = analyze_path(args.path, trainer, alerts=alerts)
     except LogReadError as e:
@@ -160,15 +168,9 @@ def _cmd_dashboard(args: argparse.Namespace) -> int:
 
     from .dashboard import build_dashboard
 
-    try:
-        trainer = canonical_family(args.trainer) if args.trainer else None
-    except ValueError as e:
-        return _fail(str(e))
-    alerts = None
-    if args.alerts:
-        alerts, code = _load_alerts(args.alerts)
-        if alerts is None:
-            return code
+    trainer, alerts, code = _trainer_and_alerts(args)
+    if code:
+        return code
     try:
         page, analysis = build_dashboard(args.run, trainer, alerts)
     except LogReadError as e:

@@ -19,7 +19,7 @@ from typing import Any
 
 from .analyze import Analysis, analyze_stream, load_any
 from .core import FAMILY_LABELS, GAUGE_TITLES, InstrumentCluster
-from .core.keys import Normalizer
+from .core.keys import Normalizer, Row, canonical_family, detect_family
 from .layouts import Layout, PanelSpec, load_layout, thresholds
 
 STATUS_COLOR = {"ok": "#2e9d5b", "warn": "#e0a100", "stop": "#d1343b", "no-data": "#9aa0a6"}
@@ -66,34 +66,26 @@ def _canonical(layout_key: str) -> str:
     return layout_key[6:] if layout_key.startswith("train/") else layout_key
 
 
-def collect_series(rows: list[Mapping[str, Any]], layout: Layout, trainer: str | None) -> SeriesStore:
-    """Every series the layout plots: logged keys straight from the rows, rlcluster values by re-running the core."""
-    store = SeriesStore()
-    wanted_raw = {_canonical(y) for s in layout.sections for p in s.panels for y in p.y
-                  if not y.startswith("rlcluster/")}
-    wanted_derived = {y for s in layout.sections for p in s.panels for y in p.y if y.startswith("rlcluster/")}
-    patterns = [w for w in wanted_raw if "*" in w]
-    norm = Normalizer()
-    cluster = InstrumentCluster(trainer=trainer, detect_rows=1)
-    for raw in rows:
-        if not isinstance(raw, Mapping):
-            continue
-        row = norm.normalize(raw)
-        if row is None:
-            continue
-        before = {g: x.rows_seen for g, x in cluster.gauges.items()}
-        cluster.update_row(row)
+class SeriesCollector:
+    """Records every series a layout plots during the analysis pass: logged keys and rlcluster values."""
+
+    def __init__(self, layout: Layout) -> None:
+        ys = [y for sec in layout.sections for p in sec.panels for y in p.y]
+        self.wanted_raw = {_canonical(y) for y in ys if not y.startswith("rlcluster/")}
+        self.wanted_derived = [tuple(y.split("/", 2)[1:]) for y in ys if y.startswith("rlcluster/")]
+        self.patterns = [w for w in self.wanted_raw if "*" in w]
+        self.store = SeriesStore()
+
+    def __call__(self, row: Row, cluster: InstrumentCluster, updated: set[str]) -> None:
         if row.kind == "summary":
-            continue
+            return
         for k, v in row.values.items():
-            if k in wanted_raw or any(fnmatch.fnmatchcase(k, p) for p in patterns):
-                store.push(k, row.step, v)
-        for key in wanted_derived:
-            _, gid, name = key.split("/", 2)
+            if k in self.wanted_raw or any(fnmatch.fnmatchcase(k, p) for p in self.patterns):
+                self.store.push(k, row.step, v)
+        for gid, name in self.wanted_derived:
             g = cluster.gauges.get(gid)
-            if g is not None and g.rows_seen != before.get(gid, 0) and name in g.derived:
-                store.push(key, row.step, g.derived[name])
-    return store
+            if g is not None and gid in updated and name in g.derived:
+                self.store.push(f"rlcluster/{gid}/{name}", row.step, g.derived[name])
 
 
 def _expand(panel: PanelSpec, store: SeriesStore) -> list[str]:
@@ -269,9 +261,26 @@ def build_dashboard(path: str, trainer: str | None = None, alerts: Any = None) -
 
     log = load_any(path)
     alert_config = alerts if alerts is not None else load_config()
-    analysis = analyze_stream(log.rows, trainer, source=str(path), source_format=log.source_format,
-                              alerts=alert_config)
-    family = analysis.cluster.family or "sft"
+    family = canonical_family(trainer) if trainer else detect_family(_first_keys(log.rows))
     layout = load_layout(family)
-    store = collect_series(log.rows, layout, family)
-    return render_dashboard(analysis, store, layout, alert_config), analysis
+    collector = SeriesCollector(layout)
+    analysis = analyze_stream(log.rows, trainer, source=str(path), source_format=log.source_format,
+                              alerts=alert_config, observer=collector)
+    if analysis.cluster.family and load_layout(analysis.cluster.family) is not layout:  # detection disagreed
+        layout = load_layout(analysis.cluster.family)
+        collector = SeriesCollector(layout)
+        analysis = analyze_stream(log.rows, analysis.cluster.family, source=str(path),
+                                  source_format=log.source_format, alerts=alert_config, observer=collector)
+    return render_dashboard(analysis, collector.store, layout, alert_config), analysis
+
+
+def _first_keys(rows: list[Mapping[str, Any]], n: int = 200) -> set[str]:
+    """Canonical keys of the first rows: enough to pick the layout before the single analysis pass."""
+    norm = Normalizer()
+    keys: set[str] = set()
+    for raw in rows[:n]:
+        if isinstance(raw, Mapping):
+            row = norm.normalize(raw)
+            if row is not None:
+                keys.update(row.values)
+    return keys

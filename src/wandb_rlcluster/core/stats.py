@@ -159,50 +159,6 @@ class Ewma:
         self.count = int(state["count"])
 
 
-class RollingSlope:
-    """Least-squares slope of the last ``size`` (x, y) points, O(1) per point."""
-
-    __slots__ = ("size", "pts", "sx", "sy", "sxx", "sxy")
-
-    def __init__(self, size: int) -> None:
-        self.size = max(2, int(size))
-        self.pts: deque[tuple[float, float]] = deque(maxlen=self.size)
-        self.sx = self.sy = self.sxx = self.sxy = 0.0
-
-    def push(self, x: float, y: float) -> None:
-        if len(self.pts) == self.size:
-            ox, oy = self.pts[0]
-            self.sx -= ox
-            self.sy -= oy
-            self.sxx -= ox * ox
-            self.sxy -= ox * oy
-        self.pts.append((x, y))
-        self.sx += x
-        self.sy += y
-        self.sxx += x * x
-        self.sxy += x * y
-
-    def __len__(self) -> int:
-        return len(self.pts)
-
-    def slope(self) -> float:
-        n = len(self.pts)
-        if n < 3:
-            return 0.0
-        den = n * self.sxx - self.sx * self.sx
-        if den <= 0:
-            return 0.0
-        return (n * self.sxy - self.sx * self.sy) / den
-
-    def state_dict(self) -> dict[str, object]:
-        return {"size": self.size, "pts": [list(p) for p in self.pts]}
-
-    def load_state_dict(self, state: dict[str, object]) -> None:
-        self.__init__(int(state.get("size", self.size)))  # type: ignore[misc, arg-type]
-        for x, y in state.get("pts", []):  # type: ignore[union-attr]
-            self.push(float(x), float(y))
-
-
 class Baseline:
     """Median of the first ``size`` finite values, frozen once collected.
 
@@ -313,12 +269,12 @@ class RunningRegression:
 
 
 class RollingCorrelation:
-    """Pearson correlation of the last ``size`` (x, y) pairs with running sums: O(1) per pair."""
+    """Slope and Pearson correlation of the last ``size`` (x, y) pairs, with running sums: O(1) per pair."""
 
     __slots__ = ("size", "pts", "sx", "sy", "sxx", "syy", "sxy")
 
     def __init__(self, size: int) -> None:
-        self.size = max(3, int(size))
+        self.size = max(2, int(size))
         self.pts: deque[tuple[float, float]] = deque(maxlen=self.size)
         self.sx = self.sy = self.sxx = self.syy = self.sxy = 0.0
 
@@ -352,6 +308,17 @@ class RollingCorrelation:
             return 0.0
         return max(-1.0, min(1.0, cxy / math.sqrt(cxx * cyy)))
 
+    def __len__(self) -> int:
+        return len(self.pts)
+
+    def slope(self) -> float:
+        """Least-squares slope of y on x (0 when undefined)."""
+        n = len(self.pts)
+        if n < 3:
+            return 0.0
+        den = n * self.sxx - self.sx * self.sx
+        return (n * self.sxy - self.sx * self.sy) / den if den > 0 else 0.0
+
     def mean_x(self) -> float:
         return self.sx / len(self.pts) if self.pts else math.nan
 
@@ -365,3 +332,7 @@ class RollingCorrelation:
         self.__init__(int(state.get("size", self.size)))  # type: ignore[misc, arg-type]
         for x, y in state.get("pts", []):  # type: ignore[union-attr]
             self.push(float(x), float(y))
+
+
+#: A rolling least-squares slope is the same running sums; one class serves both.
+RollingSlope = RollingCorrelation
