@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench bench-analyze clean install
+.PHONY: demo test bench bench-callback bench-detection clean install
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -25,6 +25,12 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_analyze.py
+
+bench-callback: $(STAMP)
+	$(BIN)/python benchmarks/bench_callback.py
+
+bench-detection: $(STAMP)
+	$(BIN)/python benchmarks/detection/bench.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache

@@ -8,7 +8,9 @@ and a held-out seed set; the 14 real TRL logs are checked against the fixed read
 * recall: a warn/stop finding from one of the run's expected gauges at or after onset;
 * early: any warn/stop finding before onset (a false alarm on the healthy prefix);
 * healthy runs: false stops (any stop finding) and any-finding rate (any warn/stop);
-* delay: (first matching step - onset) / (n_steps - onset), median over detected runs.
+* delay: (first matching step - onset) / (n_steps - onset), median over detected runs; and the same
+  over the runs both detectors detect without an alarm from an expected gauge before onset ("paired"),
+  because a rule that was already ringing before the onset has not detected anything.
 
 Not a test (``tests/test_detection_slice.py`` is): it prints a Markdown table for the README and writes
 it to ``benchmarks/detection/RESULTS.md``. Run ``python benchmarks/detection/bench.py`` (``--quick``
@@ -25,10 +27,11 @@ import statistics
 import sys
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from multiprocessing import get_context
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
@@ -38,35 +41,35 @@ for _p in (HERE, REPO):  # seed_rules beside this file; tests.test_real_logs for
     if str(_p) not in sys.path:
         sys.path.insert(0, str(_p))
 
-from seed_rules import seed_findings  # noqa: E402
+from seed_rules import SEED_RULES, seed_findings  # noqa: E402
 
 from wandb_rlcluster.analyze import analyze_path  # noqa: E402
 from wandb_rlcluster.core import analyze_rows  # noqa: E402
 from wandb_rlcluster.core.readers import load_rows  # noqa: E402
 from wandb_rlcluster.synthetic import FAMILIES, combinations, expected_gauges, generate_run  # noqa: E402
 
-# Seed sets: tune on the first, report both, judge on the second only.
+# Seed sets: defaults are tuned on the first only; both are reported, the second is the verdict.
 TUNING_SEEDS = range(0, 30)
 HELD_OUT_SEEDS = range(100, 150)
 QUICK_SEEDS = {"tuning": range(0, 3), "held-out": range(100, 103)}
 
-# The corpus is harder than the generator's defaults (200 steps, every row logged, noise 1, onset
-# 30-70 %): runs are 100-2000 steps, logged every 1, 5 or 10 steps, noise x0.5-2, onset 20-85 %.
-N_STEPS = (100, 2000)
+# Harder than the generator's defaults (200 steps, every row logged, noise x1, onset 30-70 %).
+N_STEPS = (100, 2000)  # log-uniform
 NOISE = (0.5, 2.0)
 LOGGING_STEPS = (1, 5, 10)
-ONSET = (0.2, 0.85)
+ONSET = (0.2, 0.85)  # fraction of the run
 MIN_ROWS = 40
-"""Fewest logged rows a corpus run has: below that the start-of-run baselines (10 rows) plus the
-persistence windows leave no room to tell a trend from noise, for either detector."""
+"""Fewest logged rows a corpus run has (logging_steps is drawn among those that leave this many): below
+it the start-of-run baselines (10 rows) and the persistence windows leave no room to tell a trend from
+noise, for either detector."""
 HEALTHY_PER_FAMILY = 2
-"""Healthy runs per family and seed: false alarms are rarer events than misses, so they get more runs."""
+"""Healthy runs per family and seed: false alarms are the rarer event, so they get more runs."""
 
 TRAINER = {"grpo": "grpo", "grpo_kl": "grpo", "dpo": "dpo", "ppo": "ppo", "sft": "sft"}
 DETECTORS = ("core", "seed")
 ALARM = frozenset({"warn", "stop"})
+TARGETS = {"recall": 0.95, "early": 0.05, "healthy_any": 0.10}
 
-TARGETS = {"recall": 0.95, "false_stops": 0.0, "early": 0.05, "healthy_any": 0.10}
 REAL_LOGS = REPO.parent / "shared" / "real-logs"
 RESULTS = HERE / "RESULTS.md"
 
@@ -92,14 +95,14 @@ class Spec:
 class Outcome:
     """What one detector said about one run, reduced to what the scores need."""
 
-    first_match: int | None = None  # first alarming step from an expected gauge at/after onset
-    first_rule: str = ""  # "gauge/rule" that made it
-    early: bool = False  # any alarm before onset
+    first_match: int | None = None  # first warn/stop step from an expected gauge at or after onset
+    first_rule: str = ""  # the "gauge/rule" that made it
+    early: bool = False  # any warn/stop before onset
+    early_expected: bool = False  # ... from an expected gauge (the detection would be no detection)
     any_alarm: bool = False
     any_stop: bool = False
     any_info: bool = False
-    alarms: tuple[str, ...] = ()  # "gauge/rule" of every alarm (for the healthy-run breakdown)
-    early_alarms: tuple[str, ...] = ()
+    alarms: tuple[str, ...] = ()  # every "gauge/rule" that alarmed (for the healthy-run breakdown)
 
 
 @dataclass
@@ -108,9 +111,20 @@ class Result:
     onset_step: int | None
     outcomes: dict[str, Outcome] = field(default_factory=dict)
 
+    def delay(self, detector: str) -> float | None:
+        o = self.outcomes[detector]
+        if o.first_match is None or self.onset_step is None:
+            return None
+        return delay(o.first_match, self.onset_step, self.spec.n_steps)
+
+
+def delay(first: int, onset: int, n_steps: int) -> float:
+    """Detection delay as a share of the run left after onset (0 = at onset, 1 = at the last step)."""
+    return (first - onset) / max(n_steps - onset, 1)
+
 
 def make_specs(seeds: Iterable[int], split: str, healthy_per_family: int = HEALTHY_PER_FAMILY) -> list[Spec]:
-    """Every (family, pathology) pair per seed, each with its own randomly drawn difficulty."""
+    """Every (family, pathology) pair per seed, each run with its own randomly drawn difficulty."""
     specs: list[Spec] = []
     combos = combinations()
     for seed in seeds:
@@ -123,7 +137,7 @@ def make_specs(seeds: Iterable[int], split: str, healthy_per_family: int = HEALT
                 noise = float(rng.uniform(*NOISE))
                 onset = float(rng.uniform(*ONSET))
                 with_eval = bool(fam in ("sft", "dpo") and rng.random() < 0.5)
-                gen_seed = seed * 10_000 + ci * 10 + rep
+                gen_seed = seed * 10_000 + ci * 10 + rep  # distinct baseline randomness per run
                 specs.append(Spec(split, seed, fam, path, n_steps, noise, ls, onset, with_eval, gen_seed, rep))
     return specs
 
@@ -131,13 +145,13 @@ def make_specs(seeds: Iterable[int], split: str, healthy_per_family: int = HEALT
 def _outcome(alarms: Sequence[tuple[str, str, str, int]], infos: int, onset: int | None,
              expected: tuple[str, ...]) -> Outcome:
     """Reduce (gauge, rule, severity, step) alarms to the scores' inputs."""
-    o = Outcome(any_info=infos > 0)
-    o.any_alarm = bool(alarms)
+    o = Outcome(any_info=infos > 0, any_alarm=bool(alarms))
     o.any_stop = any(sev == "stop" for _, _, sev, _ in alarms)
     o.alarms = tuple(sorted({f"{g}/{r}" for g, r, _, _ in alarms}))
     if onset is not None:
-        o.early_alarms = tuple(sorted({f"{g}/{r}" for g, r, _, s in alarms if s < onset}))
-        o.early = bool(o.early_alarms)
+        before = [g for g, _, _, s in alarms if s < onset]
+        o.early = bool(before)
+        o.early_expected = any(g in expected for g in before)
         hits = sorted((s, f"{g}/{r}") for g, r, _, s in alarms if s >= onset and g in expected)
         if hits:
             o.first_match, o.first_rule = hits[0]
@@ -151,19 +165,41 @@ def score_spec(spec: Spec) -> Result:
     expected = expected_gauges(spec.pathology, spec.family)
     trainer = TRAINER[spec.family]
     res = Result(spec, run.onset_step)
-    cluster = analyze_rows(run.rows, trainer=trainer)
-    core = [(f.gauge, f.rule, f.severity, f.step) for f in cluster.findings if f.severity in ALARM]
-    infos = sum(f.severity == "info" for f in cluster.findings)
-    res.outcomes["core"] = _outcome(core, infos, run.onset_step, expected)
+    findings = analyze_rows(run.rows, trainer=trainer).findings
+    core = [(f.gauge, f.rule, f.severity, f.step) for f in findings if f.severity in ALARM]
+    res.outcomes["core"] = _outcome(core, sum(f.severity == "info" for f in findings), run.onset_step, expected)
     seed = seed_findings(run.rows, trainer)
     seed_alarms = [(f.gauge, f.rule, f.severity, f.step) for f in seed if f.severity in ALARM]
-    infos = sum(f.severity == "info" for f in seed)
-    res.outcomes["seed"] = _outcome(seed_alarms, infos, run.onset_step, expected)
+    res.outcomes["seed"] = _outcome(seed_alarms, sum(f.severity == "info" for f in seed), run.onset_step, expected)
     return res
 
 
+class _Bar(Protocol):
+    def update(self, n: int = 1) -> object: ...
+
+    def close(self) -> None: ...
+
+
+class _NoBar:
+    def update(self, n: int = 1) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _progress(total: int, enabled: bool) -> _Bar:
+    if not enabled:
+        return _NoBar()
+    try:
+        from tqdm import tqdm
+    except ImportError:  # tqdm comes with transformers; the numbers do not need it
+        return _NoBar()
+    return tqdm(total=total, desc="scoring runs", unit="run", file=sys.stderr)
+
+
 def run_corpus(specs: list[Spec], workers: int = 2, progress: bool = True) -> list[Result]:
-    """Score every spec, in ``workers`` processes, with a progress bar."""
+    """Score every spec in ``workers`` processes (each run is independent), in spec order."""
     bar = _progress(len(specs), progress)
     out: list[Result] = []
     if workers <= 1:
@@ -171,34 +207,15 @@ def run_corpus(specs: list[Spec], workers: int = 2, progress: bool = True) -> li
             out.append(score_spec(s))
             bar.update(1)
     else:
-        # long runs first so that the two workers finish together
-        order = sorted(specs, key=lambda s: -s.n_steps // s.logging_steps)
+        order = sorted(specs, key=lambda s: -(s.n_steps // s.logging_steps))  # long runs first: even finish
         with get_context("spawn" if sys.platform == "darwin" else "fork").Pool(workers) as pool:
             for r in pool.imap_unordered(score_spec, order, chunksize=4):
                 out.append(r)
                 bar.update(1)
     bar.close()
-    key = {s: i for i, s in enumerate(specs)}
-    out.sort(key=lambda r: key[r.spec])
+    index = {s: i for i, s in enumerate(specs)}
+    out.sort(key=lambda r: index[r.spec])
     return out
-
-
-class _NoBar:
-    def update(self, n: int) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
-def _progress(total: int, enabled: bool) -> object:
-    if not enabled:
-        return _NoBar()
-    try:
-        from tqdm import tqdm
-    except ImportError:  # tqdm comes with transformers; the benchmark does not need it
-        return _NoBar()
-    return tqdm(total=total, desc="scoring runs", unit="run", file=sys.stderr)
 
 
 # -- scores ------------------------------------------------------------------------------------
@@ -237,10 +254,9 @@ class Scores:
     def healthy_any_rate(self) -> float:
         return self.healthy_any / self.healthy if self.healthy else math.nan
 
-
-def delay(first: int, onset: int, n_steps: int) -> float:
-    """Detection delay as a share of the run left after onset (0 = at onset, 1 = at the last step)."""
-    return (first - onset) / max(n_steps - onset, 1)
+    @property
+    def healthy_info_rate(self) -> float:
+        return self.healthy_info / self.healthy if self.healthy else math.nan
 
 
 def aggregate(results: Iterable[Result], detector: str) -> Scores:
@@ -255,21 +271,62 @@ def aggregate(results: Iterable[Result], detector: str) -> Scores:
             continue
         s.n += 1
         s.early += o.early
-        if o.first_match is not None:
+        d = r.delay(detector)
+        if d is not None:
             s.detected += 1
-            assert r.onset_step is not None
-            s.delays.append(delay(o.first_match, r.onset_step, r.spec.n_steps))
+            s.delays.append(d)
     return s
 
 
-def check_targets(core: Scores, seed: Scores) -> dict[str, bool]:
-    """The issue's targets, judged on one split."""
+@dataclass
+class Paired:
+    """Delays on the runs both detectors detect cleanly (no expected-gauge alarm before onset)."""
+
+    core: list[float] = field(default_factory=list)
+    seed: list[float] = field(default_factory=list)
+    row_lag: list[float] = field(default_factory=list)  # (ours - seed) first detection, in logged rows
+
+    @property
+    def n(self) -> int:
+        return len(self.core)
+
+    def median(self, detector: str) -> float:
+        vals = self.core if detector == "core" else self.seed
+        return statistics.median(vals) if vals else math.nan
+
+    @property
+    def faster(self) -> int:
+        """Runs where ours detects strictly earlier."""
+        return sum(a < b for a, b in zip(self.core, self.seed, strict=True))
+
+    @property
+    def slower(self) -> int:
+        return sum(a > b for a, b in zip(self.core, self.seed, strict=True))
+
+
+def paired(results: Iterable[Result]) -> Paired:
+    p = Paired()
+    for r in results:
+        if r.spec.pathology is None or any(r.outcomes[d].early_expected for d in DETECTORS):
+            continue
+        a, b = r.delay("core"), r.delay("seed")
+        if a is not None and b is not None:
+            p.core.append(a)
+            p.seed.append(b)
+            lag = r.outcomes["core"].first_match - r.outcomes["seed"].first_match  # type: ignore[operator]
+            p.row_lag.append(lag / r.spec.logging_steps)
+    return p
+
+
+def check_targets(core: Scores, pair: Paired) -> dict[str, bool]:
+    """The issue's targets for our core, judged on one split."""
     return {
-        f"recall >= {TARGETS['recall']:.2f}": core.recall >= TARGETS["recall"],
+        f"recall ≥ {TARGETS['recall']:.2f}": core.recall >= TARGETS["recall"],
         "no false stops on healthy runs": core.false_stops == 0,
-        f"early fires <= {TARGETS['early']:.0%}": core.early_rate <= TARGETS["early"],
-        f"healthy runs with any finding <= {TARGETS['healthy_any']:.0%}": core.healthy_any_rate <= TARGETS["healthy_any"],
-        "median delay <= seed rules'": not core.median_delay > seed.median_delay,
+        f"early fires ≤ {_pct(TARGETS['early'])}": core.early_rate <= TARGETS["early"],
+        f"healthy runs with any finding ≤ {_pct(TARGETS['healthy_any'])}":
+            core.healthy_any_rate <= TARGETS["healthy_any"],
+        "paired median delay ≤ seed rules'": pair.median("core") <= pair.median("seed"),
     }
 
 
@@ -281,9 +338,9 @@ class RealResult:
     name: str
     expected: str
     core_verdict: str
-    core_ok: bool  # verdict, required findings and allowed gauges all as in tests/test_real_logs.py
+    core_ok: bool  # verdict, required findings and allowed gauges as in tests/test_real_logs.py
     seed_verdict: str
-    seed_ok: bool  # verdict and allowed gauges (the seed has no rule names to require)
+    seed_ok: bool  # verdict and allowed gauges (seed rules have no rule names to require)
 
 
 def score_real_logs(directory: Path = REAL_LOGS) -> list[RealResult]:
@@ -299,7 +356,7 @@ def score_real_logs(directory: Path = REAL_LOGS) -> list[RealResult]:
         s = analyze_path(str(path)).to_dict()
         fired = {(f["gauge"], f["rule"]) for f in s["findings"]}
         alarming = {f["gauge"] for f in s["findings"] if f["severity"] in ALARM}
-        core_ok = s["verdict"] == verdict and required <= fired and alarming <= allowed and s["trainer"] == trainer
+        core_ok = s["trainer"] == trainer and s["verdict"] == verdict and required <= fired and alarming <= allowed
         seed = [f for f in seed_findings(load_rows(path).rows, trainer) if f.severity in ALARM]
         sv = "stop" if any(f.severity == "stop" for f in seed) else ("warn" if seed else "ok")
         seed_ok = sv == verdict and {f.gauge for f in seed} <= allowed
@@ -314,11 +371,15 @@ def _pct(x: float) -> str:
     return "–" if x != x else f"{100 * x:.0f} %"
 
 
-def _rate(x: float) -> str:
+def _num(x: float) -> str:
     return "–" if x != x else f"{x:.2f}"
 
 
-def _pair(a: str, b: str) -> str:
+def _rows(lags: list[float]) -> str:
+    return "–" if not lags else f"{statistics.median(lags):+g}"
+
+
+def _vs(a: str, b: str) -> str:
     return f"{a} / {b}"
 
 
@@ -328,58 +389,80 @@ def split_table(results: list[Result], title: str) -> list[str]:
     for r in results:
         by[(r.spec.family, r.spec.pathology)].append(r)
     seeds = sorted({r.spec.seed for r in results})
-    lines = [f"### {title} (seeds {seeds[0]}–{seeds[-1]}, {len(results)} runs)", ""]
-    lines += [
-        "| family | pathology | runs | recall (ours / seed) | early fires (ours / seed) | median delay (ours / seed) |",
-        "|---|---|---:|---|---|---|",
+    lines = [
+        f"### {title}: seeds {seeds[0]}–{seeds[-1]}, {len(results)} runs",
+        "",
+        "Each cell: **ours / seed rules**.",
+        "",
+        "| family | pathology | runs | recall | early fires | median delay | paired delay (runs) |",
+        "|---|---|---:|---|---|---|---|",
     ]
+
+    def row(label: tuple[str, str], rs: list[Result], bold: bool = False) -> str:
+        c, s, p = aggregate(rs, "core"), aggregate(rs, "seed"), paired(rs)
+        cells = [str(c.n), _vs(_pct(c.recall), _pct(s.recall)), _vs(_pct(c.early_rate), _pct(s.early_rate)),
+                 _vs(_num(c.median_delay), _num(s.median_delay)),
+                 f"{_vs(_num(p.median('core')), _num(p.median('seed')))} ({p.n})"]
+        if bold:
+            cells = [f"**{x}**" for x in cells]
+        return "| " + " | ".join([*label, *cells]) + " |"
+
     for fam, path in combinations(include_healthy=False):
-        rs = by.get((fam, path), [])
-        if not rs:
-            continue
-        c, s = aggregate(rs, "core"), aggregate(rs, "seed")
-        lines.append(f"| {fam} | {path} | {c.n} | {_pair(_pct(c.recall), _pct(s.recall))} | "
-                     f"{_pair(_pct(c.early_rate), _pct(s.early_rate))} | "
-                     f"{_pair(_rate(c.median_delay), _rate(s.median_delay))} |")
+        if (fam, path) in by:
+            lines.append(row((fam, str(path)), by[(fam, path)]))
+    lines.append(row(("**all**", ""), results, bold=True))
+    lines += ["", "| healthy family | runs | false stops | any warn/stop |", "|---|---:|---|---|"]
     c_all, s_all = aggregate(results, "core"), aggregate(results, "seed")
-    lines.append(f"| **all** | | **{c_all.n}** | **{_pair(_pct(c_all.recall), _pct(s_all.recall))}** | "
-                 f"**{_pair(_pct(c_all.early_rate), _pct(s_all.early_rate))}** | "
-                 f"**{_pair(_rate(c_all.median_delay), _rate(s_all.median_delay))}** |")
-    lines += ["", "| healthy family | runs | false stops (ours / seed) | any warn/stop (ours / seed) |",
-              "|---|---:|---|---|"]
     for fam in FAMILIES:
         rs = by.get((fam, None), [])
-        if not rs:
-            continue
-        c, s = aggregate(rs, "core"), aggregate(rs, "seed")
-        lines.append(f"| {fam} | {c.healthy} | {_pair(_pct(c.false_stop_rate), _pct(s.false_stop_rate))} | "
-                     f"{_pair(_pct(c.healthy_any_rate), _pct(s.healthy_any_rate))} |")
+        if rs:
+            c, s = aggregate(rs, "core"), aggregate(rs, "seed")
+            lines.append(f"| {fam} | {c.healthy} | {_vs(_pct(c.false_stop_rate), _pct(s.false_stop_rate))} | "
+                         f"{_vs(_pct(c.healthy_any_rate), _pct(s.healthy_any_rate))} |")
     lines.append(f"| **all** | **{c_all.healthy}** | "
-                 f"**{_pair(_pct(c_all.false_stop_rate), _pct(s_all.false_stop_rate))}** | "
-                 f"**{_pair(_pct(c_all.healthy_any_rate), _pct(s_all.healthy_any_rate))}** |")
-    lines += ["", "Targets (ours): " + ", ".join(
-        f"{name} {'✅' if ok else '❌'}" for name, ok in check_targets(c_all, s_all).items())]
-    # what still rings on healthy runs, so a reader can see where the remaining false alarms come from
+                 f"**{_vs(_pct(c_all.false_stop_rate), _pct(s_all.false_stop_rate))}** | "
+                 f"**{_vs(_pct(c_all.healthy_any_rate), _pct(s_all.healthy_any_rate))}** |")
+    p = paired(results)
+    lines += [
+        "",
+        "Targets (ours): " + ", ".join(
+            f"{name} {'✅' if ok else '❌'}" for name, ok in check_targets(c_all, p).items()) + ".",
+        "",
+        f"Paired delay: on the {p.n} runs both detect with no alarm from an expected gauge before onset, ours "
+        f"detects first on {p.faster}, the seed rules on {p.slower}, both on the same row on "
+        f"{p.n - p.faster - p.slower}; ours comes a median of {_rows(p.row_lag)} logged row(s) later.",
+    ]
     for det, label in (("core", "ours"), ("seed", "seed rules")):
         cnt = Counter(a for r in results if r.spec.pathology is None for a in r.outcomes[det].alarms)
         if cnt:
             top = ", ".join(f"`{k}` {v}" for k, v in cnt.most_common(6))
-            lines.append(f"Healthy-run alarms by rule ({label}): {top}.")
+            lines.append(f"Alarms on healthy runs by rule ({label}): {top}.")
+    lines.append(f"The seed's 'deserves a look' heuristics (info, not counted) fire on "
+                 f"{_pct(s_all.healthy_info_rate)} of healthy runs.")
     lines.append("")
     return lines
 
 
 def real_table(real: list[RealResult]) -> list[str]:
-    lines = ["### Real TRL logs (readings fixed in `tests/test_real_logs.py`)", "",
-             "| log | expected | ours | seed rules |", "|---|---|---|---|"]
+    lines = ["### Real TRL logs: the readings fixed in `tests/test_real_logs.py`", "",
+             "| log | reading | ours | seed rules |", "|---|---|---|---|"]
     for r in real:
         lines.append(f"| `{r.name}` | {r.expected} | {r.core_verdict} {'✅' if r.core_ok else '❌'} | "
                      f"{r.seed_verdict} {'✅' if r.seed_ok else '❌'} |")
     lines.append(f"| **matching the reading** | | **{sum(r.core_ok for r in real)}/{len(real)}** | "
                  f"**{sum(r.seed_ok for r in real)}/{len(real)}** |")
-    lines += ["", "Ours must match the verdict, raise the required findings and alarm on no other gauge; the seed "
-              "rules must match the verdict and alarm on no other gauge.", ""]
+    lines += ["", "Ours must give the verdict, raise the required findings and alarm on no other gauge; the seed "
+              "rules must give the verdict and alarm on no other gauge.", ""]
     return lines
+
+
+def legend() -> list[str]:
+    lines = ["### The seed rules (`benchmarks/detection/seed_rules.py`)", "",
+             "| gauge | rule | severity | the posts' words (I = Part I, II = Part II, III = Part III) |",
+             "|---|---|---|---|"]
+    for (gauge, rule), (sev, src) in SEED_RULES.items():
+        lines.append(f"| {gauge} | {rule} | {sev} | {src} |")
+    return [*lines, ""]
 
 
 def render(held: list[Result], tune: list[Result], real: list[RealResult], elapsed: float, workers: int,
@@ -388,32 +471,38 @@ def render(held: list[Result], tune: list[Result], real: list[RealResult], elaps
     lines = [
         "## Detection quality: the core vs the seed blog's rules",
         "",
-        "Generated by `python benchmarks/detection/bench.py`" + (" --quick" if quick else "") + "; do not edit by hand.",
+        f"Generated by `python benchmarks/detection/bench.py{' --quick' if quick else ''}`; do not edit by hand.",
         "",
         f"Corpus: every `wandb_rlcluster.synthetic` family healthy ({HEALTHY_PER_FAMILY} runs per family and seed) "
-        "and with every pathology it can have, one run per seed; per run n_steps log-uniform "
-        f"{N_STEPS[0]}–{N_STEPS[1]}, logging_steps from {{{', '.join(map(str, LOGGING_STEPS))}}} (at least "
-        f"{MIN_ROWS} logged rows), noise ×{NOISE[0]}–{NOISE[1]}, onset {ONSET[0]:.0%}–{ONSET[1]:.0%} of the run, "
-        "eval rows on half the SFT/DPO runs. *ours*: `InstrumentCluster` findings (warn/stop); *seed*: the posts' "
-        "thresholds applied literally, one check per row (`benchmarks/detection/seed_rules.py`). Recall: a warn/stop "
-        "from an expected gauge at or after onset. Early: any warn/stop before onset. Delay: (first detection − "
-        "onset) / (n_steps − onset), median over detected runs. Defaults were tuned on the tuning seeds only.",
+        "and with every pathology it can have (one run per seed). Each run draws n_steps log-uniform in "
+        f"{N_STEPS[0]}–{N_STEPS[1]}, logging_steps from {{{', '.join(map(str, LOGGING_STEPS))}}} (keeping at least "
+        f"{MIN_ROWS} logged rows), noise ×{NOISE[0]}–{NOISE[1]}, onset at {_pct(ONSET[0])}–{_pct(ONSET[1])} of the "
+        "run, eval rows on half the SFT/DPO runs. *Ours*: `InstrumentCluster` warn/stop findings. *Seed rules*: the "
+        "posts' thresholds applied literally, checked on every row (legend below).",
+        "",
+        "Recall: a warn/stop from an expected gauge at or after onset. Early fires: any warn/stop before onset. "
+        "Delay: (first detection − onset) / (n_steps − onset); *median delay* is over each detector's own "
+        "detections, *paired delay* over the runs both detect with no alarm from an expected gauge before onset "
+        "(a rule already ringing before the onset has detected nothing). Defaults were tuned on the tuning seeds only; "
+        "the held-out seeds are the verdict.",
         "",
     ]
-    lines += split_table(held, "Held-out seeds")
-    lines += split_table(tune, "Tuning seeds")
+    lines += split_table(held, "Held-out")
+    lines += split_table(tune, "Tuning")
     if real:
         lines += real_table(real)
+    lines += legend()
     lines += [f"Runtime {elapsed:.0f} s with {workers} worker process(es) on {platform.machine()}, "
               f"{os.cpu_count()} CPUs, Python {platform.python_version()}.", ""]
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="3 seeds per split (a minute's smoke run)")
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="3 seeds per split (a few seconds)")
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--out", type=Path, default=RESULTS, help="where to write the Markdown (default RESULTS.md)")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="Markdown output (default: RESULTS.md beside this file; --quick writes nothing unless given)")
     ap.add_argument("--no-write", action="store_true", help="print only")
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
@@ -428,16 +517,11 @@ def main(argv: list[str] | None = None) -> int:
     real = score_real_logs() if REAL_LOGS.is_dir() else []
     md = render(held, tune, real, time.perf_counter() - t0, args.workers, args.quick)
     print(md)
-    if not args.no_write:
-        args.out.write_text(md)
-        print(f"written to {args.out}", file=sys.stderr)
+    out = args.out if args.out is not None else (None if args.quick else RESULTS)
+    if out is not None and not args.no_write:
+        out.write_text(md)
+        print(f"written to {out}", file=sys.stderr)
     return 0
-
-
-def iter_slice(seeds: Iterable[int], split: str = "held-out", per_combo: int = 1) -> Iterator[Result]:
-    """Score a small slice in-process (the CI test's entry point)."""
-    for spec in make_specs(seeds, split, healthy_per_family=per_combo):
-        yield score_spec(spec)
 
 
 if __name__ == "__main__":

@@ -35,9 +35,10 @@ RL_FAMILIES = frozenset({"grpo", "ppo", "online_dpo"})
 
 # (gauge, rule) -> (severity, where the post states it), for the table's legend and the tests.
 SEED_RULES: dict[tuple[str, str], tuple[str, str]] = {
-    ("loss", "spike-ratio"): ("warn", "I: max(last 10) / mean(earlier window) > 2.0 (not GRPO: III 'alert on reward std, not loss')"),
+    ("loss", "spike-ratio"): ("warn", "I: max(last 10) / mean(earlier window) > 2.0; not on GRPO "
+                              "(III: 'set alerts on reward std, not loss')"),
     ("gradients", "nonfinite"): ("warn", "I: any NaN/Inf"),
-    ("gradients", "zero"): ("warn", "I: vanishing; |g| < 1e-8 counts as zero"),
+    ("gradients", "zero"): ("warn", "I: vanishing gradients; grad_norm < 1e-8 (I's 'zero' for sparsity)"),
     ("convergence", "early-stop"): ("stop", "I: patience 5, min_delta 0.001 on eval_loss; 'may stop training'"),
     ("convergence", "gap-velocity"): ("warn", "I: train/eval gap velocity > 0.1 (overfitting)"),
     ("kl", "kl-warn"): ("warn", "II: KL > 0.5 is a warning"),

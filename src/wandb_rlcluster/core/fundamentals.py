@@ -40,7 +40,8 @@ class LossGauge(Gauge):
     id = "loss"
     title = "Loss landscape"
     inputs = ("loss", "eval_loss")
-    defaults = {"window": 20, "spike_ratio": 2.0, "spike_for": 3, "nonfinite_for": 3, "var_ratio": 4.0}
+    defaults = {"window": 20, "spike_ratio": 2.0, "spike_for": 3, "spike_min_rows": 10, "nonfinite_for": 3,
+                "var_ratio": 4.0}
 
     def setup(self) -> None:
         self.hist = RollingWindow(self.p["window"])
@@ -67,7 +68,8 @@ class LossGauge(Gauge):
             return  # a surrogate's level says nothing: no spike or volatility rules, nothing to keep
         ref = self.hist.mean()
         spiky = False
-        if self.hist.full and ref > 1e-3:
+        # judge against a half-filled window too: a spike in the first 20 rows of a short run is still a spike
+        if len(self.hist) >= self.p["spike_min_rows"] and ref > 1e-3:
             ratio = loss / ref
             d["spike_ratio"] = ratio
             spiky = ratio > self.p["spike_ratio"]
