@@ -77,3 +77,20 @@ def test_state_roundtrip_is_json_and_resumes(batch):
     b.load_state_dict(state)
     b.update({"loss": 0.1, "reward": 0.5, "step": 10**6})
     _check_summary(b)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(rows, max_size=40), st.sampled_from([None, *FAMILIES]))
+def test_alert_engine_on_arbitrary_rows_never_raises(batch, family):
+    """The shipped alert rules evaluate any row (missing keys, NaN, strings, huge values) without raising."""
+    from wandb_rlcluster.alerts import AlertEngine, load_config
+
+    engine = AlertEngine(load_config(), clock=None)
+    cluster = InstrumentCluster(trainer=family, detect_rows=1)
+    for r in batch:
+        before = {g: x.rows_seen for g, x in cluster.gauges.items()}
+        fired = cluster.update(r)
+        updated = {g for g, x in cluster.gauges.items() if x.rows_seen != before.get(g, 0)}
+        for e in engine.evaluate(cluster.last_step, r, cluster, fired, updated):
+            assert e.kind in ("firing", "resolved") and e.severity in ("info", "warn", "stop")
+            json.dumps(e.to_dict(), default=str)
