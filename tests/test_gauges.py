@@ -197,3 +197,14 @@ def test_statuses_and_derived_are_finite_and_complete():
     d = c.derived()
     assert "kl/kl" in d and "length/vs_baseline" in d and "reward_signal/frac_zero_std" in d
     assert all(math.isfinite(v) for v in d.values())
+
+
+def test_huge_loss_spike_fires_at_once_and_single_zero_grad_warns_outside_grpo():
+    rows = [{"step": i, "loss": 1.0 if i != 60 else 8.0, "grad_norm": 0.5} for i in range(1, 80)]
+    spikes = [f for f in analyze_rows(rows, trainer="sft").findings if f.rule == "loss-spike"]
+    assert [f.step for f in spikes] == [60]  # 8x the running mean needs no confirmation
+    rows = [{"step": i, "loss": 1.0, "grad_norm": 0.0 if i == 30 else 0.5} for i in range(1, 60)]
+    sft = [(f.rule, f.step, f.severity) for f in analyze_rows(rows, trainer="sft").findings if f.gauge == "gradients"]
+    assert sft == [("grad-zero-step", 30, "warn")]  # one zero is news; the dead-run stop needs 5
+    grpo_rows = [dict(r, reward=0.5, reward_std=0.2) for r in rows]
+    assert not [f for f in analyze_rows(grpo_rows, trainer="grpo").findings if f.gauge == "gradients"]

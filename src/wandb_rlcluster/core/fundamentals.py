@@ -40,8 +40,8 @@ class LossGauge(Gauge):
     id = "loss"
     title = "Loss landscape"
     inputs = ("loss", "eval_loss")
-    defaults = {"window": 20, "spike_ratio": 2.0, "spike_for": 3, "spike_min_rows": 10, "nonfinite_for": 3,
-                "var_ratio": 4.0}
+    defaults = {"window": 20, "spike_ratio": 2.0, "spike_ratio_now": 5.0, "spike_for": 3, "spike_min_rows": 10,
+                "nonfinite_for": 3, "var_ratio": 4.0}
 
     def setup(self) -> None:
         self.hist = RollingWindow(self.p["window"])
@@ -73,12 +73,14 @@ class LossGauge(Gauge):
             ratio = loss / ref
             d["spike_ratio"] = ratio
             spiky = ratio > self.p["spike_ratio"]
+            # a jump far past the threshold needs no confirmation; a marginal one must persist
+            huge = ratio > self.p["spike_ratio_now"]
             self.check(
                 "loss-spike", spiky, "warn", "loss", loss,
-                lambda: f"loss {loss:.4g} is {ratio:.1f}x its running mean {ref:.4g} for "
-                f"{self.p['spike_for']} logged steps: a sustained spike (bad batch, LR too high, "
-                "or data-order problem). Check grad_norm at the same steps.",
-                for_=self.p["spike_for"], clear=3,
+                lambda: f"loss {loss:.4g} is {ratio:.1f}x its running mean {ref:.4g}"
+                + ("" if huge else f" for {self.p['spike_for']} logged steps")
+                + ": a spike (bad batch, LR too high, or data-order problem). Check grad_norm at the same steps.",
+                for_=1 if huge else self.p["spike_for"], clear=3,
             )
         if not spiky:  # keep the spike out of the reference it is judged against
             self.hist.push(loss)
@@ -126,6 +128,12 @@ class GradientGauge(Gauge):
                 "being learned (frozen parameters, all-zero advantages, or a broken loss). The run is "
                 "burning compute.",
                 for_=self.p["zero_for"],
+            )
+            # Outside GRPO/RLOO (where a batch of all-equal groups legitimately gives 0) one exact zero is news.
+            self.check(
+                "grad-zero-step", g <= 1e-12 and self.family not in ("grpo",), "warn", "grad_norm", g,
+                lambda: f"grad_norm is exactly 0 at step {self.step}: no parameter received a gradient "
+                "(frozen weights, a detached loss, or an empty batch).",
             )
             if g > 1e-12:
                 med = self.win.robust()[0] if len(self.win) >= self.p["min_history"] else math.nan
