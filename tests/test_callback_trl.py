@@ -230,3 +230,16 @@ def test_two_processes_alert_written_once(tmp_path: Path):
     assert [j["rule"] for j in journal if j.get("kind") == "firing"].count("kl-stop") == 1
     run = read_offline_run(find_run_dirs(tmp_path / "wandb")[0])
     assert [a["title"] for a in run.alerts].count(next(j["title"] for j in journal if j["rule"] == "kl-stop")) == 1
+
+
+@pytest.mark.parametrize("kind", ["sft", "dpo"])
+def test_two_processes_other_trainers_stop_together(tmp_path: Path, kind: str):
+    """Beyond GRPO: an SFT and a DPO run under torchrun stop together when only rank 1 decides to."""
+    strict = tmp_path / "strict-alerts.yaml"
+    strict.write_text("rules:\n  - name: loss-any\n    gauge: loss\n    when: \"loss > 0\"\n    for: 2\n"
+                      "    severity: stop\n")
+    res0 = run_trainer(tmp_path, kind, "--max-steps", "6", "--rank-alerts", json.dumps({"1": str(strict)}),
+                       "--every", "3", nproc=2, timeout=400)
+    res1 = json.loads((tmp_path / "result-rank1.json").read_text())
+    assert res1["stop_finding"]["rule"] == "loss-any" and res0["stop_finding"] is None
+    assert res0["stopped_at"] == res1["stopped_at"] == res0["global_step"] == res1["global_step"] == 2
