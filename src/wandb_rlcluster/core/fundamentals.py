@@ -40,7 +40,7 @@ class LossGauge(Gauge):
     id = "loss"
     title = "Loss landscape"
     inputs = ("loss", "eval_loss")
-    defaults = {"window": 20, "spike_ratio": 2.0, "spike_ratio_now": 5.0, "spike_for": 3, "spike_min_rows": 10,
+    defaults = {"window": 20, "spike_ratio": 2.0, "spike_ratio_now": 5.0, "spike_for": 2, "spike_min_rows": 10,
                 "nonfinite_for": 3, "var_ratio": 4.0}
 
     def setup(self) -> None:

@@ -263,7 +263,7 @@ class PolicyRatioGauge(Gauge):
     inputs = ("val/ratio", "policy/clipfrac_avg", "clip_ratio/region_mean", "clip_ratio/low_mean",
               "clip_ratio/high_mean")
     defaults = {"ratio_warn": (0.7, 1.5), "ratio_stop": (0.5, 2.0), "clip_warn": 0.3, "clip_stop": 0.5,
-                "clip_low": 0.01, "for": 3, "warn_for": 2}  # stop after 3 rows out of range, warn after 2
+                "clip_low": 0.01, "for": 3, "warn_for": 1}  # stop after 3 rows out of range, warn after 2
     family_defaults = {"grpo": {"clip_warn": 0.4, "clip_stop": 0.6}}
 
     def setup(self) -> None:
@@ -411,7 +411,7 @@ class EntropyGauge(Gauge):
     id = "entropy"
     title = "Policy entropy"
     inputs = ("entropy", "objective/entropy", "policy/entropy_avg")
-    defaults = {"floor": 1.0, "floor_for": 3, "collapse_ratio": 0.5, "for": 5, "smooth": 0.2, "spike_z": 8.0,
+    defaults = {"floor": 1.0, "floor_for": 2, "collapse_ratio": 0.5, "for": 5, "smooth": 0.2, "spike_z": 8.0,
                 "baseline_rows": 10}
 
     def setup(self) -> None:
@@ -494,7 +494,8 @@ class RewardSignalGauge(Gauge):
         std = v.get("reward_std")
         if std is not None and finite(std):
             d["reward_std"] = std
-        if f is not None and finite(f):
+        has_frac = f is not None and finite(f)
+        if has_frac:
             ze = self.zero.push(f)
             d["frac_zero_std"] = f
             d["frac_zero_std_ewma"] = ze
@@ -506,7 +507,15 @@ class RewardSignalGauge(Gauge):
                        lambda: f"{ze:.0%} of groups have zero reward variance: the learning signal is vanishing "
                        "(prompts too easy or too hard). Filter prompts by difficulty or raise num_generations.",
                        for_=p["for"], clear=5)
-        elif std is not None and finite(std):
+        # One unambiguous row: no group had any reward spread and the optimizer got a zero gradient —
+        # the step changed nothing (the seed's dead-run signal, made specific to group-relative training).
+        g = v.get("grad_norm")
+        no_spread = (has_frac and f >= p["zero_std_stop"]) or (not has_frac and std is not None and std == 0.0)
+        self.check("no-update-step", no_spread and g is not None and g == 0.0, "warn", "grad_norm", g,
+                   lambda: f"at step {self.step} every group scored its completions identically and grad_norm is 0: "
+                   "this step changed nothing. If it repeats, the run is dead (prompts too easy/hard, reward "
+                   "constant).")
+        if not has_frac and std is not None and finite(std):  # older TRL: reward_std is all there is
             se = self.std_ewma.push(std)
             self.check("reward-std-low", se < p["std_low"], "warn", "reward_std", std,
                        lambda: f"reward_std has averaged {se:.3g} < {p['std_low']}: completions in a group score "
