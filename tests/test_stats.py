@@ -11,10 +11,10 @@ import numpy as np
 from wandb_rlcluster.core.stats import (
     Baseline,
     Ewma,
+    RollingCorrelation,
     RollingSlope,
     RollingWindow,
     RunningRegression,
-    pearson,
     robust_z,
 )
 
@@ -76,11 +76,18 @@ def test_ewma_converges_and_baseline_freezes():
     assert b.ready and b.value == 3.0  # median of the first five; later values do not move it
 
 
-def test_pearson():
+def _corr(xs: list[float], ys: list[float]) -> float:
+    c = RollingCorrelation(len(xs))
+    for x, y in zip(xs, ys, strict=True):
+        c.push(x, y)
+    return c.corr()
+
+
+def test_rolling_correlation():
     xs = [float(i) for i in range(50)]
-    assert math.isclose(pearson(xs, [2 * x + 1 for x in xs]), 1.0)
-    assert math.isclose(pearson(xs, [-x for x in xs]), -1.0)
-    assert pearson(xs, [1.0] * 50) == 0.0
+    assert math.isclose(_corr(xs, [2 * x + 1 for x in xs]), 1.0)
+    assert math.isclose(_corr(xs, [-x for x in xs]), -1.0)
+    assert _corr(xs, [1.0] * 50) == 0.0
 
 
 def test_state_roundtrip():

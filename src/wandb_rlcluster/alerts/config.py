@@ -211,7 +211,7 @@ def _severity(loc: _Loc, line: int, key: str, v: Any) -> str | None:
     return str(v)
 
 
-def _parse_rule(loc: _Loc, node: yaml.Node, defaults: dict[str, Any]) -> dict[str, Any] | None:
+def _parse_rule(loc: _Loc, node: yaml.Node) -> dict[str, Any] | None:
     """A rule as a dict of given fields (values validated), with '_line'; None if not a mapping."""
     if not isinstance(node, yaml.MappingNode):
         loc.err(_line(node), "each rule must be a mapping with at least 'name'")
@@ -424,7 +424,7 @@ def _raw_document(path: str, text: str, loc: _Loc) -> dict[str, Any] | None:
                 loc.err(kline, "'rules' must be a list (each item starts with '- name: ...')")
                 continue
             for item in vnode.value:
-                r = _parse_rule(loc, item, doc["defaults"])
+                r = _parse_rule(loc, item)
                 if r is not None:
                     doc["rules"].append(r)
     return doc
@@ -507,7 +507,6 @@ def load_config(path: str | os.PathLike[str] | None = None) -> AlertConfig:
         docs.append((default_loc, default_doc))
     if user_doc is not None and user_loc is not None:
         docs.append((user_loc, user_doc))
-    problems = default_loc.problems + (user_loc.problems if user_loc else [])
     # merge: later files override rules by name (field by field), channels, gauges, defaults
     merged_rules: dict[str, tuple[_Loc, dict[str, Any]]] = {}
     defaults: dict[str, Any] = {}

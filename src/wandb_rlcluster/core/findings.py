@@ -16,11 +16,6 @@ Status = Literal["ok", "warn", "stop", "no-data"]
 SEVERITY_RANK: dict[str, int] = {"ok": 0, "info": 0, "no-data": -1, "warn": 1, "stop": 2}
 
 
-def worst(a: str, b: str) -> str:
-    """The more severe of two severities/statuses (``info`` counts as ``ok``)."""
-    return a if SEVERITY_RANK.get(a, 0) >= SEVERITY_RANK.get(b, 0) else b
-
-
 @dataclass
 class Finding:
     """One rule firing on one gauge.

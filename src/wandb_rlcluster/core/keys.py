@@ -38,8 +38,6 @@ PREFERENCE_REWARD_KEYS = frozenset(
     {"chosen", "rejected", "margins", "accuracies", "chosen_sum", "rejected_sum"}
 )
 
-STEP_KEYS = ("step",)
-
 # Inputs that only a live run can measure; the callback logs them as ``rlcluster/<key>``.
 LIVE_INPUT_KEYS = frozenset({
     "attention_entropy/mean", "attention_entropy/head_std", "attention_entropy/max_possible",

@@ -341,9 +341,6 @@ class LengthGauge(Gauge):
         self.base = Baseline(self.p["baseline_rows"])
         self.spread_base = Baseline(self.p["baseline_rows"])
         self.ewma = Ewma(self.p["smooth"])
-        self.var_base = RollingWindow(self.p["baseline_rows"])
-        self.recent = RollingWindow(self.p["baseline_rows"])
-        self.no_eos_rows = 0
 
     def applies(self) -> bool:
         return self.family in ("grpo", "ppo", "online_dpo")
@@ -359,9 +356,6 @@ class LengthGauge(Gauge):
             d["mean_length"] = L
             e = self.ewma.push(L)
             self.base.push(L)
-            self.recent.push(L)
-            if not self.var_base.full:
-                self.var_base.push(L)
             term = v.get("completions/mean_terminated_length")
             if term is not None and finite(term):
                 d["truncation_gap"] = L - term

@@ -71,13 +71,6 @@ class RollingWindow:
     def median(self) -> float:
         return median(self.buf)
 
-    def mad_sigma(self) -> float:
-        """Robust standard deviation: 1.4826 × median absolute deviation."""
-        if len(self.buf) < 2:
-            return 0.0
-        med = median(self.buf)
-        return MAD_TO_SIGMA * median([abs(v - med) for v in self.buf])
-
     def robust(self, refresh: int = 4) -> tuple[float, float]:
         """(median, robust sigma), recomputed at most every ``refresh`` pushes.
 
@@ -186,10 +179,6 @@ class Baseline:
     def ready(self) -> bool:
         return self.value == self.value
 
-    def provisional(self) -> float:
-        """The baseline so far (before it is frozen), or nan."""
-        return self.value if self.ready else (median(self._vals) if self._vals else math.nan)
-
     def state_dict(self) -> dict[str, object]:
         return {"size": self.size, "vals": list(self._vals), "value": self.value}
 
@@ -197,24 +186,6 @@ class Baseline:
         self.size = int(state["size"])  # type: ignore[arg-type]
         self._vals = [float(v) for v in state["vals"]]  # type: ignore[union-attr]
         self.value = float(state["value"])  # type: ignore[arg-type]
-
-
-def pearson(xs: list[float], ys: list[float]) -> float:
-    """Correlation of two equal-length lists; 0.0 when undefined."""
-    n = min(len(xs), len(ys))
-    if n < 3:
-        return 0.0
-    mx = sum(xs[-n:]) / n
-    my = sum(ys[-n:]) / n
-    sxy = sxx = syy = 0.0
-    for x, y in zip(xs[-n:], ys[-n:], strict=True):
-        dx, dy = x - mx, y - my
-        sxy += dx * dy
-        sxx += dx * dx
-        syy += dy * dy
-    if sxx <= 0 or syy <= 0:
-        return 0.0
-    return sxy / math.sqrt(sxx * syy)
 
 
 class RunningRegression:
