@@ -34,10 +34,8 @@ def run_rules(tmp_path: Path, yaml_text: str, rows: list[dict], trainer: str = "
     cluster = InstrumentCluster(trainer=trainer, params=cfg.gauge_params)
     events = []
     for r in rows:
-        before = {g: x.rows_seen for g, x in cluster.gauges.items()}
         fired = cluster.update(r)
-        updated = {g for g, x in cluster.gauges.items() if x.rows_seen != before[g]}
-        events += engine.evaluate(r["step"], r, cluster, fired, updated)
+        events += engine.evaluate(r["step"], r, cluster, fired, cluster.last_updated)
         clock.t += clock.dt
     return [(e.kind, e.rule, e.step, e.notify, e.suppressed) for e in events], engine
 

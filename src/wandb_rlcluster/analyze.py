@@ -163,13 +163,11 @@ def analyze_stream(rows: Iterable[Mapping[str, object]], trainer: str | None = N
         if first is None:
             first = row.step
         if engine is not None or observer is not None:  # they read gauge state after each row: row by row
-            before = [g.rows_seen for g in cluster.gauges.values()]
             fired = cluster.update_row(row)
-            updated = {gid for (gid, g), b in zip(cluster.gauges.items(), before, strict=False) if g.rows_seen != b}
             if engine is not None and cluster.gauges:
-                events.extend(engine.evaluate(row.step, raw, cluster, fired, updated if before else None))
+                events.extend(engine.evaluate(row.step, raw, cluster, fired, cluster.last_updated))
             if observer is not None:
-                observer(row, cluster, updated)
+                observer(row, cluster, cluster.last_updated)
         else:
             chunk.append(row)
             if len(chunk) >= CHUNK:

@@ -271,7 +271,7 @@ class RLClusterCallback(TrainerCallback, ExportableState):
         t0 = time.perf_counter()
         local_stop = False
         fired: list[Finding] = []
-        before: dict[str, int] = {}
+        updated: set[str] = set()
         try:
             row: dict[str, Any] = dict(logs or {})
             row["step"] = state.global_step
@@ -282,11 +282,10 @@ class RLClusterCallback(TrainerCallback, ExportableState):
                 self._live.update(eff)
                 row.update(self._live)
             self._live = {}
-            before = {gid: g.rows_seen for gid, g in self.cluster.gauges.items()}
             fired = self.cluster.update(row)
+            updated = self.cluster.last_updated
             wanted = ("stop",) if self.stop_on == "stop" else ("stop", "warn")
             if self.engine is not None:
-                updated = {gid for gid, g in self.cluster.gauges.items() if g.rows_seen != before.get(gid, 0)}
                 events = self.engine.evaluate(state.global_step, row, self.cluster, fired, updated)
                 self._events = events
                 self.alert_events.extend(e for e in events if e.kind == "firing")
@@ -315,7 +314,7 @@ class RLClusterCallback(TrainerCallback, ExportableState):
             self.stopped_at = state.global_step
         if state.is_world_process_zero:
             try:
-                self._publish(state, fired, before, stop)
+                self._publish(state, fired, updated, stop)
             except Exception as e:  # noqa: BLE001
                 self._error("publish", e)
         self.on_log_seconds += time.perf_counter() - t0
@@ -370,7 +369,7 @@ class RLClusterCallback(TrainerCallback, ExportableState):
             logger.warning("rlcluster: report saved: %s", report.url)
 
     # -- helpers ------------------------------------------------------------------------------------
-    def _publish(self, state: TrainerState, fired: list[Finding], before: dict[str, int], stop: bool) -> None:
+    def _publish(self, state: TrainerState, fired: list[Finding], updated: set[str], stop: bool) -> None:
         events, self._events = self._events, []
         if self.notifier is not None and events:
             self.notifier.handle(events)
@@ -398,7 +397,7 @@ class RLClusterCallback(TrainerCallback, ExportableState):
         p = self.prefix
         metrics: dict[str, float] = {}
         for gid, g in self.cluster.gauges.items():
-            if g.rows_seen == before.get(gid, 0):
+            if gid not in updated:
                 continue  # only what this row updated: no stale repeats
             for k, v in g.derived.items():
                 if isinstance(v, float) and math.isfinite(v):

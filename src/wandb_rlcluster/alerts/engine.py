@@ -10,6 +10,7 @@ its ``cooldown`` is journaled but not notified again.
 from __future__ import annotations
 
 import math
+import re
 import string
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -93,11 +94,16 @@ class AlertEngine:
         self.last_notified: dict[str, float] = {}
         self.last_finding: dict[tuple[str, str], Finding] = {}
         self.fired_total = 0
+        self._patterns = {r.name: re.compile(r.finding) for r in config.rules if r.finding is not None}
+        self._by_name = {r.name: r for r in config.rules}
 
     # -- evaluation ------------------------------------------------------------------------------
     def evaluate(self, step: int, raw: Mapping[str, Any], cluster: InstrumentCluster,
                  fired: Iterable[Finding] = (), updated: set[str] | None = None) -> list[AlertEvent]:
-        """One logged row: returns the events (firing / resolved) it produced."""
+        """One logged row, right after ``cluster.update(raw)``: returns the events (firing / resolved) it produced.
+
+        ``updated`` is the set of gauges that read the row (``cluster.last_updated``); None evaluates all.
+        """
         for f in fired:
             self.last_finding[(f.gauge, f.rule)] = f
         family = cluster.family
@@ -148,9 +154,7 @@ class AlertEngine:
         return events
 
     def _matching_finding(self, rule: Rule, gauge: Any) -> Finding | None:
-        import re
-
-        pat = re.compile(rule.finding or "^$")
+        pat = self._patterns[rule.name]
         best: Finding | None = None
         min_rank = SEVERITY_RANK[rule.min_severity]
         for core_rule in gauge.firing():
@@ -175,7 +179,8 @@ class AlertEngine:
 
     def _route(self, events: list[AlertEvent]) -> None:
         """Inhibition and cooldown: which firing events are notified."""
-        by_name = {r.name: r for r in self.config.rules}
+        if not events:
+            return
         firing = [r for r in self.config.rules if self.state.get(r.name, [0])[0] == FIRING]
         for e in events:
             if e.kind != "firing":
@@ -191,7 +196,7 @@ class AlertEngine:
                     break
             if not e.notify:
                 continue
-            rule = by_name[e.rule]
+            rule = self._by_name[e.rule]
             if self.clock is not None and rule.cooldown > 0:
                 last = self.last_notified.get(e.rule)
                 now = self.clock()
@@ -229,10 +234,8 @@ class _Lookup:
         self._canon: dict[str, float] | None = None
 
     def _canonical(self) -> dict[str, float]:
-        if self._canon is None:
-            from ..core.keys import Normalizer
-
-            row = Normalizer().normalize(self.raw)
+        if self._canon is None:  # the cluster already normalised this row: reuse it, do not redo it
+            row = self.cluster.last_row
             self._canon = row.values if row is not None else {}
         return self._canon
 

@@ -90,6 +90,9 @@ class InstrumentCluster:
         self.rows = 0
         self.keys_seen: set[str] = set()
         self._pending: list[Row] = []
+        #: The last row fed through update(), normalised, and the gauges that read it (alert rules use both).
+        self.last_row: Row | None = None
+        self.last_updated: set[str] = set()
         self._informative = 0  # buffered rows that carry a metric some gauge reads
         self.last_step = 0
         if self.family:
@@ -117,10 +120,14 @@ class InstrumentCluster:
         """Feed one raw log row (any key spelling); returns findings that fired."""
         row = self.normalizer.normalize(raw)
         if row is None:
+            self.last_row = None
+            self.last_updated = set()
             return []
         return self.update_row(row)
 
     def update_row(self, row: Row) -> list[Finding]:
+        self.last_row = row
+        self.last_updated = set()
         self.rows += 1
         self.last_step = row.step
         if self.family is None:
@@ -182,8 +189,12 @@ class InstrumentCluster:
 
     def _feed(self, row: Row) -> list[Finding]:
         out: list[Finding] = []
-        for g in self.gauges.values():
+        updated = self.last_updated
+        for gid, g in self.gauges.items():
+            seen = g.rows_seen
             fs = g.update(row)
+            if g.rows_seen != seen:
+                updated.add(gid)
             if fs:
                 out.extend(fs)
         if out:
