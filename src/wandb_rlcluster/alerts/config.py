@@ -226,6 +226,11 @@ def _parse_rule(loc: _Loc, node: yaml.Node) -> dict[str, Any] | None:
     return out
 
 
+def _as_list(v: Any) -> Any:
+    """YAML lets a one-item list be written as a bare string: ``trainers: grpo``."""
+    return [v] if isinstance(v, str) else v
+
+
 def _finish_rule(loc: _Loc, d: dict[str, Any], defaults: dict[str, Any], channel_names: set[str],
                  source: str) -> Rule | None:
     line = d.get("_line", 0)
@@ -291,9 +296,7 @@ def _finish_rule(loc: _Loc, d: dict[str, Any], defaults: dict[str, Any], channel
         loc.err(ln("cooldown"), f"rule {name!r}: 'cooldown' {cd_raw!r} is not a duration; write e.g. 30s, 10m, 1h")
         ok = False
     trainers: list[str] = []
-    tr = d.get("trainers", [])
-    if isinstance(tr, str):
-        tr = [tr]
+    tr = _as_list(d.get("trainers", []))
     if not isinstance(tr, list):
         loc.err(ln("trainers"), f"rule {name!r}: 'trainers' must be a list such as [grpo, ppo]")
         ok = False
@@ -307,16 +310,12 @@ def _finish_rule(loc: _Loc, d: dict[str, Any], defaults: dict[str, Any], channel
                 ok = False
     title = _check_template(loc, ln("title"), f"rule {name!r} title", d.get("title", "{rule} at step {step}"))
     text = _check_template(loc, ln("text"), f"rule {name!r} text", d.get("text", "{message}"))
-    inhibits = d.get("inhibits", [])
-    if isinstance(inhibits, str):
-        inhibits = [inhibits]
+    inhibits = _as_list(d.get("inhibits", []))
     if not isinstance(inhibits, list) or not all(isinstance(x, str) for x in inhibits):
         loc.err(ln("inhibits"), f"rule {name!r}: 'inhibits' must be a list of rule names")
         ok, inhibits = False, []
-    chans = d.get("channels", defaults.get("channels"))
+    chans = _as_list(d.get("channels", defaults.get("channels")))
     if chans is not None:
-        if isinstance(chans, str):
-            chans = [chans]
         if not isinstance(chans, list):
             loc.err(ln("channels"), f"rule {name!r}: 'channels' must be a list of channel names")
             ok = False
