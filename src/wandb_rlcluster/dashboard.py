@@ -261,16 +261,13 @@ def build_dashboard(path: str, trainer: str | None = None, alerts: Any = None) -
 
     log = load_any(path)
     alert_config = alerts if alerts is not None else load_config()
+    # The family is fixed up front, so the one analysis pass feeds every row to the collector (a cluster left to
+    # detect the family itself would hold its first rows back, and they would be missing from the plots).
     family = canonical_family(trainer) if trainer else detect_family(_first_keys(log.rows))
     layout = load_layout(family)
     collector = SeriesCollector(layout)
-    analysis = analyze_stream(log.rows, trainer, source=str(path), source_format=log.source_format,
+    analysis = analyze_stream(log.rows, family, source=str(path), source_format=log.source_format,
                               alerts=alert_config, observer=collector)
-    if analysis.cluster.family and load_layout(analysis.cluster.family) is not layout:  # detection disagreed
-        layout = load_layout(analysis.cluster.family)
-        collector = SeriesCollector(layout)
-        analysis = analyze_stream(log.rows, analysis.cluster.family, source=str(path),
-                                  source_format=log.source_format, alerts=alert_config, observer=collector)
     return render_dashboard(analysis, collector.store, layout, alert_config), analysis
 
 
