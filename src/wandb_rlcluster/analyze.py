@@ -86,10 +86,10 @@ def sparkline(values: list[float], width: int = 24) -> str:
     vals = [v for v in values if math.isfinite(v)]
     if not vals:
         return ""
-    if len(vals) > width:  # bucket means down to the width
+    if len(vals) > width:  # bucket means down to the width (each bucket non-empty since len > width)
         step = len(vals) / width
-        vals = [sum(vals[int(i * step):max(int((i + 1) * step), int(i * step) + 1)])
-                / max(1, len(vals[int(i * step):max(int((i + 1) * step), int(i * step) + 1)])) for i in range(width)]
+        buckets = [vals[int(i * step):int((i + 1) * step)] for i in range(width)]
+        vals = [sum(b) / len(b) for b in buckets]
     lo, hi = min(vals), max(vals)
     if hi - lo <= 1e-12 * max(1.0, abs(hi)):
         return BARS[3] * len(vals)
