@@ -14,10 +14,9 @@ import html
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
-from .analyze import Analysis, analyze_stream, load_any
+from .analyze import Analysis, Downsampler, analyze_stream, load_any
 from .core import FAMILY_LABELS, GAUGE_TITLES, InstrumentCluster
 from .core.keys import Normalizer, Row, canonical_family, detect_family
 from .layouts import Layout, PanelSpec, load_layout, thresholds
@@ -29,37 +28,26 @@ W, H, PAD_L, PAD_R, PAD_T, PAD_B = 420, 200, 52, 12, 10, 26
 MAX_POINTS = 400
 
 
-@dataclass
 class SeriesStore:
-    """(step, value) per metric, thinned to at most MAX_POINTS by averaging neighbours (bounded memory)."""
+    """(step, value) per metric, thinned by averaging neighbours (bounded memory).
 
-    points: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
-    weight: dict[str, int] = field(default_factory=dict)
-    acc: dict[str, list[float]] = field(default_factory=dict)
+    Two :class:`Downsampler` per metric, one for steps and one for values: pushed in step, they halve at
+    the same moments, so their bucket means stay paired.
+    """
+
+    def __init__(self) -> None:
+        self.series: dict[str, tuple[Downsampler, Downsampler]] = {}
 
     def push(self, key: str, step: float, value: float) -> None:
         if not math.isfinite(value):
             return
-        a = self.acc.setdefault(key, [0.0, 0.0, 0.0])
-        a[0] += step
-        a[1] += value
-        a[2] += 1
-        w = self.weight.setdefault(key, 1)
-        if a[2] >= w:
-            pts = self.points.setdefault(key, [])
-            pts.append((a[0] / a[2], a[1] / a[2]))
-            self.acc[key] = [0.0, 0.0, 0.0]
-            if len(pts) >= 2 * MAX_POINTS:
-                self.points[key] = [((pts[i][0] + pts[i + 1][0]) / 2, (pts[i][1] + pts[i + 1][1]) / 2)
-                                    for i in range(0, len(pts) - 1, 2)]
-                self.weight[key] = w * 2
+        xs, ys = self.series.setdefault(key, (Downsampler(MAX_POINTS), Downsampler(MAX_POINTS)))
+        xs.push(step)
+        ys.push(value)
 
     def get(self, key: str) -> list[tuple[float, float]]:
-        pts = list(self.points.get(key, []))
-        a = self.acc.get(key)
-        if a and a[2]:
-            pts.append((a[0] / a[2], a[1] / a[2]))
-        return pts
+        pair = self.series.get(key)
+        return list(zip(pair[0].series(), pair[1].series(), strict=True)) if pair else []
 
 
 def _canonical(layout_key: str) -> str:
@@ -93,8 +81,8 @@ def _expand(panel: PanelSpec, store: SeriesStore) -> list[str]:
     for y in panel.y:
         c = _canonical(y)
         if "*" in c:
-            keys += sorted(k for k in store.points if fnmatch.fnmatchcase(k, c))
-        elif c in store.points or c in store.acc:
+            keys += sorted(k for k in store.series if fnmatch.fnmatchcase(k, c))
+        elif c in store.series:
             keys.append(c)
     return keys
 
