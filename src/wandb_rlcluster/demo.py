@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 PATHOLOGIES = ("kl", "length", "entropy", "none")
+PRETRAIN_STEPS = 120
 TRAINERS = ("grpo", "dpo")
 
 
@@ -54,20 +55,6 @@ class DemoResult:
     verdict: str = "ok"
 
 
-def _bias_toward_eos(trainer: Any, bias: float = 6.0) -> None:
-    """Give the tiny model a strong EOS bias so it starts with short answers (and has room to grow)."""
-    import torch
-
-    model = trainer.model
-    old = model.lm_head
-    new = torch.nn.Linear(old.in_features, old.out_features, bias=True)
-    with torch.no_grad():
-        new.weight.copy_(old.weight)
-        new.bias.zero_()
-        new.bias[trainer.processing_class.eos_token_id] = bias
-    model.lm_head = new
-
-
 def run_demo(out: str | Path = "demo-out", trainer: str = "grpo", pathology: str = "kl", steps: int | None = None,
              seed: int = 0, quiet: bool = False) -> DemoResult:
     if trainer not in TRAINERS:
@@ -90,9 +77,10 @@ def run_demo(out: str | Path = "demo-out", trainer: str = "grpo", pathology: str
     import wandb
     from tqdm.auto import tqdm
     from transformers import TrainerCallback
+    from transformers.trainer_callback import PrinterCallback
 
     from .callback import RLClusterCallback
-    from .tiny import make_trainer
+    from .tiny import make_trainer, reward_word_match
 
     result = DemoResult(out=out, trainer=trainer, pathology=pathology)
     # probes more often than the defaults: a demo is short, and every panel should have something to show
@@ -121,17 +109,24 @@ def run_demo(out: str | Path = "demo-out", trainer: str = "grpo", pathology: str
               "callbacks": [plugin, ProgressBar()], "run_name": f"demo-{trainer}-{pathology}"}
     if trainer == "dpo":
         t = make_trainer("dpo", max_steps=steps or 60, learning_rate=5e-4, **common)
-    elif pathology == "kl":
-        t = make_trainer("grpo_kl", max_steps=steps or 150, learning_rate=2e-2, beta=0.04, **common)
-    elif pathology == "length":
-        t = make_trainer("grpo", max_steps=steps or 80, learning_rate=2e-2, max_completion_length=48,
-                         reward_funcs=[reward_length_chars], **common)
-        _bias_toward_eos(t)
-    elif pathology == "entropy":
-        t = make_trainer("grpo", max_steps=steps or 80, learning_rate=2e-2, reward_funcs=[reward_letter_a_dense],
-                         **common)
     else:
-        t = make_trainer("grpo_kl", max_steps=steps or 80, learning_rate=1e-3, beta=0.04, **common)
+        # Every GRPO demo starts from a briefly pretrained "SFT model" that answers with a word and an EOS, as a real
+        # RL run does; from random weights every completion would be truncated and attention uniform (real alarms,
+        # but not the ones a demo means to show). The healthy run learns to echo the prompt's word.
+        grpo = {"pretrain_steps": PRETRAIN_STEPS, "max_completion_length": 16, "reward_funcs": [reward_word_match],
+                **common}
+        if pathology == "kl":
+            t = make_trainer("grpo_kl", max_steps=steps or 150, learning_rate=2e-2, beta=0.04, **grpo)
+        elif pathology == "length":
+            t = make_trainer("grpo", max_steps=steps or 80, learning_rate=2e-2,
+                             **{**grpo, "max_completion_length": 48, "reward_funcs": [reward_length_chars]})
+        elif pathology == "entropy":
+            t = make_trainer("grpo", max_steps=steps or 80, learning_rate=2e-2,
+                             **{**grpo, "reward_funcs": [reward_letter_a_dense]})
+        else:
+            t = make_trainer("grpo_kl", max_steps=steps or 80, learning_rate=1e-3, beta=0.04, **grpo)
+    # disable_tqdm makes transformers print every log row as a dict; the progress bar above replaces both
+    t.remove_callback(PrinterCallback)
     result.max_steps = t.args.max_steps
     t.train()
     run = wandb.run
