@@ -18,43 +18,34 @@ from wandb_rlcluster.wandb_offline import read_offline_run
 
 from .test_callback_trl import metrics_run, ppo_rows_run
 
-# Keys a real run of that kind may lack, each with the reason. Anything else a panel plots must be in the run.
+# Keys a real run of that kind may lack, each with the reason. Anything else a panel plots must be in the run, and a
+# key listed here that the run has after all fails the test too (the list must not rot).
 LORA = {k: "LoRA panels need a PEFT adapter (the sft_peft run in test_callback_trl carries them)"
         for k in ("rlcluster/lora/norm_mean", "rlcluster/lora/effective_rank")}
-EVAL_ONLY_SFT = {"rlcluster/convergence/gap": "the train/eval gap needs eval_loss: only the SFT run evaluates"}
+NO_EVAL = {"eval/loss": "this run does not evaluate (no eval_dataset); the SFT run shows W&B stores eval/loss",
+           "rlcluster/convergence/gap": "the train/eval gap needs an evaluating run"}
+PPO_LR = {"train/lr": "PPOv1's name for the learning rate, plotted on the same panel"}
 OPTIONAL: dict[str, dict[str, str]] = {
-    "grpo_kl": {**LORA, **EVAL_ONLY_SFT},
-    "rloo": {**LORA, **EVAL_ONLY_SFT},
-    "dpo": {**LORA, **EVAL_ONLY_SFT,
-            "train/kl": "DPO logs no KL; the panel is there for KTO's reference-point estimate"},
-    "kto": {**LORA, **EVAL_ONLY_SFT,
+    "grpo_kl": {**LORA, **NO_EVAL, **PPO_LR},
+    "rloo": {**LORA, **NO_EVAL, **PPO_LR},
+    "dpo": {**LORA, **NO_EVAL, **PPO_LR, "train/kl": "DPO logs no KL; the panel is for KTO's reference-point estimate"},
+    "kto": {**LORA, **NO_EVAL, **PPO_LR,
             "train/rewards/accuracies": "KTO scores unpaired completions: no preference accuracy",
-            "train/rewards/margins": "KTO logs chosen/rejected rewards but no margin",
-            "rlcluster/reward/accuracy_ewma": "KTO logs no accuracy to smooth",
-            "train/entropy": "KTO logs no token entropy"},
-    "sft": {**LORA},
-    "online_dpo": {**LORA, **EVAL_ONLY_SFT,
-                   "train/val/ratio": "PPO only: Online DPO has no importance ratio",
-                   "train/policy/clipfrac_avg": "PPO only: Online DPO does not clip",
-                   "train/val/clipfrac_avg": "PPO only: value-function clipping",
-                   "train/policy/entropy_avg": "PPO only (Online DPO logs objective/entropy)",
-                   "train/loss/value_avg": "PPO only: Online DPO has no value head",
-                   "train/loss/policy_avg": "PPO only",
-                   "train/val/num_eos_tokens": "PPO only",
-                   "train/val/contain_eos_token": "Online DPO logs it without the val/ prefix"},
-    "ppo": {**LORA, **EVAL_ONLY_SFT,
-            # live probes need a model; the PPO rows come from a real log replayed through Trainer.log()
-            **{k: "the PPO rows are replayed from a real log: no live probes ran"
+            "rlcluster/reward/accuracy_ewma": "KTO logs no accuracy to smooth"},
+    "sft": {**LORA, **PPO_LR},
+    "online_dpo": {**LORA, **NO_EVAL, **PPO_LR,
+                   "rlcluster/efficiency/tokens_per_s": "Online DPO logs no num_tokens to count throughput with"},
+    "ppo": {**LORA, **NO_EVAL,
+            **{k: "the PPO rows are a real log replayed through Trainer.log() with the live probes off"
                for k in ("rlcluster/attention_entropy/mean", "rlcluster/attention_entropy/max_possible",
-                         "rlcluster/samples/repetition_rate", "rlcluster/gradients/layer_spread",
-                         "rlcluster/efficiency/tokens_per_s")},
-            "train/policy/clipfrac_avg": "TRL's PPOv1 log names it policy/clipfrac_avg only in newer versions; this "
-                                         "log has val/clipfrac_avg",
-            "train/objective/entropy": "kept for TRL versions that log it (this log: policy/entropy_avg)",
-            "train/val/contain_eos_token": "newer TRL only (this log: val/num_eos_tokens)",
-            "train/loss/policy_avg": "kept for TRL versions that log it"},
+                         "rlcluster/samples/repetition_rate", "rlcluster/gradients/layer_spread")},
+            "rlcluster/efficiency/tokens_per_s": "PPOv1 logs no num_tokens",
+            "train/loss": "PPOv1 logs loss/policy_avg and loss/value_avg (Value function panel), no loss",
+            "rlcluster/loss/loss_ewma": "PPOv1 logs no loss",
+            "train/grad_norm": "PPOv1 logs no grad_norm",
+            "train/learning_rate": "PPOv1 logs it as lr (train/lr, on the same panel)"},
 }
-LAYOUT_OF = {"grpo_kl": "grpo", "rloo": "grpo", "dpo": "dpo", "kto": "dpo", "sft": "sft", "online_dpo": "ppo",
+LAYOUT_OF = {"grpo_kl": "grpo", "rloo": "grpo", "dpo": "dpo", "kto": "dpo", "sft": "sft", "online_dpo": "online_dpo",
              "ppo": "ppo"}
 
 

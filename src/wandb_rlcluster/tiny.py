@@ -325,8 +325,9 @@ def make_trainer(
     (GRPO/RLOO log it as ``rewards/tiny-llama-rm/mean``).  Each rank also saves the initial weights under
     ``output_dir/tiny-init*`` (see :func:`_saved_init_model`); ``pretrain_steps`` > 0 starts from a briefly
     :func:`pretrain`-ed model instead of random weights.  ``eval_steps`` > 0 evaluates on a small held-out set every
-    that many steps (transformers logs ``eval_loss``; W&B stores it as ``eval/loss``).  With ``disable_tqdm`` (the default) the datasets and
-    transformers progress bars are switched off too -- process-wide -- so demo and test output stays readable.
+    that many steps (transformers logs ``eval_loss``; W&B stores it as ``eval/loss``).  With ``disable_tqdm`` (the
+    default) the datasets and transformers progress bars are switched off too -- process-wide -- so demo and test
+    output stays readable.
     """
     if kind not in KINDS:
         raise ValueError(f"unknown kind {kind!r}; expected one of {KINDS}")
