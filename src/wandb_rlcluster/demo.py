@@ -3,12 +3,14 @@
 No W&B account (offline), no GPU, no model hub. The pathology is real, not
 simulated: the run is set up so that it actually happens —
 
-- ``kl``: GRPO with beta = 0.04 and a learning rate 20x too high: the policy runs away from its
+- ``kl``: GRPO with beta = 0.04 and a learning rate ~60x the healthy run's: the policy runs away from its
   reference, KL passes 0.5 (warn) and then 1.0 for 3 steps (stop), and training stops;
 - ``length``: a reward that pays for characters, on a model that starts out ending early:
   completions grow to the cap (length explosion, then reward hacking);
 - ``entropy``: a reward for one letter: the policy collapses onto it (entropy collapse);
-- ``none``: the same GRPO run with a sane learning rate.
+- ``none``: a healthy GRPO run (sane learning rate, beta 0.1): the reward climbs, nothing alarms.
+
+Every GRPO demo starts from a tiny model pretrained for a few seconds to answer with a word and an EOS.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,6 +40,32 @@ def reward_letter_a_dense(completions: list[Any], **kwargs: Any) -> list[float]:
     from .tiny import _texts
 
     return [t.lower().count("a") + len(t) / 100.0 for t in _texts(completions)]
+
+
+class _AboveTheBar(logging.Handler):
+    """The plugin's alert lines go above the progress bar (tqdm.write), not through it."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        from tqdm.auto import tqdm
+
+        tqdm.write(self.format(record), file=sys.stderr)
+
+
+def reward_like_ocean(completions: list[Any], **kwargs: Any) -> list[float]:
+    """A reward model with a taste, for the healthy run: letter overlap (Jaccard) of the answer with "ocean".
+
+    Dense (the twelve answer words score 0.11-0.43, "ocean" 1), so groups keep their spread and the reward can climb
+    steadily from ~0.3 without the policy collapsing within the demo's 80 steps.
+    """
+    from .tiny import _texts
+
+    target = set("ocean")
+    out = []
+    for text in _texts(completions):
+        words = text.split()
+        answer = set(words[0].lower()) if words else set()
+        out.append(len(target & answer) / len(target | answer))
+    return out
 
 
 @dataclass
@@ -72,15 +101,21 @@ def run_demo(out: str | Path = "demo-out", trainer: str = "grpo", pathology: str
     os.environ.setdefault("WANDB_CONSOLE", "off")
     os.environ.setdefault("WANDB_DISABLE_GIT", "true")
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
-    logging.getLogger("wandb_rlcluster").setLevel(logging.WARNING)
-
     import wandb
     from tqdm.auto import tqdm
+
+    plugin_log = logging.getLogger("wandb_rlcluster")
+    plugin_log.setLevel(logging.WARNING)
+    if not any(isinstance(h, _AboveTheBar) for h in plugin_log.handlers):
+        plugin_log.addHandler(_AboveTheBar())
+    plugin_log.propagate = False
+    # a transformers deprecation notice from inside TRL's generation is not the demo's business
+    warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")
     from transformers import TrainerCallback
     from transformers.trainer_callback import PrinterCallback
 
     from .callback import RLClusterCallback
-    from .tiny import make_trainer, reward_word_match
+    from .tiny import make_trainer
 
     result = DemoResult(out=out, trainer=trainer, pathology=pathology)
     # probes more often than the defaults: a demo is short, and every panel should have something to show
@@ -111,20 +146,23 @@ def run_demo(out: str | Path = "demo-out", trainer: str = "grpo", pathology: str
         t = make_trainer("dpo", max_steps=steps or 60, learning_rate=5e-4, **common)
     else:
         # Every GRPO demo starts from a briefly pretrained "SFT model" that answers with a word and an EOS, as a real
-        # RL run does; from random weights every completion would be truncated and attention uniform (real alarms,
-        # but not the ones a demo means to show). The healthy run learns to echo the prompt's word.
-        grpo = {"pretrain_steps": PRETRAIN_STEPS, "max_completion_length": 16, "reward_funcs": [reward_word_match],
-                **common}
+        # RL run does: from random weights every completion would be truncated and attention uniform (real alarms,
+        # but not the ones a demo means to show).
+        grpo = {"pretrain_steps": PRETRAIN_STEPS, "max_completion_length": 16, **common}
         if pathology == "kl":
-            t = make_trainer("grpo_kl", max_steps=steps or 150, learning_rate=2e-2, beta=0.04, **grpo)
+            t = make_trainer("grpo_kl", max_steps=steps or 150, learning_rate=2e-3, beta=0.04,
+                             reward_funcs=[reward_like_ocean], **grpo)
         elif pathology == "length":
-            t = make_trainer("grpo", max_steps=steps or 80, learning_rate=2e-2,
+            t = make_trainer("grpo", max_steps=steps or 80, learning_rate=2e-3,
                              **{**grpo, "max_completion_length": 48, "reward_funcs": [reward_length_chars]})
         elif pathology == "entropy":
-            t = make_trainer("grpo", max_steps=steps or 80, learning_rate=2e-2,
-                             **{**grpo, "reward_funcs": [reward_letter_a_dense]})
+            t = make_trainer("grpo", max_steps=steps or 80, learning_rate=2e-3, reward_funcs=[reward_letter_a_dense],
+                             **grpo)
         else:
-            t = make_trainer("grpo_kl", max_steps=steps or 80, learning_rate=1e-3, beta=0.04, **grpo)
+            # healthy: a sane learning rate, beta 0.1 and 32 completions a step (8 per prompt), so the per-token KL
+            # estimate is not dominated by one rare sampled token; the reward climbs ~0.3 -> ~0.55, KL stays < 0.4
+            t = make_trainer("grpo_kl", max_steps=steps or 80, learning_rate=3e-4, beta=0.1, num_generations=8,
+                             per_device_train_batch_size=32, reward_funcs=[reward_like_ocean], **grpo)
     # disable_tqdm makes transformers print every log row as a dict; the progress bar above replaces both
     t.remove_callback(PrinterCallback)
     result.max_steps = t.args.max_steps

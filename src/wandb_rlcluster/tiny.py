@@ -48,7 +48,6 @@ __all__ = [
     "pretrain",
     "reward_length",
     "reward_letter_a",
-    "reward_word_match",
 ]
 
 #: Every trainer kind :func:`make_trainer` can build.
@@ -175,22 +174,6 @@ def reward_length(completions: Sequence[Any], **kwargs: Any) -> list[float]:
     return [len(text) / 10.0 for text in _texts(completions)]
 
 
-def reward_word_match(completions: Sequence[Any], prompts: Sequence[Any] | None = None, **kwargs: Any) -> list[float]:
-    """Letter overlap (Jaccard) between the answer's first word and the word the prompt asks for ("like X").
-
-    Dense and learnable: a policy that answers with random words scores ~0.2, one that echoes the word scores 1.
-    """
-    out = []
-    for i, text in enumerate(_texts(completions)):
-        prompt = _texts([prompts[i]])[0] if prompts is not None and i < len(prompts) else ""
-        target = set(prompt.rsplit("like ", 1)[-1].split(":")[0].strip().lower()) if "like " in prompt else set()
-        words = text.split()
-        answer = set(words[0].lower()) if words else set()
-        union = target | answer
-        out.append(len(target & answer) / len(union) if union else 0.0)
-    return out
-
-
 REWARD_FUNCS: tuple[Callable[..., list[float]], ...] = (reward_letter_a, reward_length)
 
 
@@ -199,6 +182,9 @@ REWARD_FUNCS: tuple[Callable[..., list[float]], ...] = (reward_letter_a, reward_
 # --------------------------------------------------------------------------------------------------------------------
 
 _WORDS = ("apple", "river", "stone", "cloud", "tiger", "lemon", "piano", "maple", "ocean", "amber", "delta", "sugar")
+# what the pretrained tiny model answers with (see pretrain): varied lengths, so a length reward has spread to act on
+_ANSWERS = ("sky", "sea", "sun", "moon", "ocean", "river", "stone", "cloud", "planet", "forest", "mountain",
+            "lighthouse")
 
 
 def make_dataset(kind: str, rows: int = 12) -> Dataset:
@@ -248,9 +234,9 @@ def pretrain(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, *, step
     """Teach a fresh tiny model the task's shape: answer ``Say a word like X:`` with one word and an EOS.
 
     A randomly initialised model never emits EOS (every completion is truncated), attends uniformly and loops under
-    greedy decoding -- all real alarms.  A couple of seconds of plain next-token training on ``prompt word</s>``
-    (the answer word drawn at random, so the policy keeps some entropy to explore with) gives the "SFT model" an RL
-    run starts from in practice.  The loss is on the answer tokens only.
+    greedy decoding -- all real alarms.  A couple of seconds of plain next-token training on ``prompt word</s>`` (the
+    word drawn at random from words of 3 to 10 letters, so the policy keeps some entropy and some length spread to
+    explore with) gives the "SFT model" an RL run starts from in practice.  The loss is on the answer tokens only.
     """
     import random
 
@@ -258,7 +244,7 @@ def pretrain(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, *, step
     texts, answer_from = [], []
     for i in range(16 * len(_WORDS)):
         prompt = f"Say a word like {_WORDS[i % len(_WORDS)]}:"
-        texts.append(f"{prompt} {rng.choice(_WORDS)}{tokenizer.eos_token}")
+        texts.append(f"{prompt} {rng.choice(_ANSWERS)}{tokenizer.eos_token}")
         answer_from.append(len(tokenizer(prompt)["input_ids"]))
     torch.manual_seed(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr)
