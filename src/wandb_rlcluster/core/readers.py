@@ -153,7 +153,7 @@ def read_bounded(path: str | os.PathLike[str], limit: int | None = None) -> byte
                                "(set RLCLUSTER_MAX_INPUT_BYTES to raise it)")
         with os.fdopen(fd, "rb") as fh:
             fd = -1
-            data = fh.read(limit + 1)
+            data = _read_capped(fh, limit, st.st_size)
     except MemoryError:
         raise InputRefused("it does not fit in memory") from None
     except OSError as exc:
@@ -164,6 +164,25 @@ def read_bounded(path: str | os.PathLike[str], limit: int | None = None) -> byte
     if len(data) > limit:  # still growing while being read
         raise InputRefused(f"it is over the {_size(limit)} input limit (set RLCLUSTER_MAX_INPUT_BYTES to raise it)")
     return data
+
+
+def _read_capped(fh: io.BufferedIOBase | gzip.GzipFile, limit: int, expected: int = 0) -> bytes:
+    """At most ``limit + 1`` bytes (one more than allowed tells "too big"). Never asks for more than it
+    expects in one call: ``read(n)`` allocates ``n`` bytes up front, so ``read(limit)`` would reserve the
+    whole cap for a 10-byte file. A file that keeps growing (or a /proc file that says 0 bytes) is read on
+    in 1 MiB pieces."""
+    want = min(max(expected, 0), limit) + 1
+    data = fh.read(want)
+    if len(data) < want:
+        return data
+    parts, total = [data], len(data)
+    while total <= limit:
+        piece = fh.read(min(1 << 20, limit + 1 - total))
+        if not piece:
+            break
+        parts.append(piece)
+        total += len(piece)
+    return b"".join(parts)
 
 
 def _os_reason(exc: BaseException) -> str:
@@ -692,7 +711,7 @@ def _gunzip(data: bytes, name: str) -> bytes:
     limit = input_limit()
     try:
         with gzip.GzipFile(fileobj=io.BytesIO(data)) as fh:
-            out = fh.read(limit + 1)
+            out = _read_capped(fh, limit, 4 * len(data))
     except (OSError, EOFError, ValueError, zlib.error) as exc:
         raise _error(name, f"it is a damaged gzip file ({_os_reason(exc) if isinstance(exc, OSError) else exc})"
                      ) from None
