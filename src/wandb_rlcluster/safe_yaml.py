@@ -77,6 +77,10 @@ def compose_checked(text: str) -> tuple[yaml.Node | None, list[tuple[int, str]]]
         what = clean_text(e.problem or e.context or "malformed YAML", 200)
         return None, [(mark.line + 1 if mark else 1, f"invalid YAML: {what}; check indentation and quoting "
                                                        "around this line")]
+    except yaml.reader.ReaderError as e:  # a character YAML does not allow (a control character, say)
+        line = text.count("\n", 0, max(0, e.position)) + 1
+        char = clean_text(chr(e.character) if isinstance(e.character, int) else e.character)
+        return None, [(line, f"invalid YAML: the character '{char}' is not allowed in YAML; remove it")]
     except yaml.YAMLError as e:
         return None, [(1, f"invalid YAML: {clean_text(type(e).__name__)}")]
     except RecursionError:
