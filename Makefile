@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test smoke bench bench-callback bench-detection clean install
+.PHONY: demo test smoke bench bench-callback bench-detection bench-readers clean install
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -35,6 +35,9 @@ bench-callback: $(STAMP)
 
 bench-detection: $(STAMP)
 	$(BIN)/python benchmarks/detection/bench.py
+
+bench-readers: $(STAMP)
+	$(BIN)/python benchmarks/bench_readers.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache

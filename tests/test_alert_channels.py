@@ -129,6 +129,33 @@ def black_hole() -> Iterator[int]:
         lsock.close()
 
 
+@contextlib.contextmanager
+def closing_server() -> Iterator[int]:
+    """Accepts TCP connections and closes each at once, before any response."""
+    lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    lsock.bind(("127.0.0.1", 0))
+    lsock.listen(64)
+    lsock.settimeout(0.1)
+    stop = threading.Event()
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = lsock.accept()
+            except OSError:
+                continue
+            conn.close()
+
+    t = threading.Thread(target=accept, daemon=True)
+    t.start()
+    try:
+        yield lsock.getsockname()[1]
+    finally:
+        stop.set()
+        t.join(1)
+        lsock.close()
+
+
 def dead_port() -> int:
     """A port that had a listener a moment ago and now has none (connection refused)."""
     s = socket.socket()
@@ -284,6 +311,7 @@ def test_email_arrives_with_subject_recipients_and_body(smtp_server: tuple[int, 
         username="alerts",
         password=PASSWORD,
         timeout=5,
+        allow_plaintext_auth=True,  # a relay on this machine, without TLS: the explicit opt-in
     )
     d = AsyncDispatcher([ch], retries=0, on_result=results)
     d.submit(_msg(3))
@@ -304,7 +332,8 @@ def test_email_bad_password_fails_once_without_leaking(smtp_server: tuple[int, l
     port, received = smtp_server
     results = _Results()
     wrong = "wrong-" + PASSWORD
-    ch = EmailChannel("127.0.0.1", port, "a@example.org", ["b@example.org"], username="alerts", password=wrong)
+    ch = EmailChannel("127.0.0.1", port, "a@example.org", ["b@example.org"], username="alerts", password=wrong,
+                      allow_plaintext_auth=True)
     assert PASSWORD not in repr(ch) and "***" in repr(ch)
     d = AsyncDispatcher([ch], retries=3, backoff=0.01, on_result=results)
     d.submit(_msg())
@@ -321,6 +350,8 @@ def test_email_rejects_conflicting_tls_options() -> None:
         EmailChannel("h", 25, "a@b", ["c@d"], starttls=True, ssl=True)
     with pytest.raises(ValueError):
         EmailChannel("h", 25, "a@b", [])
+    with pytest.raises(ValueError, match="clear text"):  # a password never goes out without TLS unless opted in
+        EmailChannel("h", 25, "a@b", ["c@d"], username="u", password=PASSWORD)
 
 
 # ------------------------------------------------------------------------------------------------ dispatcher
@@ -334,7 +365,7 @@ def test_dead_and_black_hole_endpoints_never_block_submit_or_healthy_channel() -
         dead = SlackWebhookChannel(f"http://127.0.0.1:{dead_port()}{SECRET_PATH}", name="dead", timeout=timeout)
         hole_mail = EmailChannel(
             "127.0.0.1", hole_port, "a@example.org", ["b@example.org"], name="hole-mail",
-            username="u", password=PASSWORD, timeout=timeout,
+            username="u", password=PASSWORD, timeout=timeout, allow_plaintext_auth=True,
         )  # fmt: skip
         healthy = SlackWebhookChannel(base + "/healthy", name="healthy", timeout=2)
         d = AsyncDispatcher([hole, dead, hole_mail, healthy], max_queue=5, retries=1, backoff=0.05, on_result=results)

@@ -162,7 +162,7 @@ def test_alerts_test_command_reaches_local_servers(tmp_path: Path, slack_server)
         env = {k: v for k, v in os.environ.items() if k != "TEST_HOOK"}
         p = subprocess.run([sys.executable, "-m", "wandb_rlcluster", "alerts", "test", str(f)], capture_output=True,
                            text=True, timeout=60, env=env)
-        assert p.returncode == 1 and "TEST_HOOK is not set" in p.stderr and "Traceback" not in p.stderr
+        assert p.returncode == 2 and "TEST_HOOK is not set" in p.stderr and "Traceback" not in p.stderr
     finally:
         ctl.stop()
 

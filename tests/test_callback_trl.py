@@ -41,8 +41,9 @@ ABSENT = {"grpo": {"rlcluster/kl/kl", "rlcluster/kl/status"}, "dpo": {"rlcluster
           "sft": {"rlcluster/lora/norm_mean", "rlcluster/kl/kl"}}
 
 
-def run_trainer(out: Path, kind: str, *args: str, timeout: int = 300, nproc: int = 0) -> dict:
-    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_DIR": str(out), "PYTHONUNBUFFERED": "1"}
+def run_trainer(out: Path, kind: str, *args: str, timeout: int = 300, nproc: int = 0, cwd: Path | None = None,
+                env_extra: dict[str, str] | None = None) -> dict:
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_DIR": str(out), "PYTHONUNBUFFERED": "1", **(env_extra or {})}
     env.pop("WANDB_API_KEY", None)
     base = ["--kind", kind.replace("_peft", ""), "--out", str(out), *args]
     if kind.endswith("_peft"):
@@ -52,7 +53,7 @@ def run_trainer(out: Path, kind: str, *args: str, timeout: int = 300, nproc: int
                str(29500 + os.getpid() % 1000), str(SCRIPT), *base]
     else:
         cmd = [sys.executable, str(SCRIPT), *base]
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, cwd=cwd)
     assert p.returncode == 0, f"training failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-6000:]}"
     return json.loads((out / "result-rank0.json").read_text()) | {"stderr": p.stderr}
 

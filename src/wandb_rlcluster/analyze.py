@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .core import FAMILY_LABELS, GAUGE_IDS, GAUGE_TITLES, InstrumentCluster, Row
 from .core.readers import LoadedLog, LogReadError, load_rows
+from .core.text import clean_text
 
 # The one series per gauge that the sparkline shows (first key present wins).
 SPARK_KEYS: dict[str, tuple[str, ...]] = {
@@ -142,6 +144,11 @@ def analyze_stream(rows: Iterable[Mapping[str, object]], trainer: str | None = N
     records its series there, in the same pass).
     """
     params = alerts.gauge_params if alerts is not None else None
+    if trainer is None and (alerts is not None or observer is not None):
+        # Rules and observers read the gauges row by row; a cluster still detecting its family holds its
+        # first rows back and feeds them in one go, so rules would never see them (an alert in the first
+        # rows was missed). Detect first, on the same rows, then replay every row with the family known.
+        trainer, rows = detect_trainer(rows)
     cluster = InstrumentCluster(trainer=trainer, max_steps=max_steps, params=params)
     engine = None
     events: list[Any] = []
@@ -189,13 +196,34 @@ def analyze_stream(rows: Iterable[Mapping[str, object]], trainer: str | None = N
                     first or 0, cluster.last_step, alerts=events if engine is not None else None)
 
 
+def detect_trainer(rows: Iterable[Mapping[str, object]]) -> tuple[str | None, Iterator[Mapping[str, object]]]:
+    """(family, the same rows again): the family an auto-detecting cluster settles on, decided by the same
+    rule (a throwaway cluster over the first rows), and an iterator that replays every row from the start."""
+    it = iter(rows)
+    seen: list[Mapping[str, object]] = []
+    probe = InstrumentCluster()
+    for raw in it:
+        seen.append(raw)
+        if isinstance(raw, Mapping):
+            probe.update(raw)
+            if probe.family is not None:
+                break
+    if probe.family is None:
+        probe.finalize()  # a short log: the family from whatever was seen
+    family = probe.family if probe.rows else None
+    return family, itertools.chain(seen, it)
+
+
 def _is_wandb_run(path: Path) -> bool:
-    if path.suffix == ".wandb":
-        return True
-    if not path.is_dir():
+    try:
+        if path.suffix == ".wandb":
+            return True
+        if not path.is_dir():
+            return False
+        return any(path.glob("run-*.wandb")) or any(path.glob("*run-*/run-*.wandb")) or any(
+            path.glob("wandb/*run-*/run-*.wandb"))
+    except OSError:  # a directory we may not list: the log reader says so in one line
         return False
-    return any(path.glob("run-*.wandb")) or any(path.glob("*run-*/run-*.wandb")) or any(
-        path.glob("wandb/*run-*/run-*.wandb"))
 
 
 def load_any(path: str) -> LoadedLog:
@@ -251,10 +279,11 @@ def render_text(analysis: Analysis, color: bool | None = None, stream: Any = Non
     def paint(text: str, status: str) -> str:
         return f"\x1b[{_COLORS.get(status, '0')}m{text}\x1b[0m" if color else text
 
+    c = clean_text  # everything from the log or the rules: control characters shown as escapes, never sent raw
     s = analysis.to_dict()
     fam = s["trainer"]
     lines = [
-        f"rlcluster analyze · {analysis.source}",
+        f"rlcluster analyze · {c(analysis.source)}",
         f"trainer {FAMILY_LABELS.get(fam, fam)} · {s['rows']} rows · steps {analysis.first_step}–{analysis.last_step}"
         f" · verdict {paint(s['verdict'].upper(), s['verdict'])}",
         "",
@@ -269,6 +298,7 @@ def render_text(analysis: Analysis, color: bool | None = None, stream: Any = Non
             nums = g.get("note", "")
         elif g.get("note"):
             nums = (nums + " · " if nums else "") + g["note"]
+        nums = c(nums)
         spark = sparkline(analysis.sparks.get(gid, [])) if st != "no-data" else ""
         lines.append(f"  {GAUGE_TITLES[gid][:24]:<24} {paint(f'{st:<8}', st)} {spark:<24}  {nums}")
     findings = list(s["findings"])
@@ -280,7 +310,7 @@ def render_text(analysis: Analysis, color: bool | None = None, stream: Any = Non
         for e in fired:
             note = "" if e.notify else f"  [{e.suppressed}]"
             sev = paint(f"{e.severity.upper():<4}", e.severity)
-            lines.append(f"  step {e.step:>6}  {sev}  {e.rule}: {e.title}{note}")
+            lines.append(f"  step {e.step:>6}  {sev}  {c(e.rule)}: {c(e.title)}{note}")
     lines.append("")
     if not findings:
         lines.append("No findings: every gauge stayed inside its thresholds.")
@@ -289,8 +319,8 @@ def render_text(analysis: Analysis, color: bool | None = None, stream: Any = Non
         lines.append(f"Findings ({len(findings) - n_info} warn/stop, {n_info} info), in step order:")
         for f in findings:
             sev = f["severity"]
-            lines.append(f"  step {f['step']:>6}  {paint(f'{sev.upper():<4}', sev)}  {f['gauge']}/{f['rule']}: "
-                         f"{f['message']}")
+            lines.append(f"  step {f['step']:>6}  {paint(f'{sev.upper():<4}', sev)}  {c(f['gauge'])}/{c(f['rule'])}: "
+                         f"{c(f['message'])}")
     return "\n".join(lines)
 
 

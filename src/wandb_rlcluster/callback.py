@@ -17,7 +17,7 @@ from .alerts import AlertConfig, AlertEngine, AlertEvent, load_config
 from .alerts.notify import Notifier
 from .core import GAUGE_IDS, InstrumentCluster
 from .core.findings import Finding
-from .core.keys import canonical_family
+from .core.keys import canonical_family, to_float
 from .live import probes
 from .live.distributed import any_rank
 from .live.sink import WandbSink
@@ -48,7 +48,10 @@ class RLClusterCallback(TrainerCallback, ExportableState):
             own YAML (merged over the shipped rules by name unless it says ``extends: none``);
             False turns alerting off (then core ``stop`` findings stop training directly). The
             file is validated here, before training starts: a bad file raises ConfigError
-            naming the file, the line and the fix.
+            naming the file, the line and the fix. An :class:`AlertConfig` object, or the dict
+            its ``to_dict()`` gives, is used as is. Checkpoints store the rules themselves, so a
+            resume (``restore_callback_states_from_checkpoint=True``) rebuilds the same rules from
+            any working directory.
         trainer: trainer family (``grpo``, ``rloo``, ``dpo``, ``kto``, ``orpo``, ``online_dpo``,
             ``ppo``, ``reward``, ``sft``); None detects it from the first logged keys.
         params: per-gauge threshold overrides, ``{"kl": {"warn": 0.3, "stop": 0.8}}``.
@@ -70,6 +73,8 @@ class RLClusterCallback(TrainerCallback, ExportableState):
             ``<output_dir>/rlcluster_report.json`` for an offline one (save it later with
             ``rlcluster report --save``).
         prefix: W&B key prefix.
+        channel_wait: seconds ``on_train_end`` waits, in total over all alert channels, for queued
+            alerts to go out; what is still undelivered then is journaled as such in ``alerts.jsonl``.
 
     Stopping is decided on every rank from the same log row and then reduced across
     ranks, so all processes stop at the same step; logging happens on the main
@@ -79,7 +84,7 @@ class RLClusterCallback(TrainerCallback, ExportableState):
 
     def __init__(
         self,
-        alerts: str | os.PathLike[str] | AlertConfig | bool | None = None,
+        alerts: str | os.PathLike[str] | AlertConfig | Mapping[str, Any] | bool | None = None,
         trainer: str | None = None,
         params: Mapping[str, Mapping[str, Any]] | None = None,
         *,
@@ -94,6 +99,7 @@ class RLClusterCallback(TrainerCallback, ExportableState):
         wandb_min_interval: float = 0.25,
         report: bool = False,
         prefix: str = "rlcluster",
+        channel_wait: float = 2.0,
     ) -> None:
         if stop_on not in (None, "stop", "warn"):
             raise ValueError(f"stop_on must be 'stop', 'warn' or None, not {stop_on!r}")
@@ -119,6 +125,8 @@ class RLClusterCallback(TrainerCallback, ExportableState):
         self.report = report
         self.report_location: str | None = None
         self.prefix = prefix
+        self.channel_wait = max(0.0, float(channel_wait))
+        self.channel_wait_seconds = 0.0  # how long on_train_end actually waited for the channels
         self._last_wandb_time = -1e18
         self._last_statuses: dict[str, str] = {}
         self.alerts_source: str | None = None
@@ -126,6 +134,8 @@ class RLClusterCallback(TrainerCallback, ExportableState):
         if alerts is not False:
             if isinstance(alerts, AlertConfig):
                 self.alert_config = alerts
+            elif isinstance(alerts, Mapping):  # rules stored in a checkpoint by state()
+                self.alert_config = AlertConfig.from_dict(dict(alerts))
             else:
                 self.alerts_source = None if alerts in (None, True) else os.fspath(alerts)  # type: ignore[arg-type]
                 self.alert_config = load_config(self.alerts_source)  # raises ConfigError: fail before training
@@ -158,13 +168,15 @@ class RLClusterCallback(TrainerCallback, ExportableState):
     def state(self) -> dict[str, Any]:
         return {
             "args": {
-                "alerts": self.alerts_source if self.alert_config is not None else False,
+                # the rules themselves, not a path: a relative path breaks in another directory, and an
+                # AlertConfig object has no path at all
+                "alerts": self.alert_config.to_dict() if self.alert_config is not None else False,
                 "trainer": self.trainer, "params": self.params, "stop_on": self.stop_on,
                 "save_on_stop": self.save_on_stop, "grad_every": self.grad_every,
                 "attention_every": self.attention_every, "lora_every": self.lora_every,
                 "sample_every": self.sample_every, "sample_tokens": self.sample_tokens,
                 "log_to_wandb": self.log_to_wandb, "wandb_min_interval": self.wandb_min_interval,
-                "prefix": self.prefix,
+                "prefix": self.prefix, "channel_wait": self.channel_wait,
             },
             "attributes": {"cluster_state": self.cluster.state_dict(),
                            "engine_state": self.engine.state_dict() if self.engine else {}},
@@ -282,7 +294,7 @@ class RLClusterCallback(TrainerCallback, ExportableState):
             if state.is_world_process_zero:
                 num_tokens = row.get("num_tokens")
                 eff = self._efficiency.measure(state.global_step,
-                                               float(num_tokens) if isinstance(num_tokens, (int, float)) else None)
+                                               to_float(num_tokens) if isinstance(num_tokens, (int, float)) else None)
                 self._live.update(eff)
                 row.update(self._live)
             self._live = {}
@@ -346,10 +358,12 @@ class RLClusterCallback(TrainerCallback, ExportableState):
             except Exception as e:  # noqa: BLE001 - a report must never fail the run
                 self._error("report", e)
         if self.notifier is not None:
+            t0 = time.monotonic()
             try:
-                self.notifier.close()
+                self.notifier.close(self.channel_wait)  # bounded in total, whatever the number of channels
             except Exception as e:  # noqa: BLE001
                 self._error("alert channels", e)
+            self.channel_wait_seconds = time.monotonic() - t0
 
     def _build_report(self, args: TrainingArguments) -> None:
         from .report import build_report, report_spec

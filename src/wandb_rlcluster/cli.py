@@ -1,20 +1,35 @@
-"""The ``rlcluster`` command line."""
+"""The ``rlcluster`` command line.
+
+Exit codes mean one thing each: 0 done, 1 ``analyze --fail-on`` reached, 2 anything wrong with the
+input, the configuration or the environment, said in one line on stderr (never a traceback).
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
 from .core.keys import FAMILIES, canonical_family
 from .core.readers import LogReadError
+from .core.text import clean_text
 
 SEVERITY_LEVEL = {"ok": 0, "warn": 1, "stop": 2}
+EXIT_OK, EXIT_FAIL_ON, EXIT_BAD_INPUT = 0, 1, 2
+REPORT_TITLE_MAX = 128  # W&B's limit on a report title
+
+
+def _say(msg: object, stream: object = None) -> None:
+    """Print one item of output with its control characters escaped (file names, metric names and
+    titles come from logs and configs, and a raw ESC sequence could rewrite the terminal)."""
+    print(clean_text(msg), file=stream or sys.stdout)
 
 
 def _fail(msg: str) -> int:
-    print(f"rlcluster: {msg}" if not msg.startswith("rlcluster:") else msg, file=sys.stderr)
-    return 2
+    msg = " ".join(str(msg).split()) or "failed (no reason given)"
+    _say(f"rlcluster: {msg}" if not msg.startswith("rlcluster:") else msg, sys.stderr)
+    return EXIT_BAD_INPUT
 
 
 def _trainer_and_alerts(args: argparse.Namespace) -> tuple[str | None, object | None, int]:
@@ -41,17 +56,19 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
         analysis = analyze_path(args.path, trainer, alerts=alerts)
     except LogReadError as e:
         return _fail(str(e).splitlines()[0] if str(e) else "cannot read input")
-    except (OSError, MemoryError) as e:
-        return _fail(f"cannot read {args.path!r}: {e}")
+    except MemoryError:
+        return _fail(f"cannot read {args.path!r}: it does not fit in memory")
+    except OSError as e:
+        return _fail(f"cannot read {args.path!r}: {e.strerror or type(e).__name__}")
     if not analysis.cluster.recognised():
         return _fail(f"{args.path!r} has no training metrics this tool knows (loss, grad_norm, reward, kl, "
                      "rewards/margins, ...): is it a trainer log?")
     out = render_json(analysis) if args.format == "json" else render_text(analysis)
-    print(out)
+    print(out)  # render_text escapes what came from the log; JSON escapes control characters itself
     verdict = analysis.verdict()
     if args.fail_on and SEVERITY_LEVEL[verdict] >= SEVERITY_LEVEL[args.fail_on]:
-        return 1
-    return 0
+        return EXIT_FAIL_ON
+    return EXIT_OK
 
 
 def _load_alerts(path: str | None) -> tuple[object | None, int]:
@@ -62,11 +79,11 @@ def _load_alerts(path: str | None) -> tuple[object | None, int]:
         config = load_config(path)
     except ConfigError as e:
         for p in e.problems:
-            print(p, file=sys.stderr)
-        return None, 2
+            _say(p, sys.stderr)
+        return None, EXIT_BAD_INPUT
     for w in config.warnings:
-        print(w, file=sys.stderr)
-    return config, 0
+        _say(w, sys.stderr)
+    return config, EXIT_OK
 
 
 def _cmd_alerts_validate(args: argparse.Namespace) -> int:
@@ -77,13 +94,15 @@ def _cmd_alerts_validate(args: argparse.Namespace) -> int:
     by_sev: dict[str, int] = {}
     for r in rules:
         by_sev[r.severity] = by_sev.get(r.severity, 0) + 1
-    print(f"{args.file}: OK — {len(rules)} rules ({', '.join(f'{n} {s}' for s, n in sorted(by_sev.items()))}), "
+    _say(f"{args.file}: OK — {len(rules)} rules ({', '.join(f'{n} {s}' for s, n in sorted(by_sev.items()))}), "
           f"{len(config.channels)} channels; from {' + '.join(config.sources)}")  # type: ignore[attr-defined]
     return 0
 
 
 def _cmd_alerts_test(args: argparse.Namespace) -> int:
-    """Send one test alert through each configured channel, synchronously, and report each result."""
+    """Send one test alert through each configured channel, synchronously, and report each result.
+
+    Exit 2 when any channel fails: a channel that cannot deliver is a configuration to fix."""
     from .alerts.channels import AlertMessage
     from .alerts.notify import build_channels
 
@@ -91,22 +110,23 @@ def _cmd_alerts_test(args: argparse.Namespace) -> int:
     if config is None:
         return code
     if not config.channels:  # type: ignore[attr-defined]
-        print(f"{args.file}: no channels configured (add a 'channels:' section); W&B alerts need no test")
-        return 0
+        _say(f"{args.file}: no channels configured (add a 'channels:' section); W&B alerts need no test")
+        return EXIT_OK
     channels, problems = build_channels(config)  # type: ignore[arg-type]
     failed = len(problems)
     for p in problems:
-        print(f"FAIL  {p}", file=sys.stderr)
+        _say(f"FAIL  {p}", sys.stderr)
     msg = AlertMessage(title="rlcluster test alert", text="If you can read this, this channel works.",
                        severity="info", rule="test", gauge="kl", step=0)
     for ch in channels:
         try:
             ch.send(msg)
-            print(f"OK    {ch.name}")
+            _say(f"OK    {ch.name}")
         except Exception as e:  # noqa: BLE001 - report, never traceback
             failed += 1
-            print(f"FAIL  {ch.name}: {e}", file=sys.stderr)
-    return 1 if failed else 0
+            text = ch.redact(str(e)) if hasattr(ch, "redact") else str(e)  # channel errors are redacted already
+            _say(f"FAIL  {ch.name}: {text}", sys.stderr)
+    return EXIT_BAD_INPUT if failed else EXIT_OK
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
@@ -121,6 +141,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
         trainer = canonical_family(args.trainer)
     except ValueError as e:
         return _fail(f"{e} (layouts: {', '.join(LAYOUT_NAMES)})")
+    if args.title is not None and not 0 < len(args.title) <= REPORT_TITLE_MAX:
+        return _fail(f"--title is {len(args.title)} characters long; W&B report titles are 1-{REPORT_TITLE_MAX}")
     alerts = None
     if args.alerts:
         alerts, code = _load_alerts(args.alerts)
@@ -131,22 +153,22 @@ def _cmd_report(args: argparse.Namespace) -> int:
     try:
         report = build_report(args.entity, args.project, trainer, runs=args.runs, alerts=alerts, title=args.title)
     except Exception as e:  # noqa: BLE001 - a one-line reason, never a traceback
-        return _fail(f"cannot build the report: {type(e).__name__}: {e}")
+        return _fail(f"cannot build the report: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
     if args.out:
         try:
             Path(args.out).write_text(report_spec(report), encoding="utf-8")
         except OSError as e:
             return _fail(f"cannot write {args.out!r}: {e.strerror or e}")
-        print(f"wrote the report spec ({trainer} layout, {args.entity}/{args.project}) to {args.out}")
-        print(f"save it with: rlcluster report --entity {args.entity} --project {args.project} "
-              f"--trainer {trainer} --save")
+        _say(f"wrote the report spec ({trainer} layout, {args.entity}/{args.project}) to {args.out}")
+        _say(f"save it with: rlcluster report --entity {args.entity} --project {args.project} "
+             f"--trainer {trainer} --save")
         return 0
     try:
         report.save()
     except Exception as e:  # noqa: BLE001
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         return _fail(f"could not save the report to W&B: {msg}")
-    print(report.url)
+    _say(report.url)
     return 0
 
 
@@ -175,13 +197,17 @@ def _cmd_dashboard(args: argparse.Namespace) -> int:
         page, analysis = build_dashboard(args.run, trainer, alerts)
     except LogReadError as e:
         return _fail(str(e).splitlines()[0] if str(e) else "cannot read input")
+    except MemoryError:
+        return _fail(f"cannot read {args.run!r}: it does not fit in memory")
+    except OSError as e:
+        return _fail(f"cannot read {args.run!r}: {e.strerror or type(e).__name__}")
     if not analysis.cluster.recognised():
         return _fail(f"{args.run!r} has no training metrics this tool knows: is it a trainer log?")
     try:
         Path(args.out).write_text(page, encoding="utf-8")
     except OSError as e:
         return _fail(f"cannot write {args.out!r}: {e.strerror or e}")
-    print(f"wrote {args.out} ({analysis.cluster.family} layout, verdict {analysis.verdict()}); open it in a browser")
+    _say(f"wrote {args.out} ({analysis.cluster.family} layout, verdict {analysis.verdict()}); open it in a browser")
     return 0
 
 
@@ -272,6 +298,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except MemoryError:
+        return _fail("out of memory (is the input far larger than a training log?)")
+    except Exception as e:  # noqa: BLE001 - never a traceback; RLCLUSTER_DEBUG=1 shows it
+        if os.environ.get("RLCLUSTER_DEBUG"):
+            raise
+        first = str(e).splitlines()[0] if str(e) else ""
+        return _fail(f"unexpected {type(e).__name__}: {first} (a bug: please report it; RLCLUSTER_DEBUG=1 shows "
+                     "where)")
 
 
 if __name__ == "__main__":

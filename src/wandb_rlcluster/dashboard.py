@@ -13,12 +13,12 @@ import fnmatch
 import html
 import math
 import re
-from collections.abc import Mapping
 from typing import Any
 
-from .analyze import Analysis, Downsampler, analyze_stream, load_any
+from .analyze import Analysis, Downsampler, analyze_stream, detect_trainer, load_any
 from .core import FAMILY_LABELS, GAUGE_TITLES, InstrumentCluster
-from .core.keys import Normalizer, Row, canonical_family, detect_family
+from .core.keys import Row, canonical_family
+from .core.text import clean_text
 from .layouts import Layout, PanelSpec, load_layout, thresholds
 
 STATUS_COLOR = {"ok": "#2e9d5b", "warn": "#e0a100", "stop": "#d1343b", "no-data": "#9aa0a6"}
@@ -48,6 +48,11 @@ class SeriesStore:
     def get(self, key: str) -> list[tuple[float, float]]:
         pair = self.series.get(key)
         return list(zip(pair[0].series(), pair[1].series(), strict=True)) if pair else []
+
+
+def _esc(value: object) -> str:
+    """HTML-escaped, with control characters shown as escapes (they are not valid in the page's SVG)."""
+    return html.escape(clean_text(value))
 
 
 def _canonical(layout_key: str) -> str:
@@ -134,7 +139,7 @@ def _svg(panel: PanelSpec, store: SeriesStore, marks: list[tuple[str, float, str
     for f in findings:
         color = SEVERITY_COLOR.get(f["severity"], "#888")
         x = sx(float(f["step"]))
-        tip = html.escape(f"step {f['step']} {f['severity'].upper()} {f['rule']}: {f['message']}")
+        tip = _esc(f"step {f['step']} {f['severity'].upper()} {f['rule']}: {f['message']}")
         parts.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{PAD_T}" y2="{H - PAD_B}" stroke="{color}" '
                      f'stroke-width="1.5" opacity="0.8"><title>{tip}</title></line>')
         parts.append(f'<circle cx="{x:.1f}" cy="{PAD_T + 4}" r="3.5" fill="{color}"><title>{tip}</title></circle>')
@@ -143,21 +148,21 @@ def _svg(panel: PanelSpec, store: SeriesStore, marks: list[tuple[str, float, str
         color = SEVERITY_COLOR.get(severity, "#888")
         parts.append(f'<line x1="{PAD_L}" x2="{W - PAD_R}" y1="{y:.1f}" y2="{y:.1f}" stroke="{color}" '
                      f'stroke-dasharray="5 4" stroke-width="1.2"/><text x="{W - PAD_R - 2}" y="{y - 3:.1f}" '
-                     f'text-anchor="end" class="thr" fill="{color}">{html.escape(label)}</text>')
+                     f'text-anchor="end" class="thr" fill="{color}">{_esc(label)}</text>')
     for i, (k, pts) in enumerate(series):
         color = PALETTE[i % len(PALETTE)]
         d = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in pts)
         parts.append(f'<polyline points="{d}" fill="none" stroke="{color}" stroke-width="1.6"><title>'
-                     f"{html.escape(k)}</title></polyline>")
+                     f"{_esc(k)}</title></polyline>")
     parts.append("</svg>")
-    legend = "".join(f'<span><i style="background:{PALETTE[i % len(PALETTE)]}"></i>{html.escape(k)}</span>'
+    legend = "".join(f'<span><i style="background:{PALETTE[i % len(PALETTE)]}"></i>{_esc(k)}</span>'
                      for i, (k, _) in enumerate(series))
     return "".join(parts) + f'<div class="legend">{legend}</div>'
 
 
 def _md(text: str) -> str:
     """The guides' tiny markdown: **bold**, *italic*, `code`, paragraphs."""
-    out = html.escape(text)
+    out = html.escape(text)  # shipped guide text: its newlines make the paragraphs
     out = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", out, flags=re.S)
     out = re.sub(r"\*(.+?)\*", r"<i>\1</i>", out, flags=re.S)
     out = re.sub(r"`(.+?)`", r"<code>\1</code>", out)
@@ -195,10 +200,10 @@ def render_dashboard(analysis: Analysis, store: SeriesStore, layout: Layout, ale
             by_gauge.setdefault(f["gauge"], []).append(f)
     out = [
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
-        f"<title>rlcluster dashboard · {html.escape(analysis.source)}</title><style>{CSS}</style></head><body>",
-        f"<header><h1>{html.escape(layout.title)}<span class='badge' style='background:{STATUS_COLOR[verdict]}'>"
-        f"{verdict.upper()}</span></h1><div class='meta'>{html.escape(analysis.source)} · "
-        f"{html.escape(FAMILY_LABELS.get(family, family))} · {s['rows']} rows · steps "
+        f"<title>rlcluster dashboard · {_esc(analysis.source)}</title><style>{CSS}</style></head><body>",
+        f"<header><h1>{_esc(layout.title)}<span class='badge' style='background:{STATUS_COLOR[verdict]}'>"
+        f"{verdict.upper()}</span></h1><div class='meta'>{_esc(analysis.source)} · "
+        f"{_esc(FAMILY_LABELS.get(family, family))} · {s['rows']} rows · steps "
         f"{analysis.first_step}–{analysis.last_step} · generated {_dt.datetime.now():%Y-%m-%d %H:%M}"
         "</div></header><main>",
         "<h2>Status at a glance</h2><div class='status'>",
@@ -207,18 +212,18 @@ def render_dashboard(analysis: Analysis, store: SeriesStore, layout: Layout, ale
         g = gauges[gid]
         st = g["status"]
         detail = g.get("note", "") if st == "no-data" else f"{len(by_gauge.get(gid, []))} findings"
-        out.append(f"<div class='tile' style='border-color:{STATUS_COLOR[st]}'><b>{html.escape(title)}</b>"
+        out.append(f"<div class='tile' style='border-color:{STATUS_COLOR[st]}'><b>{_esc(title)}</b>"
                    f"<span style='color:{STATUS_COLOR[st]}' class='sev'>{st.upper()}</span> · "
-                   f"{html.escape(detail)}</div>")
+                   f"{_esc(detail)}</div>")
     out.append("</div>")
     for section in layout.sections:
-        out.append(f"<h2>{html.escape(section.name)}</h2><div class='guide'>{_md(section.guide)}</div>"
+        out.append(f"<h2>{_esc(section.name)}</h2><div class='guide'>{_md(section.guide)}</div>"
                    "<div class='grid'>")
         for p in section.panels:
             st = gauges[p.gauge]["status"]
             svg = _svg(p, store, thresholds(p, alert_config), by_gauge.get(p.gauge, []), x_range)
-            out.append(f"<div class='panel' style='border-top-color:{STATUS_COLOR[st]}'><h3>{html.escape(p.title)}"
-                       f"<span class='st' style='color:{STATUS_COLOR[st]}'>{html.escape(p.gauge)}: {st}</span></h3>"
+            out.append(f"<div class='panel' style='border-top-color:{STATUS_COLOR[st]}'><h3>{_esc(p.title)}"
+                       f"<span class='st' style='color:{STATUS_COLOR[st]}'>{_esc(p.gauge)}: {st}</span></h3>"
                        f"{svg}</div>")
         out.append("</div>")
     out.append("<h2>Findings</h2>")
@@ -228,7 +233,7 @@ def render_dashboard(analysis: Analysis, store: SeriesStore, layout: Layout, ale
         for f in s["findings"]:
             c = SEVERITY_COLOR.get(f["severity"], "#888")
             out.append(f"<tr><td>{f['step']}</td><td class='sev' style='color:{c}'>{f['severity'].upper()}</td>"
-                       f"<td>{html.escape(f['gauge'])}/{html.escape(f['rule'])}</td><td>{html.escape(f['message'])}</td></tr>")
+                       f"<td>{_esc(f['gauge'])}/{_esc(f['rule'])}</td><td>{_esc(f['message'])}</td></tr>")
         out.append("</table>")
     else:
         out.append("<p>No findings: every gauge stayed inside its thresholds.</p>")
@@ -240,7 +245,7 @@ def render_dashboard(analysis: Analysis, store: SeriesStore, layout: Layout, ale
                 continue
             c = SEVERITY_COLOR.get(a["severity"], "#888")
             out.append(f"<tr><td>{a['step']}</td><td class='sev' style='color:{c}'>{a['severity'].upper()}</td>"
-                       f"<td>{html.escape(a['rule'])}</td><td>{html.escape(a['title'])}</td></tr>")
+                       f"<td>{_esc(a['rule'])}</td><td>{_esc(a['title'])}</td></tr>")
         out.append("</table>")
     out.append("</main></body></html>")
     return "\n".join(out)
@@ -253,22 +258,11 @@ def build_dashboard(path: str, trainer: str | None = None, alerts: Any = None) -
     log = load_any(path)
     alert_config = alerts if alerts is not None else load_config()
     # The family is fixed up front, so the one analysis pass feeds every row to the collector (a cluster left to
-    # detect the family itself would hold its first rows back, and they would be missing from the plots).
-    family = canonical_family(trainer) if trainer else detect_family(_first_keys(log.rows))
+    # detect the family itself would hold its first rows back, and they would be missing from the plots). It is
+    # detected by the same rule as `rlcluster analyze`, so both name the same trainer.
+    family = canonical_family(trainer) if trainer else (detect_trainer(log.rows)[0] or "sft")
     layout = load_layout(family)
     collector = SeriesCollector(layout)
     analysis = analyze_stream(log.rows, family, source=str(path), source_format=log.source_format,
                               alerts=alert_config, observer=collector)
     return render_dashboard(analysis, collector.store, layout, alert_config), analysis
-
-
-def _first_keys(rows: list[Mapping[str, Any]], n: int = 200) -> set[str]:
-    """Canonical keys of the first rows: enough to pick the layout before the single analysis pass."""
-    norm = Normalizer()
-    keys: set[str] = set()
-    for raw in rows[:n]:
-        if isinstance(raw, Mapping):
-            row = norm.normalize(raw)
-            if row is not None:
-                keys.update(row.values)
-    return keys

@@ -14,10 +14,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from .core import GAUGE_IDS
 from .core.keys import canonical_family
+from .safe_yaml import load_checked
 
 LAYOUT_DIR = Path(__file__).with_name("layouts")
 FAMILY_LAYOUT = {"grpo": "grpo", "dpo": "dpo", "kto": "dpo", "orpo": "dpo", "ppo": "ppo",
@@ -68,12 +67,12 @@ def load_layout(trainer: str) -> Layout:
     family = canonical_family(trainer)
     name = FAMILY_LAYOUT[family]
     path = LAYOUT_DIR / f"{name}.yaml"
-    doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    doc = load_checked(path.read_text(encoding="utf-8"))
     sections = [_section(s, str(path)) for s in doc.get("sections", [])]
     include = doc.get("include")
     if include:
         inc = LAYOUT_DIR / include
-        sections.append(_section(yaml.safe_load(inc.read_text(encoding="utf-8")), str(inc)))
+        sections.append(_section(load_checked(inc.read_text(encoding="utf-8")), str(inc)))
     layout = Layout(family=name, title=str(doc["title"]), trainers=tuple(doc.get("trainers", [name])),
                     sections=tuple(sections))
     missing = set(GAUGE_IDS) - layout.gauges()

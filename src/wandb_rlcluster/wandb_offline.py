@@ -382,11 +382,13 @@ def read_offline_run(path: str | os.PathLike[str]) -> OfflineRun:
     Bad input raises only WandbReadError. A damaged or still-growing file yields what could be
     decoded: see ``OfflineRun.skipped`` / ``truncated`` / ``finished``.
     """
+    from .core.readers import InputRefused, read_bounded
+
     run_dir, wandb_file = _locate(path)
     try:
-        data = wandb_file.read_bytes()
-    except OSError as exc:
-        raise WandbReadError(f"{wandb_file}: {exc.strerror or exc}") from None
+        data = read_bounded(wandb_file)  # regular files only, size-capped: the same rule as every input
+    except InputRefused as exc:
+        raise WandbReadError(f"{wandb_file}: {exc}") from None
     _check_header(data, wandb_file)
     record_cls = _load_record_class()
 

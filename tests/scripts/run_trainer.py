@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import sys
+import time
 from pathlib import Path
 
 
@@ -29,6 +30,9 @@ def main() -> None:
     ap.add_argument("--params", default="{}", help="JSON per-gauge overrides")
     ap.add_argument("--rank-params", default="{}", help="JSON {rank: params} applied on that rank only")
     ap.add_argument("--alerts", default=None, help="alerts YAML for RLClusterCallback(alerts=...)")
+    ap.add_argument("--alerts-object", action="store_true",
+                    help="load --alerts here and pass the AlertConfig object instead of the path")
+    ap.add_argument("--channel-wait", type=float, default=None, help="RLClusterCallback(channel_wait=...)")
     ap.add_argument("--rank-alerts", default="{}", help="JSON {rank: alerts YAML path} for that rank only")
     ap.add_argument("--every", type=int, default=1, help="cadence of all live probes")
     ap.add_argument("--wandb-interval", type=float, default=0.0, help="RLClusterCallback(wandb_min_interval=...)")
@@ -62,9 +66,15 @@ def main() -> None:
     params = json.loads(a.params)
     params.update(json.loads(a.rank_params).get(str(rank), {}))
     alerts = json.loads(a.rank_alerts).get(str(rank), a.alerts)
+    if a.alerts_object:
+        from wandb_rlcluster.alerts import load_config
+
+        alerts = load_config(alerts)
+    extra_kw = {} if a.channel_wait is None else {"channel_wait": a.channel_wait}
     cb = RLClusterCallback(alerts=alerts, params=params, grad_every=a.every, attention_every=a.every,
                            lora_every=a.every,
-                           sample_every=2 * a.every, wandb_min_interval=a.wandb_interval)
+                           sample_every=2 * a.every, wandb_min_interval=a.wandb_interval, **extra_kw)
+    original_cb = cb
 
     class KillWandb(TrainerCallback):
         """A real W&B outage: the wandb-core service process dies mid-run."""
@@ -96,7 +106,11 @@ def main() -> None:
         if wcb is not None:
             trainer.add_callback(wcb)
     order = [type(c).__name__ for c in trainer.callback_handler.callbacks]
+    t_train = time.perf_counter()
     trainer.train(resume_from_checkpoint=a.resume)
+    train_seconds = time.perf_counter() - t_train
+    # restore_callback_states_from_checkpoint=True replaces the callback by one rebuilt from the checkpoint
+    cb = next((c for c in trainer.callback_handler.callbacks if isinstance(c, RLClusterCallback)), cb)
 
     run = wandb.run
     run_dir = str(Path(run.dir).parent) if run is not None else None
@@ -118,6 +132,10 @@ def main() -> None:
         "on_log_calls": cb.on_log_calls, "on_log_seconds": cb.on_log_seconds,
         "is_peft": type(trainer.model).__name__.startswith("Peft"),
         "alerts": [e.to_dict() for e in cb.alert_events],
+        "alert_rules": [[r.name, r.when.text if r.when else r.finding, r.severity, r.for_]
+                        for r in (cb.alert_config.rules if cb.alert_config else [])],
+        "restored_callback": cb is not original_cb,
+        "channel_wait_seconds": getattr(cb, "channel_wait_seconds", None), "train_seconds": train_seconds,
         "output_dir": str(out / "trainer"),
     }
     (out / f"result-rank{rank}.json").write_text(json.dumps(result, indent=1, default=str))

@@ -11,6 +11,7 @@ repr, exception message, log line and ``on_result`` error text.
 
 from __future__ import annotations
 
+import base64
 import collections
 import http.client
 import json
@@ -108,6 +109,20 @@ def _truncate(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: max(0, limit - 1)] + "…"
 
 
+def _reason(exc: object) -> str:
+    """A failure's reason without the exception's own text where that text may quote the URL or the
+    request (http.client's InvalidURL, urllib's messages): the errno text, or just the exception class."""
+    if isinstance(exc, str):
+        return exc
+    if isinstance(exc, TimeoutError):
+        return "timed out"
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    if isinstance(exc, (http.client.RemoteDisconnected, ConnectionError)):
+        return "the server closed the connection without a response"
+    return type(exc).__name__
+
+
 def _fmt_value(value: float | None) -> str | None:
     if value is None:
         return None
@@ -164,9 +179,14 @@ class SlackWebhookChannel:
         return f"SlackWebhookChannel(name={self.name!r}, url={self._display!r}, timeout={self.timeout})"
 
     def redact(self, text: str) -> str:
-        """Mask the webhook URL and its path (the token part) in arbitrary text."""
-        path = urllib.parse.urlsplit(self._url).path
-        return _redact(text, [self._url, path if len(path) > 1 else ""])
+        """Mask the webhook URL and its path and query (the token part), quoted or not, in arbitrary text."""
+        parts = urllib.parse.urlsplit(self._url)
+        secrets = [self._url, parts.query]
+        for piece in (parts.path, parts.query):
+            if len(piece) > 1:
+                secrets += [piece, urllib.parse.unquote(piece), urllib.parse.quote(piece)]
+        secrets += [seg for seg in parts.path.split("/") if len(seg) >= 8]  # each token-like path segment
+        return _redact(text, secrets)
 
     def payload(self, msg: AlertMessage) -> dict:
         """Slack incoming-webhook body: plain ``text`` fallback for notifications plus Block Kit blocks."""
@@ -234,10 +254,10 @@ class SlackWebhookChannel:
                 retry_after=retry_after,
             ) from None
         except urllib.error.URLError as exc:
-            raise ChannelError(self.redact(f"{self.name}: cannot reach {self._display}: {exc.reason}")) from None
-        except (OSError, http.client.HTTPException) as exc:  # timeouts, resets, garbled responses
-            reason = str(exc) or type(exc).__name__
-            raise ChannelError(self.redact(f"{self.name}: {reason} talking to {self._display}")) from None
+            reason = _reason(exc.reason)
+            raise ChannelError(self.redact(f"{self.name}: cannot reach {self._display}: {reason}")) from None
+        except (OSError, http.client.HTTPException, ValueError) as exc:  # timeouts, resets, garbled responses
+            raise ChannelError(self.redact(f"{self.name}: {_reason(exc)} talking to {self._display}")) from None
         if not 200 <= status < 300:
             raise ChannelError(
                 self.redact(f"{self.name}: HTTP {status} from {self._display}: {_one_line(body)}"),
@@ -264,9 +284,13 @@ class EmailChannel:
         starttls: bool = False,
         ssl: bool = False,
         timeout: float = 10.0,
+        allow_plaintext_auth: bool = False,
     ) -> None:
         if starttls and ssl:
             raise ValueError("EmailChannel: use either starttls=True or ssl=True, not both")
+        if (username or password) and not (starttls or ssl) and not allow_plaintext_auth:
+            raise ValueError("EmailChannel: SMTP login without TLS would send the password in clear text; use "
+                             "starttls=True or ssl=True, or allow_plaintext_auth=True for a local relay")
         recipients = [r for r in recipients if r]
         if not recipients:
             raise ValueError("EmailChannel: at least one recipient is required")
@@ -290,7 +314,16 @@ class EmailChannel:
         )
 
     def redact(self, text: str) -> str:
-        return _redact(text, [self._password or ""])
+        """Mask the password, also as SMTP AUTH carries it (base64 for LOGIN, and PLAIN's user\\0password)."""
+        pw = self._password or ""
+        if not pw:
+            return text
+        user = self.username or ""
+        forms = [pw]
+        for raw in (pw, f"\0{user}\0{pw}", f"{user}\0{pw}"):
+            b64 = base64.b64encode(raw.encode("utf-8")).decode("ascii")
+            forms += [b64, b64.rstrip("=")]
+        return _redact(text, forms)
 
     def build(self, msg: AlertMessage) -> EmailMessage:
         """Render the e-mail; subject like ``[rlcluster STOP] <title>`` so filters can key on severity."""
@@ -337,9 +370,12 @@ class EmailChannel:
                 self.redact(f"{self.name}: SMTP {exc.smtp_code} from {where}: {_one_line(str(detail))}"),
                 retryable=exc.smtp_code < 500,  # 5xx: auth refused, policy reject — retrying won't help
             ) from None
-        except (smtplib.SMTPException, OSError) as exc:
-            reason = str(exc) or type(exc).__name__
-            raise ChannelError(self.redact(f"{self.name}: {type(exc).__name__} talking to {where}: {reason}")) from None
+        except (smtplib.SMTPException, OSError, ValueError) as exc:
+            # smtplib's own messages are fixed phrases; a socket error's text is replaced by its errno text
+            smtp_own = isinstance(exc, smtplib.SMTPException) or not isinstance(exc, OSError)
+            reason = (str(exc) or type(exc).__name__) if smtp_own else _reason(exc)
+            raise ChannelError(self.redact(f"{self.name}: {type(exc).__name__} talking to {where}: "
+                                           f"{_one_line(reason)}")) from None
         if refused:
             # Some recipients got it; retrying would duplicate for them, so report and stop.
             raise ChannelError(f"{self.name}: recipients refused by {where}: {sorted(refused)}", retryable=False)

@@ -20,6 +20,9 @@ import yaml
 
 from ..core import GAUGE_CLASSES, GAUGE_IDS
 from ..core.keys import FAMILIES, canonical_family
+from ..core.readers import InputRefused, read_bounded
+from ..core.text import clean_text
+from ..safe_yaml import MAX_YAML_CHARS, compose_checked, construct
 from .expr import ExprError, Expression, parse
 
 SEVERITIES = ("info", "warn", "stop")
@@ -34,8 +37,20 @@ DEFAULT_KEYS = frozenset({"for", "cooldown", "keep_firing_for", "channels"})
 CHANNEL_KEYS = {
     "slack": frozenset({"type", "webhook_url_env", "min_severity", "username", "channel", "timeout"}),
     "email": frozenset({"type", "host", "port", "sender", "recipients", "username_env", "password_env", "starttls",
-                        "ssl", "min_severity", "timeout"}),
+                        "ssl", "min_severity", "timeout", "allow_plaintext_auth"}),
 }
+#: Fields that name an environment variable holding a secret (never the secret itself).
+ENV_FIELDS = ("webhook_url_env", "username_env", "password_env")
+#: Longest title/text template, and longest rendered title/text (a template cannot print megabytes).
+MAX_TEMPLATE_CHARS = 2000
+MAX_RENDERED = 4000
+#: Widest field and longest precision a template format spec may ask for ({value:>12.4g} is fine).
+MAX_SPEC_WIDTH = 100
+MAX_SPEC_PRECISION = 30
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+_TOKEN_PREFIXES = ("xox", "ghp_", "gho_", "ghs_", "ghu_", "github_pat_", "glpat", "AKIA", "sk_", "hooks")
+_SPEC = re.compile(r"(?:.?[<>=^])?[-+ ]?z?#?0?(?P<width>\d*)[,_]?(?:\.(?P<precision>\d+))?[bcdeEfFgGnosxX%]?",
+                   re.DOTALL)
 _DURATION = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)h)?\s*(?:(\d+(?:\.\d+)?)m)?\s*(?:(\d+(?:\.\d+)?)s)?\s*$")
 
 
@@ -90,6 +105,108 @@ class AlertConfig:
     def rule(self, name: str) -> Rule | None:
         return next((r for r in self.rules if r.name == name), None)
 
+    def to_dict(self) -> dict[str, Any]:
+        """The rules as JSON-safe data, so a checkpoint can rebuild exactly these rules (``from_dict``)
+        wherever and whenever it is resumed, whether they came from a file or were built in Python.
+        Channels keep their settings and the *names* of their secrets' environment variables only."""
+        return {
+            "format": CONFIG_FORMAT,
+            "sources": [str(x) for x in self.sources],
+            "gauge_params": _json_safe(self.gauge_params),
+            "channels": {n: {"type": c.type, "options": _json_safe(c.options), "min_severity": c.min_severity,
+                             "line": c.line} for n, c in self.channels.items()},
+            "rules": [{"name": r.name, "gauge": r.gauge, "severity": r.severity,
+                       "when": r.when.text if r.when is not None else None, "finding": r.finding,
+                       "min_severity": r.min_severity, "for": r.for_, "keep_firing_for": r.keep_firing_for,
+                       "cooldown": r.cooldown, "trainers": list(r.trainers), "title": r.title, "text": r.text,
+                       "inhibits": list(r.inhibits), "channels": list(r.channels) if r.channels is not None else None,
+                       "line": r.line, "source": r.source} for r in self.rules],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "checkpoint") -> AlertConfig:
+        """Rebuild the rules written by :meth:`to_dict`; raises ConfigError naming what is wrong."""
+        problems: list[str] = []
+        if not isinstance(data, dict) or data.get("format") != CONFIG_FORMAT:
+            raise ConfigError([f"{where}: stored alert rules are not in the {CONFIG_FORMAT} format; pass alerts= "
+                               "again (a path or an AlertConfig)"])
+        rules: list[Rule] = []
+        for i, d in enumerate(data.get("rules") or []):
+            try:
+                when = d.get("when")
+                expr = parse(when) if when is not None else None
+                finding = d.get("finding")
+                if finding is not None:
+                    re.compile(finding)
+                if d["gauge"] not in GAUGE_IDS or d["severity"] not in SEVERITIES:
+                    raise ValueError("unknown gauge or severity")
+                rules.append(Rule(
+                    name=str(d["name"]), gauge=str(d["gauge"]), severity=str(d["severity"]), when=expr,
+                    finding=finding, min_severity=str(d.get("min_severity", "warn")), for_=int(d.get("for", 1)),
+                    keep_firing_for=int(d.get("keep_firing_for", 0)), cooldown=float(d.get("cooldown", 600.0)),
+                    trainers=tuple(str(t) for t in d.get("trainers") or ()), title=str(d.get("title", "")),
+                    text=str(d.get("text", "")), inhibits=tuple(str(t) for t in d.get("inhibits") or ()),
+                    channels=tuple(d["channels"]) if d.get("channels") is not None else None,
+                    line=int(d.get("line", 0)), source=str(d.get("source", where))))
+            except (ExprError, re.error, KeyError, TypeError, ValueError, AttributeError) as e:
+                problems.append(f"{where}: stored rule #{i + 1}: {clean_text(e, 200)}")
+        channels: dict[str, ChannelConfig] = {}
+        for n, c in (data.get("channels") or {}).items():
+            try:
+                channels[str(n)] = ChannelConfig(name=str(n), type=str(c["type"]), options=dict(c.get("options") or {}),
+                                                 min_severity=str(c.get("min_severity", "warn")),
+                                                 line=int(c.get("line", 0)))
+            except (KeyError, TypeError, ValueError, AttributeError) as e:
+                problems.append(f"{where}: stored channel {clean_text(n, 40)!r}: {clean_text(e, 200)}")
+        if problems:
+            raise ConfigError(problems)
+        params = data.get("gauge_params") or {}
+        return cls(rules=rules, channels=channels,
+                   gauge_params={str(g): dict(v) for g, v in params.items() if isinstance(v, dict)},
+                   sources=tuple(str(x) for x in data.get("sources") or ()))
+
+
+CONFIG_FORMAT = "rlcluster-alerts/1"
+
+
+def _json_safe(value: Any) -> Any:
+    """Plain JSON types only (a YAML date or set becomes its string): checkpoints are written with json."""
+    if value is None or isinstance(value, (str, bool, int, float)):
+        return value
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [_json_safe(v) for v in value]
+    return str(value)
+
+
+def format_spec_problem(spec: str) -> str | None:
+    """Why a template format spec is refused (too wide, too precise, not a spec), or None if it is fine."""
+    if not spec:
+        return None
+    m = _SPEC.fullmatch(spec)
+    if m is None:
+        return "is not a format spec such as .3g, >8 or .1%"
+    width, precision = m.group("width"), m.group("precision")
+    if width and (len(width) > 4 or int(width) > MAX_SPEC_WIDTH):
+        return f"asks for a width over {MAX_SPEC_WIDTH}"
+    if precision and (len(precision) > 4 or int(precision) > MAX_SPEC_PRECISION):
+        return f"asks for a precision over {MAX_SPEC_PRECISION}"
+    return None
+
+
+def env_name_problem(value: Any) -> str | None:
+    """Why a ``*_env`` value is not an environment-variable name; the message never repeats the value,
+    which may be the very secret (a webhook URL, a token) pasted into the wrong field."""
+    if not isinstance(value, str) or not value:
+        return "must be the name of an environment variable (e.g. RLCLUSTER_SLACK_WEBHOOK)"
+    if (not _ENV_NAME.fullmatch(value) or value.startswith(_TOKEN_PREFIXES)
+            or (len(value) >= 16 and "_" not in value and any(c.isdigit() for c in value))):
+        return ("must be the NAME of an environment variable (letters, digits, _), and the value given looks like "
+                "a URL or a secret itself (not shown here): put the secret in an environment variable, write its "
+                "name here, and rotate the secret if this file was shared")
+    return None
+
 
 def parse_duration(value: Any) -> float | None:
     """'10m', '1h30m', '45s', 90 -> seconds; None if malformed."""
@@ -138,8 +255,8 @@ def _pairs(node: yaml.MappingNode) -> list[tuple[str, yaml.Node, int]]:
 
 
 def _value(node: yaml.Node) -> Any:
-    """The Python value of one composed node (safe constructors only)."""
-    return yaml.SafeLoader("").construct_object(node, deep=True)
+    """The Python value of one checked node (safe constructors only; see safe_yaml)."""
+    return construct(node)
 
 
 def _did_you_mean(word: str, options: Any) -> str:
@@ -175,9 +292,18 @@ def _check_template(loc: _Loc, line: int, what: str, text: Any) -> str:
     if not isinstance(text, str):
         loc.err(line, f"{what} must be a string; quote it")
         return ""
+    if len(text) > MAX_TEMPLATE_CHARS:
+        loc.err(line, f"{what} is {len(text):,} characters long; keep it under {MAX_TEMPLATE_CHARS:,} (alerts are "
+                      "read on a phone)")
+        return ""
     try:
         for _, fname, spec, _ in string.Formatter().parse(text):
             if fname is None:
+                continue
+            spec_problem = format_spec_problem(spec or "") if spec and "{" not in spec else None
+            if spec_problem:
+                loc.err(line, f"{what}: the format spec of {{{clean_text(fname, 40)}}} {spec_problem}; write e.g. "
+                              "{value:.3g}")
                 continue
             base = fname
             if "." in fname or "[" in fname or not fname.isidentifier():
@@ -266,7 +392,7 @@ def _finish_rule(loc: _Loc, d: dict[str, Any], defaults: dict[str, Any], channel
                 expr = parse(when)
             except ExprError as e:
                 loc.err(ln("when"), f"rule {name!r}: malformed 'when' at column {e.pos + 1}: {e} "
-                                    f"(in {when!r}); write e.g. \"kl > 0.5 and reward_std < 0.05\"")
+                                    f"(in {clean_text(when, 120)!r}); write e.g. \"kl > 0.5 and reward_std < 0.05\"")
                 ok = False
             else:
                 known = known_metrics()
@@ -339,15 +465,11 @@ def _finish_rule(loc: _Loc, d: dict[str, Any], defaults: dict[str, Any], channel
 
 
 def _compose(path: str, text: str, loc: _Loc) -> yaml.Node | None:
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.MarkedYAMLError as e:
-        mark = e.problem_mark or e.context_mark
-        line = mark.line + 1 if mark else 1
-        loc.err(line, f"invalid YAML: {e.problem or e}; check indentation and quoting around this line")
-        return None
-    except yaml.YAMLError as e:
-        loc.err(1, f"invalid YAML: {e}")
+    """The checked node graph (see safe_yaml: size, aliases, tags, duplicate keys), or None with problems."""
+    node, problems = compose_checked(text)
+    for line, msg in problems:
+        loc.err(line, msg)
+    if problems:
         return None
     if node is None:
         return yaml.MappingNode("tag:yaml.org,2002:map", [])
@@ -447,10 +569,19 @@ def _channel(loc: _Loc, name: str, node: yaml.Node, line: int) -> ChannelConfig 
         if k in v:
             loc.err(line, f"channel {name!r}: never put secrets in the file; use '{k}_env: ENV_VAR_NAME'")
             ok = False
-    if ctype == "slack" and not isinstance(v.get("webhook_url_env"), str):
+    if ctype == "slack" and "webhook_url_env" not in v:
         loc.err(line, f"channel {name!r}: set 'webhook_url_env' to the name of the environment variable "
                       "holding the Slack incoming-webhook URL")
         ok = False
+    for k in ENV_FIELDS:
+        problem = env_name_problem(v[k]) if k in v else None
+        if problem:
+            loc.err(line, f"channel {name!r}: '{k}' {problem}")
+            ok = False
+    for k in ("starttls", "ssl", "allow_plaintext_auth"):
+        if k in v and not isinstance(v[k], bool):
+            loc.err(line, f"channel {name!r}: '{k}' must be true or false")
+            ok = False
     if ctype == "email":
         for req in ("host", "sender", "recipients"):
             if req not in v:
@@ -464,6 +595,16 @@ def _channel(loc: _Loc, name: str, node: yaml.Node, line: int) -> ChannelConfig 
         if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
             loc.err(line, f"channel {name!r}: 'port' must be an integer 1-65535")
             ok = False
+        tls = v.get("starttls") is True or v.get("ssl") is True
+        if v.get("starttls") is True and v.get("ssl") is True:
+            loc.err(line, f"channel {name!r}: use either 'starttls: true' (port 587) or 'ssl: true' (port 465), "
+                          "not both")
+            ok = False
+        if (v.get("username_env") or v.get("password_env")) and not tls and v.get("allow_plaintext_auth") is not True:
+            loc.err(line, f"channel {name!r}: SMTP login without TLS sends the password in clear text; set "
+                          "'starttls: true' (port 587) or 'ssl: true' (port 465), or, only for a relay on this machine "
+                          "or a trusted private network, 'allow_plaintext_auth: true'")
+            ok = False
     min_sev = v.get("min_severity", "warn")
     if min_sev not in SEVERITIES:
         loc.err(line, f"channel {name!r}: 'min_severity' must be info, warn or stop")
@@ -476,14 +617,27 @@ def _channel(loc: _Loc, name: str, node: yaml.Node, line: int) -> ChannelConfig 
 
 def _read(path: str | os.PathLike[str], loc: _Loc) -> str | None:
     try:
-        return Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        loc.err(1, "no such file; check the path given to alerts=")
-    except IsADirectoryError:
-        loc.err(1, "is a directory; give the path of the YAML file")
-    except (OSError, UnicodeDecodeError) as e:
-        loc.err(1, f"cannot read it ({type(e).__name__}); is it a UTF-8 YAML file?")
+        data = read_bounded(path, limit=4 * MAX_YAML_CHARS)  # regular files only: a FIFO would block forever
+    except InputRefused as e:
+        if str(e) == "no such file":
+            loc.err(1, "no such file; check the path given to alerts=")
+        elif str(e) == "it is a directory":
+            loc.err(1, "is a directory; give the path of the YAML file")
+        else:
+            loc.err(1, f"cannot read it: {e}")
+        return None
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        loc.err(1, "cannot read it (not UTF-8 text); is it a UTF-8 YAML file?")
     return None
+
+
+def _is_default(path: str | os.PathLike[str]) -> bool:
+    try:
+        return Path(path).resolve() == DEFAULT_PATH.resolve()
+    except (OSError, ValueError, RuntimeError):  # a NUL byte, a symlink loop: not the shipped file, and _read says why
+        return False
 
 
 def load_config(path: str | os.PathLike[str] | None = None) -> AlertConfig:
@@ -497,7 +651,7 @@ def load_config(path: str | os.PathLike[str] | None = None) -> AlertConfig:
     default_doc = _raw_document(str(DEFAULT_PATH), default_text or "", default_loc) if default_text else None
     user_loc: _Loc | None = None
     user_doc = None
-    if path is not None and Path(path).resolve() != DEFAULT_PATH.resolve():
+    if path is not None and not _is_default(path):
         user_loc = _Loc(str(path))
         text = _read(path, user_loc)
         if text is not None:
@@ -539,7 +693,7 @@ def load_config(path: str | os.PathLike[str] | None = None) -> AlertConfig:
             rules.append(rule)
     names = {r.name for r in rules}
     for loc, r in merged_rules.values():
-        for target in r.get("inhibits", []) or []:
+        for target in _as_list(r.get("inhibits", [])) or []:
             if isinstance(target, str) and target not in names and target not in merged_rules:
                 loc.err(r.get("_lines", {}).get("inhibits", r.get("_line", 0)),
                         f"rule {r.get('name')!r} inhibits unknown rule {target!r}{_did_you_mean(target, names)}")

@@ -20,7 +20,8 @@ from typing import Any
 from ..core import InstrumentCluster
 from ..core.findings import SEVERITY_RANK as CORE_RANK
 from ..core.findings import Finding
-from .config import SEVERITY_RANK, AlertConfig, Rule
+from ..core.keys import to_float
+from .config import MAX_RENDERED, SEVERITY_RANK, AlertConfig, Rule, format_spec_problem
 
 INACTIVE, PENDING, FIRING = 0, 1, 2
 
@@ -51,7 +52,11 @@ class AlertEvent:
 
 
 class _SafeFormatter(string.Formatter):
-    """str.format without attribute or index access, tolerant of missing values."""
+    """str.format without attribute or index access, tolerant of missing values, bounded in size.
+
+    Validation already refuses wide format specs in a file; this guard also holds for rules built
+    in Python, where ``{value:>300000000}`` would otherwise print hundreds of megabytes.
+    """
 
     def get_field(self, field_name: str, args: Any, kwargs: Any) -> Any:
         if not field_name.isidentifier():
@@ -59,20 +64,25 @@ class _SafeFormatter(string.Formatter):
         return kwargs.get(field_name, ""), field_name
 
     def format_field(self, value: Any, format_spec: str) -> str:
+        if format_spec_problem(format_spec):
+            format_spec = ""
         try:
-            return format(value, format_spec)
-        except (ValueError, TypeError):
-            return "n/a" if value is None or value == "" else str(value)
+            out = format(value, format_spec)
+        except (ValueError, TypeError, OverflowError):
+            out = "n/a" if value is None or value == "" else str(value)
+        return out if len(out) <= MAX_RENDERED else out[: MAX_RENDERED - 1] + "…"
 
 
 _FMT = _SafeFormatter()
 
 
 def render(template: str, fields: Mapping[str, Any]) -> str:
+    """The rendered template, at most ``MAX_RENDERED`` characters; the template itself if it cannot render."""
     try:
-        return _FMT.vformat(template, (), dict(fields))
-    except (ValueError, IndexError, KeyError):
-        return template
+        out = _FMT.vformat(template, (), dict(fields))
+    except (ValueError, IndexError, KeyError, RecursionError):
+        out = template
+    return out if len(out) <= MAX_RENDERED else out[: MAX_RENDERED - 1] + "…"
 
 
 class AlertEngine:
@@ -107,6 +117,7 @@ class AlertEngine:
         for f in fired:
             self.last_finding[(f.gauge, f.rule)] = f
         family = cluster.family
+        self.fields["trainer"] = family or ""
         values = _Lookup(raw, cluster, updated)
         events: list[AlertEvent] = []
         for rule in self.config.rules:
@@ -170,7 +181,7 @@ class AlertEngine:
                label: str) -> AlertEvent:
         fields = {**self.fields, "value": value, "step": step, "rule": label, "gauge": rule.gauge,
                   "severity": rule.severity, "metric": metric, "message": message,
-                  "trainer": "", "expr": rule.when.text if rule.when else ""}
+                  "expr": rule.when.text if rule.when else ""}
         title = render(rule.title, fields)
         text = render(rule.text, fields) if kind == "firing" else f"Resolved: {title}"
         return AlertEvent(kind=kind, rule=rule.name, gauge=rule.gauge, severity=rule.severity, step=step,
@@ -262,5 +273,5 @@ class _Lookup:
             return None
         v = self.raw.get(name)
         if isinstance(v, (int, float)) and not isinstance(v, bool):
-            return float(v)
+            return to_float(v)  # 10**400 is +inf, not an OverflowError
         return self._canonical().get(name.removeprefix("train/"))

@@ -29,6 +29,12 @@ _COMPARE = {">": lambda a, b: a > b, "<": lambda a, b: a < b, ">=": lambda a, b:
 _ARITH = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
           "/": lambda a, b: a / b if b else math.nan}
 KEYWORDS = ("and", "or", "not")
+#: Limits that keep parsing and evaluation bounded (a rule is a line, not a program): characters,
+#: tokens, and nesting (parentheses, not, unary minus, calls) while parsing and in the parsed tree.
+MAX_CHARS = 1000
+MAX_TOKENS = 200
+MAX_NESTING = 32
+MAX_TREE_DEPTH = 64
 
 
 class ExprError(ValueError):
@@ -51,6 +57,8 @@ def _tokenize(text: str) -> list[tuple[str, str, int]]:
     pos = 0
     text = text.rstrip()
     while pos < len(text):
+        if len(out) >= MAX_TOKENS:
+            raise ExprError(f"expression has more than {MAX_TOKENS} tokens; split it into several rules", pos)
         m = _TOKEN.match(text, pos)
         if not m or m.end() == pos:
             raise ExprError(f"unexpected character {text[pos:pos + 1]!r}", pos)
@@ -73,6 +81,14 @@ class _Parser:
     def __init__(self, text: str) -> None:
         self.toks = _tokenize(text)
         self.i = 0
+        self.depth = 0
+
+    def nest(self, pos: int) -> None:
+        """One level deeper (parenthesis, not, minus, call): refused past MAX_NESTING, before Python's own
+        recursion limit could turn it into a RecursionError."""
+        self.depth += 1
+        if self.depth > MAX_NESTING:
+            raise ExprError(f"nested more than {MAX_NESTING} levels deep (parentheses, 'not', '-'); simplify it", pos)
 
     def peek(self) -> tuple[str, str, int]:
         return self.toks[self.i]
@@ -110,8 +126,10 @@ class _Parser:
 
     def not_(self) -> Node:
         if self.peek()[0] == "kw" and self.peek()[1] == "not":
-            self.take()
-            return Node("not", None, (self.not_(),))
+            self.nest(self.take()[2])
+            node = Node("not", None, (self.not_(),))
+            self.depth -= 1
+            return node
         return self.cmp()
 
     def cmp(self) -> Node:
@@ -141,8 +159,10 @@ class _Parser:
 
     def unary(self) -> Node:
         if self.peek()[1] == "-" and self.peek()[0] == "op":
-            self.take()
-            return Node("neg", None, (self.unary(),))
+            self.nest(self.take()[2])
+            node = Node("neg", None, (self.unary(),))
+            self.depth -= 1
+            return node
         return self.atom()
 
     def atom(self) -> Node:
@@ -153,19 +173,25 @@ class _Parser:
             if self.peek()[1] == "(" and self.peek()[0] == "op":
                 if v not in FUNCTIONS:
                     raise ExprError(f"unknown function {v!r}; available: {', '.join(FUNCTIONS)}", pos)
-                self.take()
+                self.nest(self.take()[2])
                 args = [self.sum()]
                 while self.peek()[1] == ",":
                     self.take()
                     args.append(self.sum())
                 self.expect(")")
+                self.depth -= 1
                 if v == "abs" and len(args) != 1:
                     raise ExprError("abs() takes one argument", pos)
+                if v in ("min", "max") and len(args) < 2:
+                    raise ExprError(f"{v}() compares two or more values, e.g. {v}(kl, 0.1); with one it never fires",
+                                    pos)
                 return Node("call", v, tuple(args))
             return Node("name", v)
         if v == "(":
+            self.nest(pos)
             node = self.or_()
             self.expect(")")
+            self.depth -= 1
             return node
         if kind == "end":
             raise ExprError("expression ends too early", pos)
@@ -184,7 +210,7 @@ class Expression:
         first = lookup(self.names[0]) if self.names else None
         try:
             res = _eval(self.root, lookup)
-        except (TypeError, ValueError, OverflowError, ZeroDivisionError):
+        except (TypeError, ValueError, OverflowError, ZeroDivisionError, RecursionError):
             return False, first
         return (res is True), first
 
@@ -196,18 +222,22 @@ def parse(text: str) -> Expression:
     """Parse ``text``; raises ExprError with the column of the problem."""
     if not isinstance(text, str) or not text.strip():
         raise ExprError("empty expression", 0)
+    if len(text) > MAX_CHARS:
+        raise ExprError(f"expression is {len(text):,} characters long (at most {MAX_CHARS:,}); split it into several "
+                        "rules", MAX_CHARS)
     root = _Parser(text).parse()
     if root.kind not in ("cmp", "and", "or", "not"):
         raise ExprError("a condition must compare something (e.g. 'kl > 0.5')", 0)
     names: list[str] = []
-
-    def walk(n: Node) -> None:
+    stack = [(root, 1)]  # iterative: a long 'a + b + c ...' chain is a deep tree, evaluated recursively later
+    while stack:
+        n, depth = stack.pop()
+        if depth > MAX_TREE_DEPTH:
+            raise ExprError(f"expression is more than {MAX_TREE_DEPTH} operations deep; split it into several rules",
+                            0)
         if n.kind == "name" and n.value not in names:
             names.append(str(n.value))
-        for a in n.args:
-            walk(a)
-
-    walk(root)
+        stack.extend((a, depth + 1) for a in reversed(n.args))
     return Expression(text, root, tuple(names))
 
 

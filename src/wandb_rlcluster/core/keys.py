@@ -116,12 +116,16 @@ def _canonical_key(raw: str) -> str | None:
 
 
 def to_float(value: object) -> float | None:
-    """A float for anything number-like (``"0.5"``, ``"NaN"``, True); None otherwise."""
+    """A float for anything number-like (``"0.5"``, ``"NaN"``, True); None otherwise.
+
+    A number too large for a float (``10**400``, ``"1e999"``) is infinite, with its sign: a gauge
+    treats it as non-finite, like NaN, instead of failing on it. Nothing here raises.
+    """
     t = type(value)
     if t is float:
         return value  # type: ignore[return-value]
     if t is int:
-        return float(value)  # type: ignore[arg-type]
+        return _int_to_float(value)  # type: ignore[arg-type]
     if t is bool:
         return 1.0 if value else 0.0
     if t is str:
@@ -136,10 +140,21 @@ def to_float(value: object) -> float | None:
             return float(s)
         except ValueError:
             return None
+    if isinstance(value, int):  # int subclasses (IntEnum, numpy ints that subclass int)
+        return _int_to_float(int(value))
     try:  # numpy scalars, torch 0-d tensors' .item() results, Decimals
         return float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError, OverflowError):
+    except OverflowError:
         return None
+    except Exception:  # noqa: BLE001 - a foreign object's __float__ may raise anything: skip the value
+        return None
+
+
+def _int_to_float(value: int) -> float:
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
 
 
 @dataclass(slots=True)
@@ -191,7 +206,7 @@ class Normalizer:
             if canon is None:
                 continue
             t = type(v)
-            f = v if t is float else (float(v) if t is int else to_float(v))  # type: ignore[arg-type]
+            f = v if t is float else to_float(v)  # one odd value is skipped; the rest of the row counts
             if f is None:
                 continue
             if canon in values and canon != k:

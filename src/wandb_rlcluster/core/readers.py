@@ -8,6 +8,11 @@ import in a bare environment (CI, a login node) without numpy, torch or wandb.
 
 Every failure is a :class:`LogReadError` carrying one human-readable line; no ``json``, ``csv``
 or ``UnicodeDecodeError`` exception leaks out, because the CLI prints the message as-is.
+
+Inputs are hostile until read: files come from crashing processes and from people. Every file goes
+through :func:`read_bounded` (regular files only, a size cap, a bounded gzip), and every parsing step
+is linear in the input: one pass of C-level ``json``, token rewrites whose regex never rescans a
+string, and line-by-line fallbacks that skip lines too long to be a logged row.
 """
 
 from __future__ import annotations
@@ -19,11 +24,21 @@ import io
 import json
 import os
 import re
+import stat
 import warnings
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["LoadedLog", "LogReadError", "load_rows", "parse_rows_text"]
+__all__ = ["InputRefused", "LoadedLog", "LogReadError", "input_limit", "load_rows", "parse_rows_text", "read_bounded"]
+
+#: Largest input read into memory, in bytes (a 100k-row trainer_state.json is ~100 MB). The
+#: environment variable ``RLCLUSTER_MAX_INPUT_BYTES`` changes it.
+MAX_INPUT_BYTES = 2 * 1024**3
+#: Longest line the line-by-line readers (JSON Lines, stdout logs) try to parse: a logged row is a few KB.
+MAX_LINE_CHARS = 1 << 20
+#: Longest line handed to ``ast.literal_eval`` (Python-repr rows): its syntax tree costs ~100x the text.
+MAX_PY_LINE_CHARS = 64 * 1024
 
 #: Keys of wrapper dicts that may hold the row list, in the order they are preferred.
 ROW_KEYS: tuple[str, ...] = ("log_history", "raw_log_history", "steps", "history", "rows", "logs")
@@ -59,9 +74,12 @@ _EXPECTED = (
 
 # Strings are matched (and kept verbatim) before bare tokens, so 'nan' inside a quoted key or
 # value is never rewritten; only a bare word standing where a value would stand is replaced.
+# A string that is never closed runs to the end of its line (the closing quote is optional): the
+# scan then goes on after it instead of retrying from every quote inside it, which made a long
+# line of escaped quotes cost quadratic time.
 _TOKEN_RE = re.compile(
-    r"\"(?:[^\"\\\n]|\\.)*\""
-    r"|'(?:[^'\\\n]|\\.)*'"
+    r"\"(?:[^\"\\\n]|\\.)*\"?"
+    r"|'(?:[^'\\\n]|\\.)*'?"
     r"|(?<![\w.])([-+]?)(nan|inf(?:inity)?|none|null|true|false)(?![\w.])",
     re.IGNORECASE,
 )
@@ -78,6 +96,104 @@ class LogReadError(ValueError):
     def __init__(self, message: str) -> None:
         # Collapse newlines so a file name or a parser message can never break the one-line promise.
         super().__init__(" ".join(str(message).split()))
+
+
+class _TooLong(LogReadError):
+    """No row found, and a line was too long to try: said only when nothing more precise is known."""
+
+
+class InputRefused(ValueError):
+    """A path that cannot or must not be read as an input file; ``str()`` is a short reason phrase
+    (``"it is a named pipe (FIFO), not a regular file"``) that each caller puts after the file name."""
+
+
+def input_limit() -> int:
+    """The input size cap in bytes: ``RLCLUSTER_MAX_INPUT_BYTES`` when set to a positive integer."""
+    raw = os.environ.get("RLCLUSTER_MAX_INPUT_BYTES", "").strip()
+    return int(raw) if raw.isdigit() and int(raw) > 0 else MAX_INPUT_BYTES
+
+
+_FILE_KINDS = (
+    (stat.S_ISFIFO, "a named pipe (FIFO)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def read_bounded(path: str | os.PathLike[str], limit: int | None = None) -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes (default :func:`input_limit`).
+
+    Every input file (logs, W&B run files, alert configs) is read through here, so none of them
+    can block (a FIFO waits forever for a writer), stream forever (``/dev/zero``) or fill memory.
+    The file is opened without blocking and checked on the open descriptor, not by a path lookup
+    that a swap could fool. Raises :class:`InputRefused` with a short reason.
+    """
+    limit = input_limit() if limit is None else limit
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        raise InputRefused("no such file") from None
+    except IsADirectoryError:
+        raise InputRefused("it is a directory") from None
+    except PermissionError:
+        raise InputRefused("permission denied") from None
+    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
+        raise InputRefused(f"it cannot be opened ({_os_reason(exc)})") from None
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise InputRefused("it is a directory")
+        for test, kind in _FILE_KINDS:
+            if test(st.st_mode):
+                raise InputRefused(f"it is {kind}, not a regular file")
+        if st.st_size > limit:
+            raise InputRefused(f"it is {_size(st.st_size)}, over the {_size(limit)} input limit "
+                               "(set RLCLUSTER_MAX_INPUT_BYTES to raise it)")
+        with os.fdopen(fd, "rb") as fh:
+            fd = -1
+            data = _read_capped(fh, limit, st.st_size)
+    except MemoryError:
+        raise InputRefused("it does not fit in memory") from None
+    except OSError as exc:
+        raise InputRefused(f"it cannot be read ({_os_reason(exc)})") from None
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    if len(data) > limit:  # still growing while being read
+        raise InputRefused(f"it is over the {_size(limit)} input limit (set RLCLUSTER_MAX_INPUT_BYTES to raise it)")
+    return data
+
+
+def _read_capped(fh: io.BufferedIOBase | gzip.GzipFile, limit: int, expected: int = 0) -> bytes:
+    """At most ``limit + 1`` bytes (one more than allowed tells "too big"). Never asks for more than it
+    expects in one call: ``read(n)`` allocates ``n`` bytes up front, so ``read(limit)`` would reserve the
+    whole cap for a 10-byte file. A file that keeps growing (or a /proc file that says 0 bytes) is read on
+    in 1 MiB pieces."""
+    want = min(max(expected, 0), limit) + 1
+    data = fh.read(want)
+    if len(data) < want:
+        return data
+    parts, total = [data], len(data)
+    while total <= limit:
+        piece = fh.read(min(1 << 20, limit + 1 - total))
+        if not piece:
+            break
+        parts.append(piece)
+        total += len(piece)
+    return b"".join(parts)
+
+
+def _os_reason(exc: BaseException) -> str:
+    return getattr(exc, "strerror", None) or type(exc).__name__
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} bytes"
 
 
 @dataclass
@@ -102,16 +218,22 @@ def load_rows(path: str | os.PathLike[str]) -> LoadedLog:
     """
     shown = os.fspath(path)
     p = Path(shown)
-    if not p.exists():
-        raise _error(shown, "no such file", "check the path")
-    if p.is_dir():
+    try:
+        is_dir = p.is_dir()
+    except OSError as exc:  # a path inside a directory we may not list
+        raise _error(shown, f"it cannot be opened ({_os_reason(exc)})") from None
+    if is_dir:
         raise _error(shown, "it is a directory", _dir_hint(p))
     try:
-        data = p.read_bytes()
-    except OSError as exc:
-        raise _error(shown, f"it cannot be opened ({exc.strerror or type(exc).__name__})") from None
-    text = _decode(data, shown)
-    return _parse(text, shown, _suffix(p))
+        data = read_bounded(shown)
+    except InputRefused as exc:
+        raise _error(shown, str(exc), "check the path" if str(exc) == "no such file" else None) from None
+    try:
+        text = _decode(data, shown)
+        del data
+        return _parse(text, shown, _suffix(p))
+    except MemoryError:
+        raise _error(shown, "it does not fit in memory while being parsed") from None
 
 
 def parse_rows_text(text: str, name: str = "<text>") -> LoadedLog:
@@ -147,15 +269,26 @@ def _parse(text: str, name: str, suffix: str) -> LoadedLog:
         except RecursionError:
             raise _error(name, "its JSON is nested too deeply to be a training log") from None
         if json_error.msg != "Extra data":  # "Extra data" means JSON Lines: skip the rewrites
-            for rewrite in (_quote_value_tokens, _fix_json_tokens):
-                fixed, n = rewrite(stripped)
-                if not n:
-                    continue
-                try:
-                    obj = json.loads(fixed)
-                except (ValueError, RecursionError):
-                    continue
-                return _from_json(obj, name, fixed)
+            # A document cut off at its end (a checkpoint caught mid-write) cannot be mended by rewriting
+            # tokens: say so at once instead of paying for rewrites and a line-by-line pass.
+            if not _cut_off(json_error, stripped):
+                for rewrite in (_quote_value_tokens, _fix_json_tokens):
+                    fixed, n = rewrite(stripped)
+                    if not n:
+                        continue
+                    try:
+                        obj = json.loads(fixed)
+                    except json.JSONDecodeError as exc:
+                        if _cut_off(exc, fixed):  # the rewrite mended the tokens; the end is still missing
+                            json_error, stripped = exc, fixed
+                        continue
+                    except (ValueError, RecursionError):
+                        continue
+                    return _from_json(obj, name, fixed)
+            if not _has_row_lines(stripped):
+                # One multi-line document (an indented trainer_state.json): its lines are not rows, so
+                # reading it line by line would only cost time. Report where the JSON breaks.
+                raise _error(name, f"it is not valid JSON ({_describe_json_error(json_error, stripped)})")
     else:
         # A bare JSON scalar ("42", "null") deserves a precise message; other text fails fast here.
         try:
@@ -165,7 +298,12 @@ def _parse(text: str, name: str, suffix: str) -> LoadedLog:
         else:
             return _from_json(scalar, name, stripped)
 
-    lines = _parse_lines(text, name, suffix)
+    try:
+        lines = _parse_lines(text, name, suffix)
+    except _TooLong:
+        if json_error is None:
+            raise
+        lines = None
     if lines is not None:
         return lines
     if json_error is not None:
@@ -175,6 +313,32 @@ def _parse(text: str, name: str, suffix: str) -> LoadedLog:
     if suffix in _LOG_SUFFIXES:
         raise _error(name, "no line in it looks like a logged dict such as {'loss': 0.5, ...}", _EXPECTED)
     raise _error(name, "it is not a recognised log format", _EXPECTED)
+
+
+def _cut_off(exc: json.JSONDecodeError, text: str) -> bool:
+    """True when the JSON is fine up to where the text ends: the file was cut off, not mistyped."""
+    if exc.pos >= len(text) - 1:
+        return True
+    # json reports an unterminated string at its opening quote; it is cut off if no line break follows
+    return exc.msg.startswith("Unterminated string") and text.find("\n", exc.pos) < 0
+
+
+def _has_row_lines(text: str, probe: int = 8) -> bool:
+    """Whether one of the first non-blank lines is a whole row by itself (JSON Lines, a one-row-per-line
+    array), as opposed to a piece of one indented document."""
+    start = 0
+    seen = 0
+    while seen < probe and start < len(text):
+        end = text.find("\n", start, start + MAX_LINE_CHARS)
+        end = len(text) if end < 0 else end
+        line = text[start:end].strip().rstrip(",")
+        start = end + 1
+        if not line:
+            continue
+        seen += 1
+        if line[0] == "{" and line[-1] == "}" and _parse_line(line)[0] is not None:
+            return True
+    return False
 
 
 def _from_json(obj: object, name: str, text: str) -> LoadedLog:
@@ -302,7 +466,12 @@ def _parse_lines(text: str, name: str, suffix: str) -> LoadedLog | None:
     bad = 0
     other = 0
     python_style = suffix in _LOG_SUFFIXES
-    for raw in text.splitlines():
+    too_long = 0  # the first line (1-based) too long to be a row
+    for number, raw in enumerate(text.splitlines(), 1):
+        if len(raw) > MAX_LINE_CHARS:  # far longer than any logged row: not worth a parse attempt
+            bad += 1
+            too_long = too_long or number
+            continue
         s = raw.strip()
         if not s:
             continue
@@ -326,6 +495,9 @@ def _parse_lines(text: str, name: str, suffix: str) -> LoadedLog | None:
             skipped_rows += 1
 
     if not rows:
+        if too_long:
+            raise _TooLong(f"rlcluster: cannot read '{name}': line {too_long} is too long to be a logged row "
+                           f"(over {MAX_LINE_CHARS:,} characters)")
         return None
     fmt = "stdout_log" if python_style else "jsonl"
     skipped_lines = bad if python_style else bad + other
@@ -351,7 +523,10 @@ def _parse_line(s: str) -> tuple[object | None, bool]:
             return json.loads(fixed), False
         except (ValueError, RecursionError):
             pass
-    # ast.literal_eval only builds literals, so a hostile line cannot run code.
+    # ast.literal_eval only builds literals, so a hostile line cannot run code; its syntax tree costs
+    # ~100x the text, so only row-sized lines get that far.
+    if len(s) > MAX_PY_LINE_CHARS:
+        return None, False
     pyfixed, _ = _fix_tokens(s, python=True)
     try:
         with warnings.catch_warnings():
@@ -520,10 +695,7 @@ def _meta_number(value: object) -> int | float | None:
 def _decode(data: bytes, name: str) -> str:
     """Bytes to text; gzip and UTF-16 (PowerShell redirects) are common enough to accept."""
     if data[:2] == b"\x1f\x8b":
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError, ValueError) as exc:
-            raise _error(name, f"it is a damaged gzip file ({exc})") from None
+        data = _gunzip(data, name)
     try:
         if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
             return data.decode("utf-16")
@@ -532,6 +704,21 @@ def _decode(data: bytes, name: str) -> str:
         raise _error(
             name, "it is not UTF-8 text", "is it a binary file, or a checkpoint instead of a log?"
         ) from None
+
+
+def _gunzip(data: bytes, name: str) -> bytes:
+    """Decompress with the same cap as a plain file: a small gzip can expand a thousandfold."""
+    limit = input_limit()
+    try:
+        with gzip.GzipFile(fileobj=io.BytesIO(data)) as fh:
+            out = _read_capped(fh, limit, 4 * len(data))
+    except (OSError, EOFError, ValueError, zlib.error) as exc:
+        raise _error(name, f"it is a damaged gzip file ({_os_reason(exc) if isinstance(exc, OSError) else exc})"
+                     ) from None
+    if len(out) > limit:
+        raise _error(name, f"it decompresses to over the {_size(limit)} input limit",
+                     "set RLCLUSTER_MAX_INPUT_BYTES to raise it")
+    return out
 
 
 def _suffix(p: Path) -> str:
@@ -543,9 +730,12 @@ def _suffix(p: Path) -> str:
 
 def _dir_hint(p: Path) -> str:
     direct = p / "trainer_state.json"
-    if direct.is_file():
-        return f"did you mean '{direct}'?"
-    found = sorted(p.glob("checkpoint-*/trainer_state.json"), key=_checkpoint_number)
+    try:
+        if direct.is_file():
+            return f"did you mean '{direct}'?"
+        found = sorted(p.glob("checkpoint-*/trainer_state.json"), key=_checkpoint_number)
+    except OSError as exc:  # a directory we may not list
+        return f"and it cannot be listed ({_os_reason(exc)}); pass a log file inside it"
     if found:
         return f"did you mean '{found[-1]}' (the latest checkpoint)?"
     return "pass a trainer_state.json, a JSON/JSONL log or a W&B CSV file"
@@ -557,10 +747,10 @@ def _checkpoint_number(state: Path) -> int:
 
 
 def _describe_json_error(exc: json.JSONDecodeError, text: str) -> str:
-    where = f"{exc.msg} at line {exc.lineno} column {exc.colno}"
-    if exc.pos >= len(text) - 1:
-        where += "; the file looks truncated"
-    return where
+    if _cut_off(exc, text):
+        return (f"it stops in the middle of a value at line {exc.lineno}, after {len(text):,} characters: the file "
+                "was cut off, e.g. copied or read while being written; use the previous checkpoint")
+    return f"{exc.msg} at line {exc.lineno} column {exc.colno}"
 
 
 def _json_type(obj: object) -> str:
