@@ -35,11 +35,14 @@ def reward_length_chars(completions: list[Any], **kwargs: Any) -> list[float]:
     return [len(t) / 10.0 for t in _texts(completions)]
 
 
-def reward_letter_a_dense(completions: list[Any], **kwargs: Any) -> list[float]:
-    """The letter 'a', plus a little for length so groups are rarely all-equal: the policy collapses onto 'a'."""
+def reward_letter_a_share(completions: list[Any], **kwargs: Any) -> list[float]:
+    """The share of the letter 'a' among the answer's characters: the policy collapses onto 'a'-heavy answers.
+
+    A share, not a count, so it does not also pay for length (which would truncate first).
+    """
     from .tiny import _texts
 
-    return [t.lower().count("a") + len(t) / 100.0 for t in _texts(completions)]
+    return [t.lower().count("a") / max(1, len(t.strip())) for t in _texts(completions)]
 
 
 class _AboveTheBar(logging.Handler):
@@ -49,6 +52,24 @@ class _AboveTheBar(logging.Handler):
         from tqdm.auto import tqdm
 
         tqdm.write(self.format(record), file=sys.stderr)
+
+
+class NoisyJudge:
+    """A reward that carries no information: a fresh random score per completion (seeded, so runs repeat).
+
+    With a learning rate far too high, updates driven by noise alone random-walk the policy away from its reference:
+    KL climbs while the reward goes nowhere -- the runaway the KL gauge is for.
+    """
+
+    __name__ = "noisy_judge"
+
+    def __init__(self, seed: int = 0) -> None:
+        import random
+
+        self.rng = random.Random(seed)
+
+    def __call__(self, completions: list[Any], **kwargs: Any) -> list[float]:
+        return [self.rng.random() for _ in completions]
 
 
 def reward_like_ocean(completions: list[Any], **kwargs: Any) -> list[float]:
@@ -151,13 +172,13 @@ def run_demo(out: str | Path = "demo-out", trainer: str = "grpo", pathology: str
         grpo = {"pretrain_steps": PRETRAIN_STEPS, "max_completion_length": 16, **common}
         if pathology == "kl":
             t = make_trainer("grpo_kl", max_steps=steps or 150, learning_rate=2e-3, beta=0.04,
-                             reward_funcs=[reward_like_ocean], **grpo)
+                             reward_funcs=[NoisyJudge(seed)], **grpo)
         elif pathology == "length":
-            t = make_trainer("grpo", max_steps=steps or 80, learning_rate=2e-3,
+            t = make_trainer("grpo", max_steps=steps or 80, learning_rate=2e-3, per_device_train_batch_size=16,
                              **{**grpo, "max_completion_length": 48, "reward_funcs": [reward_length_chars]})
         elif pathology == "entropy":
-            t = make_trainer("grpo", max_steps=steps or 80, learning_rate=2e-3, reward_funcs=[reward_letter_a_dense],
-                             **grpo)
+            t = make_trainer("grpo", max_steps=steps or 80, learning_rate=1e-3, per_device_train_batch_size=32,
+                             num_generations=8, reward_funcs=[reward_like_ocean], **grpo)
         else:
             # healthy: a sane learning rate, beta 0.1 and 32 completions a step (8 per prompt), so the per-token KL
             # estimate is not dominated by one rare sampled token; the reward climbs ~0.3 -> ~0.55, KL stays < 0.4
