@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench bench-callback bench-detection bench-readers clean install
+.PHONY: demo test smoke bench bench-callback bench-detection bench-readers clean install
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -22,6 +22,10 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/python -m pytest -q
+
+# The user's path: sdist + wheel, installed with no extras into a fresh venv, used from outside the checkout.
+smoke: $(STAMP)
+	.ci/smoke-wheel $(PY)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_analyze.py

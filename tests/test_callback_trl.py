@@ -58,10 +58,27 @@ def run_trainer(out: Path, kind: str, *args: str, timeout: int = 300, nproc: int
     return json.loads((out / "result-rank0.json").read_text()) | {"stderr": p.stderr}
 
 
+_SHARED: dict[tuple[str, ...], dict] = {}
+
+
+def shared_run(factory: pytest.TempPathFactory, kind: str, *args: str) -> dict:
+    """One real run per (kind, args) and test session: the tests that only read a run share it (CPU is scarce)."""
+    key = (kind, *args)
+    if key not in _SHARED:
+        _SHARED[key] = run_trainer(factory.mktemp(f"run-{kind}"), kind, *args)
+    return _SHARED[key]
+
+
+def metrics_run(factory: pytest.TempPathFactory, kind: str, order: str = "after") -> dict:
+    """The 4-step run of ``kind`` read by the metric and panel-key tests (SFT evaluates every 2 steps)."""
+    extra = ("--eval-steps", "2") if kind == "sft" else ()
+    return shared_run(factory, kind, "--order", order, "--max-steps", "4", *extra)
+
+
 @pytest.mark.parametrize("order", ["after", "before"])
 @pytest.mark.parametrize("kind", list(EXPECT))
-def test_callback_metrics_reach_wandb(tmp_path: Path, kind: str, order: str):
-    res = run_trainer(tmp_path, kind, "--order", order, "--max-steps", "4")
+def test_callback_metrics_reach_wandb(tmp_path_factory: pytest.TempPathFactory, kind: str, order: str):
+    res = metrics_run(tmp_path_factory, kind, order)
     assert res["errors"] == 0 and not res["sink_errors"], res["stderr"][-3000:]
     names = res["order"]
     assert names.index("RLClusterCallback") < names.index("WandbCallback") if order == "before" else \
@@ -86,12 +103,16 @@ def test_callback_metrics_reach_wandb(tmp_path: Path, kind: str, order: str):
     assert res["is_peft"] == kind.endswith("_peft")
 
 
-def test_ppo_shaped_rows_through_real_trainer_log(tmp_path: Path, real_logs: Path):
-    """PPO is gone from TRL 1.16: feed the real PPO log's rows through a real Trainer.log() with the callback."""
-    script = tmp_path / "ppo_rows.py"
+def ppo_rows_run(factory: pytest.TempPathFactory, real_logs: Path) -> dict:
+    """The real PPO log's rows fed through a real ``Trainer.log()`` with the callback (once per session)."""
+    key = ("ppo-rows",)
+    if key in _SHARED:
+        return _SHARED[key]
+    out = factory.mktemp("run-ppo-rows")
+    script = out / "ppo_rows.py"
     script.write_text(f"""
 import json, os
-os.environ.update(WANDB_MODE="offline", WANDB_DIR={str(tmp_path)!r}, WANDB_SILENT="true", WANDB_DISABLE_GIT="true")
+os.environ.update(WANDB_MODE="offline", WANDB_DIR={str(out)!r}, WANDB_SILENT="true", WANDB_DISABLE_GIT="true")
 import wandb
 from transformers import Trainer, TrainingArguments
 from wandb_rlcluster import RLClusterCallback
@@ -99,7 +120,7 @@ from wandb_rlcluster.tiny import build_model, build_tokenizer
 rows = json.load(open({str(real_logs / "ppo_trl_kartik_v1_seed2026.json")!r}))
 tok = build_tokenizer()
 cb = RLClusterCallback(grad_every=0, attention_every=0, sample_every=0, wandb_min_interval=0)
-args = TrainingArguments(output_dir={str(tmp_path / "out")!r}, report_to="wandb", use_cpu=True, save_strategy="no")
+args = TrainingArguments(output_dir={str(out / "out")!r}, report_to="wandb", use_cpu=True, save_strategy="no")
 trainer = Trainer(model=build_model(tok), args=args, callbacks=[cb])
 stopped = None
 for r in rows:
@@ -110,12 +131,19 @@ for r in rows:
 run_dir = os.path.dirname(wandb.run.dir)
 wandb.finish()
 json.dump({{"run_dir": run_dir, "stopped": stopped, "family": cb.cluster.family, "verdict": cb.cluster.verdict(),
-           "stop": cb.stop_finding.to_dict() if cb.stop_finding else None}}, open({str(tmp_path / "r.json")!r}, "w"))
+           "stop": cb.stop_finding.to_dict() if cb.stop_finding else None}}, open({str(out / "r.json")!r}, "w"))
 """)
     p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
                        env={**os.environ, "PYTHONUNBUFFERED": "1"})
     assert p.returncode == 0, p.stderr[-4000:]
-    res = json.loads((tmp_path / "r.json").read_text())
+    _SHARED[key] = json.loads((out / "r.json").read_text())
+    return _SHARED[key]
+
+
+def test_ppo_shaped_rows_through_real_trainer_log(tmp_path_factory: pytest.TempPathFactory,
+                                                 real_logs: Path):
+    """PPO is gone from TRL 1.16: feed the real PPO log's rows through a real Trainer.log() with the callback."""
+    res = ppo_rows_run(tmp_path_factory, real_logs)
     assert res["family"] == "ppo" and res["verdict"] == "stop"
     assert res["stop"]["rule"] == "reward-stop"  # the shipped alert rule forwarding the flat-line stop finding
     assert res["stopped"] == res["stop"]["step"]  # the trainer was told to stop on the very row that decided it

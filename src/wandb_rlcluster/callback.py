@@ -118,6 +118,10 @@ class RLClusterCallback(TrainerCallback, ExportableState):
         self.sample_tokens = sample_tokens
         self.log_to_wandb = log_to_wandb
         self.wandb_min_interval = float(wandb_min_interval)
+        if report:  # the report is built at the end of training: a missing library must show now, not then
+            from .report import require_workspaces
+
+            require_workspaces()
         self.report = report
         self.report_location: str | None = None
         self.prefix = prefix

@@ -220,8 +220,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     except ValueError as e:
         return _fail(str(e))
     print_summary(result)
-    caught = args.pathology == "none" or bool(result.alerts)
-    return 0 if caught else 1
+    return 0  # 1 means only "--fail-on reached"; a demo that ran is a success, whatever it caught
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -56,7 +56,10 @@ def _esc(value: object) -> str:
 
 
 def _canonical(layout_key: str) -> str:
-    return layout_key[6:] if layout_key.startswith("train/") else layout_key
+    """A layout key as W&B stores it (``train/x``, ``eval/x``) -> the core's canonical name (``x``, ``eval_x``)."""
+    if layout_key.startswith("train/"):
+        return layout_key[6:]
+    return "eval_" + layout_key[5:] if layout_key.startswith("eval/") else layout_key
 
 
 class SeriesCollector:

@@ -3,12 +3,14 @@
 No W&B account (offline), no GPU, no model hub. The pathology is real, not
 simulated: the run is set up so that it actually happens —
 
-- ``kl``: GRPO with beta = 0.04 and a learning rate 20x too high: the policy runs away from its
+- ``kl``: GRPO with beta = 0.04 and a learning rate ~60x the healthy run's: the policy runs away from its
   reference, KL passes 0.5 (warn) and then 1.0 for 3 steps (stop), and training stops;
 - ``length``: a reward that pays for characters, on a model that starts out ending early:
   completions grow to the cap (length explosion, then reward hacking);
 - ``entropy``: a reward for one letter: the policy collapses onto it (entropy collapse);
-- ``none``: the same GRPO run with a sane learning rate.
+- ``none``: a healthy GRPO run (sane learning rate, beta 0.1): the reward climbs, nothing alarms.
+
+Every GRPO demo starts from a tiny model pretrained for a few seconds to answer with a word and an EOS.
 """
 
 from __future__ import annotations
@@ -16,11 +18,13 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 PATHOLOGIES = ("kl", "length", "entropy", "none")
+PRETRAIN_STEPS = 120
 TRAINERS = ("grpo", "dpo")
 
 
@@ -31,11 +35,58 @@ def reward_length_chars(completions: list[Any], **kwargs: Any) -> list[float]:
     return [len(t) / 10.0 for t in _texts(completions)]
 
 
-def reward_letter_a_dense(completions: list[Any], **kwargs: Any) -> list[float]:
-    """The letter 'a', plus a little for length so groups are rarely all-equal: the policy collapses onto 'a'."""
+def reward_letter_a_share(completions: list[Any], **kwargs: Any) -> list[float]:
+    """The share of the letter 'a' among the answer's characters: the policy collapses onto 'a'-heavy answers.
+
+    A share, not a count, so it does not also pay for length (which would truncate first).
+    """
     from .tiny import _texts
 
-    return [t.lower().count("a") + len(t) / 100.0 for t in _texts(completions)]
+    return [t.lower().count("a") / max(1, len(t.strip())) for t in _texts(completions)]
+
+
+class _AboveTheBar(logging.Handler):
+    """The plugin's alert lines go above the progress bar (tqdm.write), not through it."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        from tqdm.auto import tqdm
+
+        tqdm.write(self.format(record), file=sys.stderr)
+
+
+class NoisyJudge:
+    """A reward that carries no information: a fresh random score per completion (seeded, so runs repeat).
+
+    With a learning rate far too high, updates driven by noise alone random-walk the policy away from its reference:
+    KL climbs while the reward goes nowhere -- the runaway the KL gauge is for.
+    """
+
+    __name__ = "noisy_judge"
+
+    def __init__(self, seed: int = 0) -> None:
+        import random
+
+        self.rng = random.Random(seed)
+
+    def __call__(self, completions: list[Any], **kwargs: Any) -> list[float]:
+        return [self.rng.random() for _ in completions]
+
+
+def reward_like_ocean(completions: list[Any], **kwargs: Any) -> list[float]:
+    """A reward model with a taste, for the healthy run: letter overlap (Jaccard) of the answer with "ocean".
+
+    Dense (the twelve answer words score 0.11-0.43, "ocean" 1), so groups keep their spread and the reward can climb
+    steadily from ~0.3 without the policy collapsing within the demo's 80 steps.
+    """
+    from .tiny import _texts
+
+    target = set("ocean")
+    out = []
+    for text in _texts(completions):
+        words = text.split()
+        answer = set(words[0].lower()) if words else set()
+        out.append(len(target & answer) / len(target | answer))
+    return out
 
 
 @dataclass
@@ -52,20 +103,6 @@ class DemoResult:
     dashboard: Path | None = None
     alerts: list[Any] = field(default_factory=list)
     verdict: str = "ok"
-
-
-def _bias_toward_eos(trainer: Any, bias: float = 6.0) -> None:
-    """Give the tiny model a strong EOS bias so it starts with short answers (and has room to grow)."""
-    import torch
-
-    model = trainer.model
-    old = model.lm_head
-    new = torch.nn.Linear(old.in_features, old.out_features, bias=True)
-    with torch.no_grad():
-        new.weight.copy_(old.weight)
-        new.bias.zero_()
-        new.bias[trainer.processing_class.eos_token_id] = bias
-    model.lm_head = new
 
 
 def run_demo(out: str | Path = "demo-out", trainer: str = "grpo", pathology: str = "kl", steps: int | None = None,
@@ -85,11 +122,18 @@ def run_demo(out: str | Path = "demo-out", trainer: str = "grpo", pathology: str
     os.environ.setdefault("WANDB_CONSOLE", "off")
     os.environ.setdefault("WANDB_DISABLE_GIT", "true")
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
-    logging.getLogger("wandb_rlcluster").setLevel(logging.WARNING)
-
     import wandb
     from tqdm.auto import tqdm
+
+    plugin_log = logging.getLogger("wandb_rlcluster")
+    plugin_log.setLevel(logging.WARNING)
+    if not any(isinstance(h, _AboveTheBar) for h in plugin_log.handlers):
+        plugin_log.addHandler(_AboveTheBar())
+    plugin_log.propagate = False
+    # a transformers deprecation notice from inside TRL's generation is not the demo's business
+    warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")
     from transformers import TrainerCallback
+    from transformers.trainer_callback import PrinterCallback
 
     from .callback import RLClusterCallback
     from .tiny import make_trainer
@@ -121,17 +165,27 @@ def run_demo(out: str | Path = "demo-out", trainer: str = "grpo", pathology: str
               "callbacks": [plugin, ProgressBar()], "run_name": f"demo-{trainer}-{pathology}"}
     if trainer == "dpo":
         t = make_trainer("dpo", max_steps=steps or 60, learning_rate=5e-4, **common)
-    elif pathology == "kl":
-        t = make_trainer("grpo_kl", max_steps=steps or 150, learning_rate=2e-2, beta=0.04, **common)
-    elif pathology == "length":
-        t = make_trainer("grpo", max_steps=steps or 80, learning_rate=2e-2, max_completion_length=48,
-                         reward_funcs=[reward_length_chars], **common)
-        _bias_toward_eos(t)
-    elif pathology == "entropy":
-        t = make_trainer("grpo", max_steps=steps or 80, learning_rate=2e-2, reward_funcs=[reward_letter_a_dense],
-                         **common)
     else:
-        t = make_trainer("grpo_kl", max_steps=steps or 80, learning_rate=1e-3, beta=0.04, **common)
+        # Every GRPO demo starts from a briefly pretrained "SFT model" that answers with a word and an EOS, as a real
+        # RL run does: from random weights every completion would be truncated and attention uniform (real alarms,
+        # but not the ones a demo means to show).
+        grpo = {"pretrain_steps": PRETRAIN_STEPS, "max_completion_length": 16, **common}
+        if pathology == "kl":
+            t = make_trainer("grpo_kl", max_steps=steps or 150, learning_rate=2e-3, beta=0.04,
+                             reward_funcs=[NoisyJudge(seed)], **grpo)
+        elif pathology == "length":
+            t = make_trainer("grpo", max_steps=steps or 80, learning_rate=2e-3, per_device_train_batch_size=16,
+                             **{**grpo, "max_completion_length": 48, "reward_funcs": [reward_length_chars]})
+        elif pathology == "entropy":
+            t = make_trainer("grpo", max_steps=steps or 80, learning_rate=1e-3, per_device_train_batch_size=32,
+                             num_generations=8, reward_funcs=[reward_like_ocean], **grpo)
+        else:
+            # healthy: a sane learning rate, beta 0.1 and 32 completions a step (8 per prompt), so the per-token KL
+            # estimate is not dominated by one rare sampled token; the reward climbs ~0.3 -> ~0.55, KL stays < 0.4
+            t = make_trainer("grpo_kl", max_steps=steps or 80, learning_rate=3e-4, beta=0.1, num_generations=8,
+                             per_device_train_batch_size=32, reward_funcs=[reward_like_ocean], **grpo)
+    # disable_tqdm makes transformers print every log row as a dict; the progress bar above replaces both
+    t.remove_callback(PrinterCallback)
     result.max_steps = t.args.max_steps
     t.train()
     run = wandb.run

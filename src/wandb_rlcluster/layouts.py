@@ -19,9 +19,9 @@ from .core.keys import canonical_family
 from .safe_yaml import load_checked
 
 LAYOUT_DIR = Path(__file__).with_name("layouts")
-FAMILY_LAYOUT = {"grpo": "grpo", "dpo": "dpo", "kto": "dpo", "orpo": "dpo", "ppo": "ppo", "online_dpo": "ppo",
-                 "sft": "sft", "reward": "sft"}
-LAYOUT_NAMES = ("grpo", "dpo", "ppo", "sft")
+FAMILY_LAYOUT = {"grpo": "grpo", "dpo": "dpo", "kto": "dpo", "orpo": "dpo", "ppo": "ppo",
+                 "online_dpo": "online_dpo", "sft": "sft", "reward": "sft"}
+LAYOUT_NAMES = ("grpo", "dpo", "ppo", "online_dpo", "sft")
 _SIMPLE_THRESHOLD = re.compile(r"^\s*`?([A-Za-z_][A-Za-z0-9_./-]*)`?\s*(>=|>|<=|<)\s*(-?\d+(?:\.\d+)?(?:e-?\d+)?)\s*$")
 
 

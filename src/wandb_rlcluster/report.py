@@ -15,7 +15,23 @@ STATUS_GUIDE = (
 )
 
 
+INSTALL_HINT = "pip install 'wandb-workspaces>=0.4' (a dependency of wandb-rlcluster that this environment lacks)"
+
+
+def require_workspaces() -> None:
+    """Fail early, with the install command, where the report library is missing (cheap: no import)."""
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec("wandb_workspaces") is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        raise ImportError(f"the W&B report needs wandb-workspaces: {INSTALL_HINT}")
+
+
 def _wr() -> Any:
+    require_workspaces()
     import wandb_workspaces.reports.v2 as wr
 
     return wr

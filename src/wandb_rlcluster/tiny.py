@@ -45,6 +45,7 @@ __all__ = [
     "build_tokenizer",
     "make_dataset",
     "make_trainer",
+    "pretrain",
     "reward_length",
     "reward_letter_a",
 ]
@@ -181,6 +182,9 @@ REWARD_FUNCS: tuple[Callable[..., list[float]], ...] = (reward_letter_a, reward_
 # --------------------------------------------------------------------------------------------------------------------
 
 _WORDS = ("apple", "river", "stone", "cloud", "tiger", "lemon", "piano", "maple", "ocean", "amber", "delta", "sugar")
+# what the pretrained tiny model answers with (see pretrain): varied lengths, so a length reward has spread to act on
+_ANSWERS = ("sky", "sea", "sun", "moon", "ocean", "river", "stone", "cloud", "planet", "forest", "mountain",
+            "lighthouse")
 
 
 def make_dataset(kind: str, rows: int = 12) -> Dataset:
@@ -225,14 +229,56 @@ def _lora_config() -> Any:
     )
 
 
-def _saved_init_model(tokenizer: PreTrainedTokenizerFast, output_dir: Path, *, seed: int) -> PreTrainedModel:
+def pretrain(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, *, steps: int = 120, seed: int = 0,
+             lr: float = 1e-2, batch_size: int = 32) -> PreTrainedModel:
+    """Teach a fresh tiny model the task's shape: answer ``Say a word like X:`` with one word and an EOS.
+
+    A randomly initialised model never emits EOS (every completion is truncated), attends uniformly and loops under
+    greedy decoding -- all real alarms.  A couple of seconds of plain next-token training on ``prompt word</s>`` (the
+    word drawn at random from words of 3 to 10 letters, so the policy keeps some entropy and some length spread to
+    explore with) gives the "SFT model" an RL run starts from in practice.  The loss is on the answer tokens only.
+    """
+    import random
+
+    rng = random.Random(seed)
+    texts, answer_from = [], []
+    for i in range(16 * len(_WORDS)):
+        prompt = f"Say a word like {_WORDS[i % len(_WORDS)]}:"
+        texts.append(f"{prompt} {rng.choice(_ANSWERS)}{tokenizer.eos_token}")
+        answer_from.append(len(tokenizer(prompt)["input_ids"]))
+    torch.manual_seed(seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    was_training = model.training
+    model.train()
+    for _ in range(steps):
+        idx = rng.sample(range(len(texts)), batch_size)
+        enc = tokenizer([texts[i] for i in idx], return_tensors="pt", padding=True)
+        labels = enc["input_ids"].clone()
+        labels[enc["attention_mask"] == 0] = -100
+        width = labels.shape[1]
+        for row, i in enumerate(idx):  # left padding: the answer starts answer_from[i] tokens after the padding
+            pad = int((enc["attention_mask"][row] == 0).sum())
+            labels[row, : min(width, pad + answer_from[i])] = -100
+        loss = model(**enc, labels=labels).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    model.train(was_training)
+    return model
+
+
+def _saved_init_model(tokenizer: PreTrainedTokenizerFast, output_dir: Path, *, seed: int,
+                      pretrain_steps: int = 0) -> PreTrainedModel:
     """The tiny policy, also saved to disk and pointed at by its ``_name_or_path``.
 
     GRPO/RLOO (beta > 0), DPO and KTO build their reference model by reloading ``config._name_or_path``; pointing it at
     a local copy of the initial weights gives them the right reference without the Hub.  Each rank writes its own copy
-    so concurrent ``torchrun`` processes never race on the same files.
+    so concurrent ``torchrun`` processes never race on the same files.  ``pretrain_steps`` > 0 first runs
+    :func:`pretrain`, so the policy and its reference both start from the "SFT model".
     """
     model = build_model(tokenizer, seed=seed)
+    if pretrain_steps > 0:
+        pretrain(model, tokenizer, steps=pretrain_steps, seed=seed)
     world = int(os.environ.get("WORLD_SIZE", "1"))
     init_dir = output_dir / ("tiny-init" if world == 1 else f"tiny-init-rank{os.environ.get('RANK', '0')}")
     model.save_pretrained(init_dir)
@@ -253,6 +299,8 @@ def make_trainer(
     run_name: str | None = None,
     reward_model: bool = False,
     reward_funcs: Sequence[Any] | None = None,
+    pretrain_steps: int = 0,
+    eval_steps: int = 0,
     **overrides: Any,
 ) -> Trainer:
     """A real TRL trainer of ``kind`` on a tiny model and data set, ready for ``.train()``.
@@ -261,8 +309,11 @@ def make_trainer(
     ``peft=True`` wraps the policy in a LoRA adapter via the trainer's ``peft_config``.  ``reward_model=True`` adds
     the tiny :func:`build_reward_model` to the reward functions of ``grpo``/``grpo_kl``/``rloo``/``online_dpo``
     (GRPO/RLOO log it as ``rewards/tiny-llama-rm/mean``).  Each rank also saves the initial weights under
-    ``output_dir/tiny-init*`` (see :func:`_saved_init_model`).  With ``disable_tqdm`` (the default) the datasets and
-    transformers progress bars are switched off too -- process-wide -- so demo and test output stays readable.
+    ``output_dir/tiny-init*`` (see :func:`_saved_init_model`); ``pretrain_steps`` > 0 starts from a briefly
+    :func:`pretrain`-ed model instead of random weights.  ``eval_steps`` > 0 evaluates on a small held-out set every
+    that many steps (transformers logs ``eval_loss``; W&B stores it as ``eval/loss``).  With ``disable_tqdm`` (the
+    default) the datasets and transformers progress bars are switched off too -- process-wide -- so demo and test
+    output stays readable.
     """
     if kind not in KINDS:
         raise ValueError(f"unknown kind {kind!r}; expected one of {KINDS}")
@@ -279,7 +330,7 @@ def make_trainer(
         disable_datasets_progress_bars()
         hf_logging.disable_progress_bar()
     tokenizer = build_tokenizer()
-    model = _saved_init_model(tokenizer, Path(output_dir), seed=seed)
+    model = _saved_init_model(tokenizer, Path(output_dir), seed=seed, pretrain_steps=pretrain_steps)
     common: dict[str, Any] = {
         "output_dir": str(output_dir),
         "max_steps": max_steps,
@@ -306,6 +357,9 @@ def make_trainer(
         "train_dataset": make_dataset(kind),
         "callbacks": list(callbacks) if callbacks else None,
     }
+    if eval_steps > 0:
+        trainer_kwargs["eval_dataset"] = make_dataset(kind, rows=4)
+        common.update(eval_strategy="steps", eval_steps=eval_steps, per_device_eval_batch_size=4)
     if peft:
         trainer_kwargs["peft_config"] = _lora_config()
     reward_funcs = list(reward_funcs) if reward_funcs is not None else list(REWARD_FUNCS)

@@ -37,6 +37,7 @@ def main() -> None:
     ap.add_argument("--every", type=int, default=1, help="cadence of all live probes")
     ap.add_argument("--wandb-interval", type=float, default=0.0, help="RLClusterCallback(wandb_min_interval=...)")
     ap.add_argument("--save-steps", type=int, default=0)
+    ap.add_argument("--eval-steps", type=int, default=0, help="evaluate every N steps (make_trainer(eval_steps=N))")
     ap.add_argument("--resume", default=None)
     ap.add_argument("--user-wandb-init", action="store_true", help="wandb.init by the user, report_to none")
     ap.add_argument("--kill-wandb-at", type=int, default=0, help="kill the wandb-core service at this step")
@@ -95,7 +96,8 @@ def main() -> None:
     user_run = wandb.init(project="rlcluster-tests", name=f"{a.kind}-user") if a.user_wandb_init else None
     callbacks = [cb, *extra] if a.order == "after" else extra
     trainer = make_trainer(a.kind, output_dir=str(out / "trainer"), callbacks=callbacks, report_to=report,
-                           max_steps=a.max_steps, peft=a.peft, run_name=f"{a.kind}-{a.order}", **overrides)
+                           max_steps=a.max_steps, peft=a.peft, run_name=f"{a.kind}-{a.order}",
+                           eval_steps=a.eval_steps, **overrides)
     if a.order == "add":
         trainer.add_callback(cb)
     elif a.order == "before":

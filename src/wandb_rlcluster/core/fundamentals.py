@@ -270,6 +270,7 @@ class AttentionEntropyGauge(Gauge):
                        lambda: f"attention entropy fell to {rel:.2f}x its start: heads are collapsing onto "
                        "single tokens.", for_=2)
         if hmax and finite(hmax) and hmax > 0:
+            d["max_possible"] = hmax  # log n: the uniform ceiling, plotted beside the mean
             sat = h / hmax
             d["vs_uniform"] = sat
             self.check("attention-uniform", sat > self.p["saturation"], "warn", "attention_entropy/mean", h,
