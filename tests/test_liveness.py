@@ -27,7 +27,7 @@ from wandb_rlcluster import RLClusterCallback
 from wandb_rlcluster.alerts import ConfigError, load_config
 from wandb_rlcluster.alerts.liveness import LivenessSettings, resolve
 from wandb_rlcluster.live.crash import last_checkpoint, redact
-from wandb_rlcluster.live.trainer_internals import describe_thread
+from wandb_rlcluster.live.trainer_internals import TrainFrame, describe_thread
 from wandb_rlcluster.live.watchdog import StallWatchdog, StepCadence
 from wandb_rlcluster.wandb_offline import find_run_dirs, read_offline_run
 
@@ -110,11 +110,14 @@ def test_stack_names_a_collective_in_a_fake_torch_distributed():
     time.sleep(0.05)
     try:
         act = describe_thread(t.ident)
+        gone = describe_thread(t.ident, TrainFrame(frame_id=0, code=my_training_step.__code__, thread=t.ident))
     finally:
         ev.set()
         t.join(5)
-    assert act.label.startswith("a collective (torch.distributed.all_reduce)")
-    assert "in test_stack_names_a_collective" in act.where or "my_training_step" in act.where
+    assert act.label.startswith("a collective (torch.distributed.all_reduce): another rank may have died")
+    assert "my_training_step" in act.where  # the innermost frame outside the libraries
+    # a Trainer.train frame that is no longer on the stack: training ended without on_train_end
+    assert gone.label.startswith("not training: Trainer.train() has returned or raised")
 
 
 def test_watchdog_settings_from_yaml_and_constructor(tmp_path: Path):

@@ -15,7 +15,7 @@ or a run is watched by nobody, only W&B's own evaluation still fires. A rule map
 plus one ``OnRunState`` automation for runs that end failed or crashed. Every other rule is listed
 with the reason it cannot map (built-in findings and combined conditions need rlcluster's state).
 Notifications go to a Slack integration of the entity (or a generic webhook). W&B Automations need a
-paid W&B plan (Pro, Enterprise or a dedicated/self-managed server with automations enabled).
+paid W&B plan (Pro or Enterprise), and a team admin to create them.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ import sysconfig
 from dataclasses import dataclass
 from types import CodeType, FrameType
 
-MAX_DEPTH = 300
+MAX_DEPTH = 2000
 
 # (label, priority) by marker; lower priority number = more telling when several are on the stack.
 # A marker is (path fragment or "", function names or None for any function in that path).
@@ -90,7 +90,8 @@ def describe_frames(frame: FrameType | None, train: TrainFrame | None = None) ->
     stack = _frames(frame)
     if not stack:
         return Activity("unknown (no Python frame)", "")
-    if train is not None and not any(id(f) == train.frame_id and f.f_code is train.code for f in stack):
+    if train is not None and len(stack) < MAX_DEPTH and not any(id(f) == train.frame_id and f.f_code is train.code
+                                                                for f in stack):
         return Activity("not training: Trainer.train() has returned or raised without on_train_end",
                         _where(stack[0]))
     best: tuple[int, str, int] | None = None  # (priority, label, index)
