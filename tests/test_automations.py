@@ -48,9 +48,10 @@ rules:
 class FakeWandbAutomations(FakeWandb):
     """The report recorder, answering the operations ``wandb.Api().create_automation`` sends as well."""
 
-    def __init__(self, *, slack: bool = True, **kw: Any) -> None:
+    def __init__(self, *, slack: bool = True, refuse: bool = False, **kw: Any) -> None:
         super().__init__(**kw)
         self.slack = slack
+        self.refuse = refuse  # answer createFilterTrigger as a free-plan entity would be refused
 
     def answer(self, op: str | None, v: dict[str, Any]) -> dict[str, Any]:
         if op == "IntegrationsByEntity":
@@ -65,6 +66,9 @@ class FakeWandbAutomations(FakeWandb):
         if op == "ServerFeaturesQuery":  # the z-score event is gated behind a server feature
             return {"data": {"serverInfo": {"features": [
                 {"name": "AUTOMATION_EVENT_RUN_METRIC_ZSCORE", "isEnabled": True}]}}}
+        if op == "CreateAutomation" and self.refuse:
+            return {"data": {"result": None}, "errors": [{"message": "automations are not available on this plan",
+                                                          "path": ["createFilterTrigger"]}]}
         if op == "CreateAutomation":
             inp = v["input"]
             action = inp["triggeredActionConfig"]["notificationActionInput"]
@@ -122,6 +126,20 @@ def test_dry_run_prints_the_plan_without_network_or_key(tmp_path: Path):
     assert "rlcluster-rl-kl-warn      RUN_METRIC         WARN   MIN(train/kl) over the last 3 values > 0.5" in out
     assert "rlcluster-rl-run-failed   RUN_STATE          ERROR" in out
     assert "cannot map 19 rule(s)" in out and "kl-anomaly" in out
+
+
+def test_protocol_contract_refused_create_is_one_line_exit_2(tmp_path: Path):
+    """PROTOCOL CONTRACT (fake server): the server refuses createFilterTrigger -> exit 2, one line, stops there."""
+    with serve(FakeWandbAutomations, refuse=True) as srv:
+        p = rlcluster("automations", "export", str(SHIPPED), "--entity", "acme", "--project", "rl", cwd=tmp_path,
+                      env=clean_env(tmp_path / "home", WANDB_BASE_URL=srv.url, WANDB_API_KEY=API_KEY))
+        ops = [c.op for c in srv.graphql()]
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    assert ops.count("CreateAutomation") == 1  # the first refusal stops the export
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "Traceback" not in p.stderr, p.stderr
+    assert lines[0].startswith("rlcluster: could not create rlcluster-rl-kl-warn: ")
+    assert "not available on this plan" in lines[0] and "paid plan" in lines[0]
 
 
 @pytest.mark.parametrize("slack", [True, False], ids=["slack-integration", "no-integration"])

@@ -137,7 +137,6 @@ class CrashReporter:
         self._prev_handlers: dict[int, Any] = {}
         self._wakeup_r = -1
         self._wakeup_w = -1
-        self._prev_wakeup = -1
         self._reader: threading.Thread | None = None
 
     # -- install / uninstall ----------------------------------------------------------------------------
