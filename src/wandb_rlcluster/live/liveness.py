@@ -134,8 +134,9 @@ class LivenessMonitor:
         return trainer_internals.describe_thread(self.thread, self.train_frame).sentence()
 
     def _event(self, kind: str, rule: str, gauge: str, severity: str, value: float | None, metric: str, title: str,
-               text: str) -> AlertEvent:
-        return AlertEvent(kind=kind, rule=rule, gauge=gauge, severity=severity, step=self.last_step, value=value,
+               text: str, step: int | None = None) -> AlertEvent:
+        step = self.last_step if step is None else step
+        return AlertEvent(kind=kind, rule=rule, gauge=gauge, severity=severity, step=step, value=value,
                           metric=metric, title=title, text=text, notify=kind == "firing", cooldown=0.0,
                           time=time.time())
 
@@ -154,13 +155,13 @@ class LivenessMonitor:
                 f"thread is in {stall.activity}. A hung collective (a dead rank), a generation server that stopped "
                 "answering or a blocking reward function or dataloader look like this. Resolves when steps resume.")
         self._send(self._event("firing", "stall", "watchdog", self.settings.stall_severity, round(stall.idle_s, 3),
-                               "seconds_since_last_step", title, text))
+                               "seconds_since_last_step", title, text, stall.last_step))
 
     def _on_resume(self, stall: Stall) -> None:
         run = self.fields.get("run_name") or "this run"
         title = f"Training resumed at step {stall.last_step} after a {_duration(stall.idle_s)} stall ({run})"
         self._send(self._event("resolved", "stall", "watchdog", self.settings.stall_severity, round(stall.idle_s, 3),
-                               "seconds_since_last_step", title, f"Resolved: {title}"))
+                               "seconds_since_last_step", title, f"Resolved: {title}", stall.last_step))
 
     def _on_crash(self, crash: Crash) -> None:
         """Runs on the crash reporter's helper thread, bounded by crash_timeout."""

@@ -94,8 +94,8 @@ class StallWatchdog:
         self.last_progress = clock()
         self.stall: Stall | None = None
         self.stalls = 0
-        self._stall_steps = 0
         self._stall_since = 0.0
+        self._resumed: tuple[int, float] | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._errors = 0
@@ -106,6 +106,8 @@ class StallWatchdog:
         self.cadence.step(now)
         self.last_step = step
         self.last_progress = now
+        if self.stall is not None and self._resumed is None:
+            self._resumed = (step, now)  # the first step after a stall: what its resolution reports
         self.phase = "between steps (callbacks, logging, evaluation, checkpointing or the next batch)"
 
     def progress(self, phase: str) -> None:
@@ -124,11 +126,14 @@ class StallWatchdog:
         """One look at the clock: fire on a new stall, resolve a stall once a step completed."""
         now = self.clock() if now is None else now
         if self.stall is not None:
-            if self.cadence.steps != self._stall_steps:
+            resumed = self._resumed
+            if resumed is not None:
                 stall, self.stall = self.stall, None  # idle_s of a resolution: how long the stall lasted
-                self.on_resume(Stall(self.last_step, self.last_progress - self._stall_since, stall.bound_s,
-                                     stall.median_s, stall.phase, stall.activity))
+                self._resumed = None
+                self.on_resume(Stall(resumed[0], resumed[1] - self._stall_since, stall.bound_s, stall.median_s,
+                                     stall.phase, stall.activity))
             return
+        steps_before = self.cadence.steps
         idle = now - self.last_progress
         bound = self.bound()
         if idle <= bound:
@@ -137,9 +142,11 @@ class StallWatchdog:
             activity = self.describe()
         except Exception as e:  # noqa: BLE001 - a description is a bonus, the alert is not
             activity = f"unknown ({type(e).__name__})"
-        self.stall = Stall(self.last_step, idle, bound, self.cadence.median(), self.phase, activity)
-        self._stall_steps = self.cadence.steps
         self._stall_since = self.last_progress
+        self._resumed = None  # before self.stall is set: a step from here on counts as the resumption
+        self.stall = Stall(self.last_step, idle, bound, self.cadence.median(), self.phase, activity)
+        if self.cadence.steps != steps_before and self._resumed is None:  # a step landed while we looked
+            self._resumed = (self.last_step, self.last_progress)
         self.stalls += 1
         self.on_stall(self.stall)
 
