@@ -24,7 +24,7 @@ import psutil
 import pytest
 
 from wandb_rlcluster import RLClusterCallback
-from wandb_rlcluster.alerts import ConfigError, load_config
+from wandb_rlcluster.alerts import AlertConfig, ConfigError, load_config
 from wandb_rlcluster.alerts.liveness import LivenessSettings, resolve
 from wandb_rlcluster.live.crash import last_checkpoint, redact
 from wandb_rlcluster.live.trainer_internals import TrainFrame, describe_thread
@@ -128,6 +128,11 @@ def test_watchdog_settings_from_yaml_and_constructor(tmp_path: Path):
     s = resolve(cfg.watchdog, {"stall_floor": "3m"})
     assert (s.stall_floor, s.stall_factor, s.guardian, s.stall_startup) == (180.0, 4.0, False, 1800.0)
     assert resolve({}, {}) == LivenessSettings()
+    stored = cfg.to_dict()  # a checkpoint keeps the settings with the rules, and a resume rebuilds them
+    assert AlertConfig.from_dict(stored).watchdog == cfg.watchdog == {"stall_floor": 90.0, "stall_factor": 4.0,
+                                                                       "guardian": False}
+    with pytest.raises(ConfigError, match="stored watchdog setting: 'stall_factor' must be a number"):
+        AlertConfig.from_dict({**stored, "watchdog": {"stall_factor": "x"}})
     bad = tmp_path / "bad.yaml"
     bad.write_text("watchdog:\n  stall_floor: soon\n  stall_factr: 3\n  crash_timeout: 1h\n")
     with pytest.raises(ConfigError) as e:

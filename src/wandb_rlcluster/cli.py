@@ -186,20 +186,23 @@ def _cmd_automations_export(args: argparse.Namespace) -> int:
               f"the Slack integration posting to {args.slack_channel!r}" if args.slack_channel else
               f"the first Slack integration of {args.entity!r}")
     if args.dry_run:
-        print(render_inputs(planned, args.project, bool(args.webhook)) if args.json else
-              render_plan(planned, unmapped, args.entity, args.project, target))
+        text = (render_inputs(planned, args.project, bool(args.webhook)) if args.json else
+                render_plan(planned, unmapped, args.entity, args.project, target))
+        for line in text.splitlines():  # rule names and texts come from a file: escaped like every output
+            _say(line)
         return 0
     if not (os.environ.get("WANDB_API_KEY") or _netrc_has_key()):
         return _fail("creating automations needs a W&B API key: set WANDB_API_KEY or run `wandb login` "
                      "(or use --dry-run)")
     try:
-        created = export(planned, args.entity, args.project, slack_channel=args.slack_channel, webhook=args.webhook)
+        created = export(planned, args.entity, args.project, slack_channel=args.slack_channel, webhook=args.webhook,
+                         echo=_say)
     except ExportError as e:
         return _fail(str(e))
     except Exception as e:  # noqa: BLE001 - a one-line reason, never a traceback
         return _fail(f"could not reach W&B: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
-    print(f"{len(created)} automation(s) created in {args.entity}/{args.project}, notifying {target}; "
-          f"{len(unmapped)} rule(s) cannot map and stay with the callback")
+    _say(f"{len(created)} automation(s) created in {args.entity}/{args.project}, notifying {target}; "
+         f"{len(unmapped)} rule(s) cannot map and stay with the callback")
     return 0
 
 

@@ -122,6 +122,7 @@ class AlertConfig:
                        "cooldown": r.cooldown, "trainers": list(r.trainers), "title": r.title, "text": r.text,
                        "inhibits": list(r.inhibits), "channels": list(r.channels) if r.channels is not None else None,
                        "line": r.line, "source": r.source} for r in self.rules],
+            "watchdog": _json_safe(self.watchdog),
         }
 
     @classmethod
@@ -159,12 +160,21 @@ class AlertConfig:
                                                  line=int(c.get("line", 0)))
             except (KeyError, TypeError, ValueError, AttributeError) as e:
                 problems.append(f"{where}: stored channel {clean_text(n, 40)!r}: {clean_text(e, 200)}")
+        from .liveness import check_value
+
+        watchdog: dict[str, Any] = {}
+        for k, v in (data.get("watchdog") or {}).items():
+            value, problem = check_value(str(k), v)
+            if problem:
+                problems.append(f"{where}: stored watchdog setting: {problem}")
+            else:
+                watchdog[str(k)] = value
         if problems:
             raise ConfigError(problems)
         params = data.get("gauge_params") or {}
         return cls(rules=rules, channels=channels,
                    gauge_params={str(g): dict(v) for g, v in params.items() if isinstance(v, dict)},
-                   sources=tuple(str(x) for x in data.get("sources") or ()))
+                   sources=tuple(str(x) for x in data.get("sources") or ()), watchdog=watchdog)
 
 
 CONFIG_FORMAT = "rlcluster-alerts/1"

@@ -37,6 +37,8 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any
 
+from ..core.text import clean_text
+
 logger = logging.getLogger("wandb_rlcluster")
 
 SIGNALS = ("SIGTERM", "SIGINT")
@@ -102,15 +104,13 @@ class Crash:
 
 
 def describe_exception(exc: BaseException) -> Crash:
-    message = redact(str(exc)).strip().replace("\n", " ")
-    if len(message) > MAX_MESSAGE:
-        message = message[: MAX_MESSAGE - 1] + "…"
-    summary = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+    message = clean_text(" ".join(redact(str(exc)).split()), MAX_MESSAGE)  # one line, no control characters
+    summary = f"{clean_text(type(exc).__name__, 100)}: {message}" if message else clean_text(type(exc).__name__, 100)
     where = ""
     tb = traceback.extract_tb(exc.__traceback__) if exc.__traceback__ is not None else []
     if tb:
         last = tb[-1]
-        where = f"{os.path.basename(last.filename)}:{last.lineno} in {last.name}"
+        where = clean_text(f"{os.path.basename(last.filename)}:{last.lineno} in {last.name}", 200)
     return Crash("exception", summary, where)
 
 
