@@ -282,6 +282,10 @@ class CrashReporter:
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         """Python-level handler (main thread): notice first, then what would have happened without us."""
         prev = self._prev_handlers.get(signum, signal.SIG_DFL)
+        if prev == signal.SIG_DFL and self._reader is not None and self._reader.is_alive() and not self.clean:
+            # The wakeup-fd reader already has this signal: it sends the notice and then ends the process. The
+            # main thread must not wait for it here: it may hold a lock (a journal write) the notice needs.
+            return
         if not self.clean:
             self.report(self._signal_crash(signum))
         if callable(prev):
@@ -304,10 +308,7 @@ class CrashReporter:
                     continue
                 self.report(self._signal_crash(signum))
                 if self._prev_handlers.get(signum) == signal.SIG_DFL:
-                    # The main thread may be stuck in C and never run its handler: the default action must still
-                    # happen. A short grace lets a free main thread get there first (it does the same).
-                    time.sleep(0.5)
-                    self._die_by(signum)
+                    self._die_by(signum)  # the default action, whether or not the main thread is stuck in C
 
     @staticmethod
     def _die_by(signum: int) -> None:
