@@ -1,9 +1,11 @@
 """Benchmark: RLClusterCallback's overhead on a real (tiny) TRL GRPO run.
 
 The same GRPO training (tiny local Llama, CPU, W&B offline, logging every step)
-runs with and without the callback, alternated in one process, several times;
-the figure is the median wall-time ratio, plus the callback's own cost per
-``on_log`` call. Not a test: it prints figures for the README.
+runs without the callback, with it (defaults: stall watchdog, crash hooks and
+guardian on) and with it but its liveness alerts off, alternated in one process,
+several times; the figures are the median wall-time ratios, the callback's own
+cost per ``on_log`` call, and the watchdog's per-step cost on the training thread.
+Not a test: it prints figures for the README.
 
     python benchmarks/bench_callback.py --steps 100 --repeat 5
 """
@@ -11,6 +13,7 @@ the figure is the median wall-time ratio, plus the callback's own cost per
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import statistics
 import tempfile
@@ -37,25 +40,29 @@ def main() -> None:
 
     tmp = tempfile.mkdtemp(prefix="rlcluster-bench-")
     os.environ["WANDB_DIR"] = tmp
-    times: dict[bool, list[float]] = {False: [], True: []}
+    times: dict[str, list[float]] = {"none": [], "on": [], "off": []}
     per_log_us: list[float] = []
     callbacks_seen: list[RLClusterCallback] = []
-    plan = [False, True] * args.repeat
+    plan = ["none", "on", "off"] * args.repeat
+    off = {"stall_alert": False, "crash_alert": False, "guardian": False}
     make_trainer(args.kind, output_dir=f"{tmp}/warm", max_steps=2).train()  # warm-up: imports, allocator
-    for i, with_cb in enumerate(tqdm(plan, desc="alternating runs", unit="run")):
-        cbs = [RLClusterCallback()] if with_cb else []
+    for i, mode in enumerate(tqdm(plan, desc="alternating runs", unit="run")):
+        with_cb = mode != "none"
+        cbs = [RLClusterCallback(**(off if mode == "off" else {}))] if with_cb else []
         trainer = make_trainer(args.kind, output_dir=f"{tmp}/run{i}", callbacks=cbs, report_to="wandb",
                                max_steps=args.steps, seed=0, run_name=f"bench-{i}-{with_cb}")
         t0 = time.perf_counter()
         trainer.train()
-        times[with_cb].append(time.perf_counter() - t0)
+        times[mode].append(time.perf_counter() - t0)
         wandb.finish()
         if with_cb:
             cb = cbs[0]
             callbacks_seen.append(cb)
             per_log_us.append(cb.on_log_seconds / max(1, cb.on_log_calls) * 1e6)
-    base, ours = statistics.median(times[False]), statistics.median(times[True])
-    ratios = [b / a for a, b in zip(times[False], times[True], strict=True)]
+    base, ours = statistics.median(times["none"]), statistics.median(times["on"])
+    ratios = [b / a for a, b in zip(times["none"], times["on"], strict=True)]
+    quiet = statistics.median(times["off"])
+    live_ratios = [b / a for a, b in zip(times["off"], times["on"], strict=True)]
     print(f"{args.kind}, {args.steps} steps, logging every step, {args.repeat} alternated pairs (tiny Llama on CPU)")
     print(f"  without callback: median {base:.2f} s  ({base / args.steps * 1e3:.1f} ms/step)")
     print(f"  with callback:    median {ours:.2f} s  ({ours / args.steps * 1e3:.1f} ms/step)")
@@ -63,6 +70,40 @@ def main() -> None:
           f"(ratio of medians {ours / base:.3f})")
     print(f"  callback on_log cost (core + W&B log call): median {statistics.median(per_log_us):.0f} µs per call")
     print(f"  callback errors: {sum(cb.errors for cb in callbacks_seen)}")
+    print(f"  with callback, liveness alerts off: median {quiet:.2f} s  ({quiet / args.steps * 1e3:.1f} ms/step)")
+    print(f"  watchdog + crash hooks + guardian on/off: median of pairs {statistics.median(live_ratios):.3f}  "
+          f"(ratio of medians {ours / quiet:.3f})")
+    on, off_ns = _liveness_hook_ns(tmp)
+    print(f"  liveness cost on the training thread, through the callback's per-step hooks: {on - off_ns:.0f} ns "
+          f"per step ({on:.0f} ns with the watchdog thread and guardian running, {off_ns:.0f} ns with them off)")
+
+
+def _liveness_hook_ns(tmp: str, n: int = 100_000) -> tuple[float, float]:
+    """ns per step of the hooks a step calls (step begin, pre-optimizer, optimizer, step end), liveness on vs off."""
+    from transformers import TrainerControl, TrainerState
+
+    from wandb_rlcluster import RLClusterCallback
+
+    out = []
+    for on in (True, False):
+        cb = RLClusterCallback(grad_every=0, lora_every=0, attention_every=0, sample_every=0, stall_alert=on,
+                               crash_alert=False, guardian=on)
+        state, control = TrainerState(), TrainerControl()
+        if on:  # watchdog thread and guardian process running; no Trainer.train on this stack: mute that warning
+            logging.getLogger("wandb_rlcluster").setLevel(logging.ERROR)
+            cb.liveness.start(f"{tmp}/hooks", None, {})
+            logging.getLogger("wandb_rlcluster").setLevel(logging.NOTSET)
+        t0 = time.perf_counter()
+        for i in range(n):
+            state.global_step = i
+            cb.on_step_begin(None, state, control)
+            cb.on_pre_optimizer_step(None, state, control)
+            cb.on_optimizer_step(None, state, control)
+            cb.on_step_end(None, state, control)
+        out.append((time.perf_counter() - t0) / n * 1e9)
+        if on:
+            cb.liveness.end()
+    return out[0], out[1]
 
 
 if __name__ == "__main__":

@@ -134,9 +134,9 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 @contextmanager
-def serve(**kw: Any) -> Iterator[FakeWandb]:
-    """Run a FakeWandb in a thread for the duration of the block."""
-    srv = FakeWandb(**kw)
+def serve(server: type[FakeWandb] | None = None, **kw: Any) -> Iterator[FakeWandb]:
+    """Run a FakeWandb (or a subclass answering more operations) in a thread for the duration of the block."""
+    srv = (server or FakeWandb)(**kw)
     t = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     t.start()
     try:

@@ -20,6 +20,7 @@ from .core.findings import Finding
 from .core.keys import canonical_family, to_float
 from .live import probes
 from .live.distributed import any_rank
+from .live.liveness import LivenessMonitor, resolve_settings
 from .live.sink import WandbSink
 
 logger = logging.getLogger("wandb_rlcluster")
@@ -75,6 +76,12 @@ class RLClusterCallback(TrainerCallback, ExportableState):
         prefix: W&B key prefix.
         channel_wait: seconds ``on_train_end`` waits, in total over all alert channels, for queued
             alerts to go out; what is still undelivered then is journaled as such in ``alerts.jsonl``.
+        stall_alert, stall_factor, stall_floor, stall_startup, stall_warmup, stall_check_every, stall_severity,
+        crash_alert, crash_timeout, guardian: the liveness alerts that fire when ``on_log`` cannot (a stall, a
+            crash, a kill -9; see ``alerts/liveness.py``). None (default) takes the ``watchdog:`` section of the
+            alerts file, else the defaults: a ``stall`` alert after max(10 x median step time, 10m) without a
+            completed step (30m before the cadence is known, the first 3 steps left out), checked every 5s;
+            a ``crash`` alert within 10s; a guardian process for hard deaths. Off with ``alerts=False``.
 
     Stopping is decided on every rank from the same log row and then reduced across
     ranks, so all processes stop at the same step; logging happens on the main
@@ -100,6 +107,16 @@ class RLClusterCallback(TrainerCallback, ExportableState):
         report: bool = False,
         prefix: str = "rlcluster",
         channel_wait: float = 2.0,
+        stall_alert: bool | None = None,
+        stall_factor: float | None = None,
+        stall_floor: float | str | None = None,
+        stall_startup: float | str | None = None,
+        stall_warmup: int | None = None,
+        stall_check_every: float | str | None = None,
+        stall_severity: str | None = None,
+        crash_alert: bool | None = None,
+        crash_timeout: float | str | None = None,
+        guardian: bool | None = None,
     ) -> None:
         if stop_on not in (None, "stop", "warn"):
             raise ValueError(f"stop_on must be 'stop', 'warn' or None, not {stop_on!r}")
@@ -146,6 +163,12 @@ class RLClusterCallback(TrainerCallback, ExportableState):
             gauge_params.setdefault(gid, {}).update(ps)
         self.cluster = InstrumentCluster(trainer=self.trainer, params=gauge_params, detect_rows=1)  # validates
         self.engine = AlertEngine(self.alert_config) if self.alert_config else None
+        self.liveness_args = {k: v for k, v in dict(
+            stall_alert=stall_alert, stall_factor=stall_factor, stall_floor=stall_floor, stall_startup=stall_startup,
+            stall_warmup=stall_warmup, stall_check_every=stall_check_every, stall_severity=stall_severity,
+            crash_alert=crash_alert, crash_timeout=crash_timeout, guardian=guardian).items() if v is not None}
+        settings = resolve_settings(self.alert_config.watchdog if self.alert_config else {}, self.liveness_args)
+        self.liveness = LivenessMonitor(settings) if self.alert_config and settings.any_on else None
         self.notifier: Notifier | None = None
         self.alert_events: list[AlertEvent] = []
         self.sink = WandbSink(prefix)
@@ -176,7 +199,7 @@ class RLClusterCallback(TrainerCallback, ExportableState):
                 "attention_every": self.attention_every, "lora_every": self.lora_every,
                 "sample_every": self.sample_every, "sample_tokens": self.sample_tokens,
                 "log_to_wandb": self.log_to_wandb, "wandb_min_interval": self.wandb_min_interval,
-                "prefix": self.prefix, "channel_wait": self.channel_wait,
+                "prefix": self.prefix, "channel_wait": self.channel_wait, **self.liveness_args,
             },
             "attributes": {"cluster_state": self.cluster.state_dict(),
                            "engine_state": self.engine.state_dict() if self.engine else {}},
@@ -234,14 +257,44 @@ class RLClusterCallback(TrainerCallback, ExportableState):
                     self.engine.fields["run_name"] = args.run_name
                 self.notifier = Notifier(self.alert_config, Path(args.output_dir) / "alerts.jsonl",  # type: ignore[arg-type]
                                          use_wandb=self.log_to_wandb)
+                if self.liveness is not None:
+                    self.liveness.start(str(args.output_dir), self.notifier, self.engine.fields,
+                                        step=state.global_step, max_steps=int(state.max_steps or 0))
             if getattr(args, "fsdp", None) or getattr(args, "deepspeed", None):
                 # a forward pass on one rank would wait forever for sharded parameters
                 self._disable_forward_probes = "sharded model (FSDP/DeepSpeed): forward probes run off"
         except Exception as e:  # noqa: BLE001
             self._error("on_train_begin", e)
 
+    # liveness: where the training thread is, for the stall watchdog (a few attribute writes per step)
+    def on_step_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                      **kwargs: Any) -> None:
+        if self.liveness is not None and self.liveness.active:
+            self.liveness.step_begin()
+
+    def on_substep_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                       **kwargs: Any) -> None:
+        if self.liveness is not None and self.liveness.active:
+            self.liveness.progress("in a training step (between gradient-accumulation micro-batches)")
+
+    def on_optimizer_step(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                          **kwargs: Any) -> None:
+        if self.liveness is not None and self.liveness.active:
+            self.liveness.phase("finishing a training step (after the optimizer step)")
+
+    def on_prediction_step(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                           **kwargs: Any) -> None:
+        if self.liveness is not None and self.liveness.active:
+            self.liveness.progress("in evaluation")
+
+    def on_save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
+        if self.liveness is not None and self.liveness.active:
+            self.liveness.progress("between steps (a checkpoint was just saved)")
+
     def on_pre_optimizer_step(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                               model: Any = None, **kwargs: Any) -> None:
+        if self.liveness is not None and self.liveness.active:
+            self.liveness.phase("in the optimizer step")
         if not self.grad_every or model is None or not state.is_world_process_zero:
             return
         if (state.global_step + 1) % self.grad_every:
@@ -255,6 +308,8 @@ class RLClusterCallback(TrainerCallback, ExportableState):
 
     def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                     model: Any = None, processing_class: Any = None, **kwargs: Any) -> None:
+        if self.liveness is not None and self.liveness.active:
+            self.liveness.step_end(state.global_step)
         if model is None or not state.is_world_process_zero:
             return
         step = state.global_step
@@ -340,6 +395,11 @@ class RLClusterCallback(TrainerCallback, ExportableState):
                      **kwargs: Any) -> None:
         if not state.is_world_process_zero:
             return
+        if self.liveness is not None:
+            try:
+                self.liveness.end()  # a clean end: watchdog, crash hooks and guardian off before anything else
+            except Exception as e:  # noqa: BLE001
+                self._error("liveness", e)
         try:
             self.cluster.finalize()
             summary = {f"{self.prefix}/verdict": self.cluster.verdict(),

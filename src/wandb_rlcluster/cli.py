@@ -172,6 +172,40 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_automations_export(args: argparse.Namespace) -> int:
+    """Map the rules W&B can evaluate itself to W&B Automations (see automations.py)."""
+    import os
+
+    from .automations import ExportError, export, plan, render_inputs, render_plan
+
+    config, code = _load_alerts(args.file)
+    if config is None:
+        return code
+    planned, unmapped = plan(config, args.project)  # type: ignore[arg-type]
+    target = (f"the generic webhook {args.webhook!r}" if args.webhook else
+              f"the Slack integration posting to {args.slack_channel!r}" if args.slack_channel else
+              f"the first Slack integration of {args.entity!r}")
+    if args.dry_run:
+        text = (render_inputs(planned, args.project, bool(args.webhook)) if args.json else
+                render_plan(planned, unmapped, args.entity, args.project, target))
+        for line in text.splitlines():  # rule names and texts come from a file: escaped like every output
+            _say(line)
+        return 0
+    if not (os.environ.get("WANDB_API_KEY") or _netrc_has_key()):
+        return _fail("creating automations needs a W&B API key: set WANDB_API_KEY or run `wandb login` "
+                     "(or use --dry-run)")
+    try:
+        created = export(planned, args.entity, args.project, slack_channel=args.slack_channel, webhook=args.webhook,
+                         echo=_say)
+    except ExportError as e:
+        return _fail(str(e))
+    except Exception as e:  # noqa: BLE001 - a one-line reason, never a traceback
+        return _fail(f"could not reach W&B: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
+    _say(f"{len(created)} automation(s) created in {args.entity}/{args.project}, notifying {target}; "
+         f"{len(unmapped)} rule(s) cannot map and stay with the callback")
+    return 0
+
+
 def _netrc_has_key() -> bool:
     import netrc
     import os
@@ -254,6 +288,23 @@ def build_parser() -> argparse.ArgumentParser:
     t = alsub.add_parser("test", help="send one test alert through each channel configured in FILE")
     t.add_argument("file")
     t.set_defaults(func=_cmd_alerts_test)
+
+    au = sub.add_parser("automations", help="W&B-side rules: export the rules W&B can evaluate itself")
+    ausub = au.add_subparsers(dest="automations_command", required=True)
+    ae = ausub.add_parser(
+        "export", help="create W&B Automations for the rules W&B can evaluate (a threshold held for a window, a "
+        "z-score) and for runs that fail or crash; W&B Automations need a paid plan")
+    ae.add_argument("file", help="alerts YAML (merged over the shipped rules, as in the callback)")
+    ae.add_argument("--entity", required=True)
+    ae.add_argument("--project", required=True)
+    ae.add_argument("--dry-run", action="store_true", help="print what would be created: no network, no API key")
+    ae.add_argument("--json", action="store_true", help="with --dry-run: one JSON line per automation, the GraphQL "
+                    "input it would be created with (ids as placeholders)")
+    dest_ae = ae.add_mutually_exclusive_group()
+    dest_ae.add_argument("--slack-channel", metavar="NAME", help="the entity's Slack integration posting to this "
+                         "channel (default: its first Slack integration)")
+    dest_ae.add_argument("--webhook", metavar="NAME", help="a generic webhook integration of the entity instead")
+    ae.set_defaults(func=_cmd_automations_export)
 
     r = sub.add_parser("report", help="build the twelve-gauge W&B report for a project")
     r.add_argument("--entity", required=True)

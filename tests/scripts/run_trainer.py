@@ -42,6 +42,11 @@ def main() -> None:
     ap.add_argument("--user-wandb-init", action="store_true", help="wandb.init by the user, report_to none")
     ap.add_argument("--kill-wandb-at", type=int, default=0, help="kill the wandb-core service at this step")
     ap.add_argument("--overrides", default="{}", help="JSON config overrides for the trainer")
+    ap.add_argument("--cb-kwargs", default="{}", help="JSON extra RLClusterCallback arguments (stall_floor, ...)")
+    ap.add_argument("--fault", default="", help="add a reward function that misbehaves at one step (GRPO): "
+                    "sleep:STEP:SECONDS or raise:STEP (STEP is the global step while the reward is computed)")
+    ap.add_argument("--slow-step", default="", help="STEP:SECONDS: a callback sleeps when that step begins (any "
+                    "trainer), like a first step that compiles or loads")
     a = ap.parse_args()
 
     out = Path(a.out)
@@ -73,7 +78,8 @@ def main() -> None:
     extra_kw = {} if a.channel_wait is None else {"channel_wait": a.channel_wait}
     cb = RLClusterCallback(alerts=alerts, params=params, grad_every=a.every, attention_every=a.every,
                            lora_every=a.every,
-                           sample_every=2 * a.every, wandb_min_interval=a.wandb_interval, **extra_kw)
+                           sample_every=2 * a.every, wandb_min_interval=a.wandb_interval, **extra_kw,
+                           **json.loads(a.cb_kwargs))
     original_cb = cb
 
     class KillWandb(TrainerCallback):
@@ -88,10 +94,23 @@ def main() -> None:
                         p.kill()
                         p.wait(10)
 
+    class SlowStep(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kw):  # noqa: ANN001, ANN003, ANN201
+            step, seconds = a.slow_step.split(":")
+            if state.global_step == int(step):
+                import time
+
+                time.sleep(float(seconds))
+
     extra = [KillWandb()] if a.kill_wandb_at else []
+    extra += [SlowStep()] if a.slow_step else []
     overrides = json.loads(a.overrides)
     if a.save_steps:
         overrides.update(save_strategy="steps", save_steps=a.save_steps)
+    if a.fault:
+        from wandb_rlcluster.tiny import REWARD_FUNCS
+
+        overrides["reward_funcs"] = [*REWARD_FUNCS, faulty_reward(a.fault)]
     report = "none" if a.user_wandb_init else a.report
     user_run = wandb.init(project="rlcluster-tests", name=f"{a.kind}-user") if a.user_wandb_init else None
     callbacks = [cb, *extra] if a.order == "after" else extra
@@ -139,6 +158,24 @@ def main() -> None:
         "output_dir": str(out / "trainer"),
     }
     (out / f"result-rank{rank}.json").write_text(json.dumps(result, indent=1, default=str))
+
+
+def faulty_reward(spec: str):  # noqa: ANN201
+    """A reward function (always 0) that sleeps or raises while the reward of one step is computed."""
+    import time
+
+    kind, step, *rest = spec.split(":")
+
+    def faulty(completions, trainer_state=None, **kw):  # noqa: ANN001, ANN003, ANN202
+        if trainer_state is not None and trainer_state.global_step == int(step):
+            print(f"fault {kind} at step {step} t={time.time():.3f}", file=sys.stderr, flush=True)
+            if kind == "sleep":
+                time.sleep(float(rest[0]))
+            elif kind == "raise":
+                raise RuntimeError(f"reward server unreachable at step {step} (api_key=sk-test-not-a-real-key-123456)")
+        return [0.0] * len(completions)
+
+    return faulty
 
 
 if __name__ == "__main__":

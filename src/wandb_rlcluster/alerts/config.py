@@ -32,7 +32,7 @@ TEMPLATE_FIELDS = frozenset({"value", "step", "rule", "gauge", "severity", "run_
                              "trainer", "message", "expr", "project"})
 RULE_KEYS = frozenset({"name", "gauge", "when", "finding", "min_severity", "for", "keep_firing_for", "severity",
                        "cooldown", "trainers", "title", "text", "inhibits", "channels", "enabled"})
-TOP_KEYS = frozenset({"version", "extends", "defaults", "gauges", "channels", "rules"})
+TOP_KEYS = frozenset({"version", "extends", "defaults", "gauges", "channels", "rules", "watchdog"})
 DEFAULT_KEYS = frozenset({"for", "cooldown", "keep_firing_for", "channels"})
 CHANNEL_KEYS = {
     "slack": frozenset({"type", "webhook_url_env", "min_severity", "username", "channel", "timeout"}),
@@ -101,6 +101,7 @@ class AlertConfig:
     gauge_params: dict[str, dict[str, Any]] = field(default_factory=dict)
     sources: tuple[str, ...] = ()
     warnings: list[str] = field(default_factory=list)
+    watchdog: dict[str, Any] = field(default_factory=dict)  # validated `watchdog:` settings (see liveness.py)
 
     def rule(self, name: str) -> Rule | None:
         return next((r for r in self.rules if r.name == name), None)
@@ -121,6 +122,7 @@ class AlertConfig:
                        "cooldown": r.cooldown, "trainers": list(r.trainers), "title": r.title, "text": r.text,
                        "inhibits": list(r.inhibits), "channels": list(r.channels) if r.channels is not None else None,
                        "line": r.line, "source": r.source} for r in self.rules],
+            "watchdog": _json_safe(self.watchdog),
         }
 
     @classmethod
@@ -158,12 +160,21 @@ class AlertConfig:
                                                  line=int(c.get("line", 0)))
             except (KeyError, TypeError, ValueError, AttributeError) as e:
                 problems.append(f"{where}: stored channel {clean_text(n, 40)!r}: {clean_text(e, 200)}")
+        from .liveness import check_value
+
+        watchdog: dict[str, Any] = {}
+        for k, v in (data.get("watchdog") or {}).items():
+            value, problem = check_value(str(k), v)
+            if problem:
+                problems.append(f"{where}: stored watchdog setting: {problem}")
+            else:
+                watchdog[str(k)] = value
         if problems:
             raise ConfigError(problems)
         params = data.get("gauge_params") or {}
         return cls(rules=rules, channels=channels,
                    gauge_params={str(g): dict(v) for g, v in params.items() if isinstance(v, dict)},
-                   sources=tuple(str(x) for x in data.get("sources") or ()))
+                   sources=tuple(str(x) for x in data.get("sources") or ()), watchdog=watchdog)
 
 
 CONFIG_FORMAT = "rlcluster-alerts/1"
@@ -484,7 +495,8 @@ def _raw_document(path: str, text: str, loc: _Loc) -> dict[str, Any] | None:
     root = _compose(path, text, loc)
     if root is None:
         return None
-    doc: dict[str, Any] = {"rules": [], "defaults": {}, "gauges": {}, "channels": {}, "extends": None}
+    doc: dict[str, Any] = {"rules": [], "defaults": {}, "gauges": {}, "channels": {}, "extends": None,
+                           "watchdog": {}}
     for key, vnode, kline in _pairs(root):
         if key not in TOP_KEYS:
             loc.err(kline, f"unknown top-level section '{key}'{_did_you_mean(key, TOP_KEYS)}; "
@@ -540,6 +552,10 @@ def _raw_document(path: str, text: str, loc: _Loc) -> dict[str, Any] | None:
                 ch = _channel(loc, cname, cnode, cl)
                 if ch:
                     doc["channels"][cname] = ch
+        elif key == "watchdog":
+            from .liveness import parse_section
+
+            doc["watchdog"] = parse_section(loc, vnode, kline)
         elif key == "rules":
             if not isinstance(vnode, yaml.SequenceNode):
                 loc.err(kline, "'rules' must be a list (each item starts with '- name: ...')")
@@ -665,8 +681,10 @@ def load_config(path: str | os.PathLike[str] | None = None) -> AlertConfig:
     defaults: dict[str, Any] = {}
     channels: dict[str, ChannelConfig] = {}
     gauges: dict[str, dict[str, Any]] = {}
+    watchdog: dict[str, Any] = {}
     for loc, doc in docs:
         defaults.update(doc["defaults"])
+        watchdog.update(doc["watchdog"])
         channels.update(doc["channels"])
         for gid, params in doc["gauges"].items():
             gauges.setdefault(gid, {}).update(params)
@@ -702,4 +720,5 @@ def load_config(path: str | os.PathLike[str] | None = None) -> AlertConfig:
         raise ConfigError(problems)
     warnings = default_loc.warnings + (user_loc.warnings if user_loc else [])
     sources = tuple(loc.path for loc, _ in docs)
-    return AlertConfig(rules=rules, channels=channels, gauge_params=gauges, sources=sources, warnings=warnings)
+    return AlertConfig(rules=rules, channels=channels, gauge_params=gauges, sources=sources, warnings=warnings,
+                       watchdog=watchdog)
