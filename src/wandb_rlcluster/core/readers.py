@@ -32,7 +32,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["InputRefused", "LoadedLog", "LogReadError", "input_limit", "load_rows", "parse_rows_text", "read_bounded"]
+__all__ = ["InputRefused", "InputTooLarge", "LoadedLog", "LogReadError", "input_limit", "load_rows", "parse_rows_text",
+           "read_bounded"]
 
 #: Largest input read into memory, in bytes (a 100k-row trainer_state.json is ~100 MB; reading costs
 #: ~3-6x the file). The environment variable ``RLCLUSTER_MAX_INPUT_BYTES`` changes it.
@@ -125,6 +126,10 @@ class InputRefused(ValueError):
     (``"it is a named pipe (FIFO), not a regular file"``) that each caller puts after the file name."""
 
 
+class InputTooLarge(InputRefused):
+    """The file is over the size limit it was read with."""
+
+
 def input_limit() -> int:
     """The input size cap in bytes: ``RLCLUSTER_MAX_INPUT_BYTES`` when set to a positive integer."""
     raw = os.environ.get("RLCLUSTER_MAX_INPUT_BYTES", "").strip()
@@ -172,7 +177,7 @@ def read_bounded(path: str | os.PathLike[str], limit: int | None = None) -> byte
         if kind:
             raise InputRefused(kind)
         if st.st_size > limit:
-            raise InputRefused(f"it is {_size(st.st_size)}, over the {_size(limit)} input limit "
+            raise InputTooLarge(f"it is {_size(st.st_size)}, over the {_size(limit)} input limit "
                                "(set RLCLUSTER_MAX_INPUT_BYTES to raise it)")
         with os.fdopen(fd, "rb") as fh:
             fd = -1
@@ -185,7 +190,7 @@ def read_bounded(path: str | os.PathLike[str], limit: int | None = None) -> byte
         if fd >= 0:
             os.close(fd)
     if len(data) > limit:  # still growing while being read
-        raise InputRefused(f"it is over the {_size(limit)} input limit (set RLCLUSTER_MAX_INPUT_BYTES to raise it)")
+        raise InputTooLarge(f"it is over the {_size(limit)} input limit (set RLCLUSTER_MAX_INPUT_BYTES to raise it)")
     return data
 
 
