@@ -35,7 +35,7 @@ __all__ = ["MAX_NODES", "MAX_NUMBER_CHARS", "MAX_VALUES", "MAX_YAML_CHARS", "Yam
 #: Longest configuration text accepted (characters); the shipped alerts.yaml is ~8 KB.
 MAX_YAML_CHARS = 128 * 1024
 #: Most values (nodes, aliases included) a document may hold as written (the shipped rules have ~700).
-MAX_VALUES = 20_000
+MAX_VALUES = 10_000
 #: Most nodes a document may hold once its aliases are expanded.
 MAX_NODES = 100_000
 #: Longest number: a threshold needs a few digits, and PyYAML reads base-60 integers in quadratic time.
