@@ -204,7 +204,7 @@ def _key_identity(key: yaml.ScalarNode, constructor: yaml.SafeLoader) -> object:
         except TypeError:
             pass
         else:
-            return ("value", type(value) is bool, value)  # 1 and true stay apart, 1 and 1.0 do not (as in a dict)
+            return ("value", value)  # equal as dict keys: 1, 1.0 and true collide in the mapping YAML builds
     return ("text", key.tag, key.value)
 
 
