@@ -4,8 +4,10 @@ Not a test: it prints figures for the README (Performance). Run with `make bench
 `python benchmarks/bench_readers.py --mb 100`. Cases:
 
 * a 100 MB single-line JSON list of rows (what ``json.dump(log_history, f)`` writes);
-* the same 100 MB line broken: an unterminated string of escaped quotes (the shape that made the old
-  token rewrite quadratic: ~2 minutes for 80 KB);
+* the same 100 MB line broken: one string of 50 M escaped quotes closed by a line break and ``]``
+  (so the token rewrite runs over all of it: the shape that cost 22.7 s / 6.2 GB before the rewrite
+  scanned a masked copy, and ~2 minutes for 80 KB before that), the same with 100 M plain characters,
+  and the string simply cut off at the end of the file (named as cut off without any rewrite);
 * a checkpoint caught mid-write: an indented ``trainer_state.json`` cut off at half its size,
   and the whole file for comparison.
 
@@ -70,6 +72,10 @@ def main() -> None:
         single = d / "single_line.json"
         with single.open("w") as fh:
             fh.write("[" + ", ".join([row_text] * reps) + "]")
+        quotes = d / "escaped_quotes_line.json"
+        quotes.write_text('[{"a": "' + '\\"' * (target // 2) + '\n]')
+        plain = d / "plain_string_line.json"
+        plain.write_text('[{"a": "' + "a" * target + '\n]')
         broken = d / "broken_line.json"
         broken.write_text('[{"note": "' + '\\"' * (target // 2))
         state = {"global_step": 4000 * reps, "log_history": run.rows * reps}
@@ -82,7 +88,9 @@ def main() -> None:
         del data, state
 
         cases = [("baseline (imports only)", "-"), ("single-line JSON list of rows", str(single)),
-                 ("single line, unterminated string of escaped quotes", str(broken)),
+                 ("one string of escaped quotes, then a line break and ]", str(quotes)),
+                 ("one string of plain characters, then a line break and ]", str(plain)),
+                 ("one string of escaped quotes, cut off at the end", str(broken)),
                  ("trainer_state.json (indented), whole", str(whole)),
                  ("trainer_state.json cut off at half (mid-write checkpoint)", str(cut))]
         print(f"{'case':<58} {'size':>8} {'time':>8} {'peak RSS':>9}  outcome")
