@@ -859,7 +859,7 @@ def _describe_json_error(exc: json.JSONDecodeError, text: str) -> str:
     if _cut_off(exc, text):
         return (f"it stops in the middle of a value at line {exc.lineno}, after {len(text):,} characters: the file "
                 "was cut off, e.g. copied or read while being written; use the previous checkpoint")
-    return f"{exc.msg} at line {exc.lineno} column {exc.colno}"
+    return f"{exc.msg.removesuffix(' at')} at line {exc.lineno} column {exc.colno}"
 
 
 def _json_type(obj: object) -> str:
