@@ -191,7 +191,8 @@ class RLClusterCallback(TrainerCallback, ExportableState):
             self.cluster.load_state_dict(value)
             self._restored = True
         except Exception as e:  # noqa: BLE001 - a damaged state must not stop a resume
-            logger.warning("rlcluster: could not restore gauge state from the checkpoint (%s); starting fresh", e)
+            logger.warning("rlcluster: could not restore gauge state from the checkpoint (%s); starting fresh",
+                           clean_text(e, 300))
 
     @property
     def engine_state(self) -> dict[str, Any]:
@@ -203,7 +204,7 @@ class RLClusterCallback(TrainerCallback, ExportableState):
             try:
                 self.engine.load_state_dict(value)
             except Exception as e:  # noqa: BLE001
-                logger.warning("rlcluster: could not restore alert state from the checkpoint (%s)", e)
+                logger.warning("rlcluster: could not restore alert state from the checkpoint (%s)", clean_text(e, 300))
 
     # -- events -------------------------------------------------------------------------------------
     def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
