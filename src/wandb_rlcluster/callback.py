@@ -14,10 +14,12 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 from transformers.trainer_callback import ExportableState
 
 from .alerts import AlertConfig, AlertEngine, AlertEvent, load_config
-from .alerts.notify import Notifier
+from .alerts.config import validate_config
+from .alerts.notify import Notifier, clamp_wait
 from .core import GAUGE_IDS, InstrumentCluster
 from .core.findings import Finding
 from .core.keys import canonical_family, to_float
+from .core.text import clean_text
 from .live import probes
 from .live.distributed import any_rank
 from .live.liveness import LivenessMonitor, resolve_settings
@@ -50,7 +52,8 @@ class RLClusterCallback(TrainerCallback, ExportableState):
             False turns alerting off (then core ``stop`` findings stop training directly). The
             file is validated here, before training starts: a bad file raises ConfigError
             naming the file, the line and the fix. An :class:`AlertConfig` object, or the dict
-            its ``to_dict()`` gives, is used as is. Checkpoints store the rules themselves, so a
+            its ``to_dict()`` gives, goes through the same checks (ConfigError here, before
+            training). Checkpoints store the rules themselves, so a
             resume (``restore_callback_states_from_checkpoint=True``) rebuilds the same rules from
             any working directory.
         trainer: trainer family (``grpo``, ``rloo``, ``dpo``, ``kto``, ``orpo``, ``online_dpo``,
@@ -142,15 +145,15 @@ class RLClusterCallback(TrainerCallback, ExportableState):
         self.report = report
         self.report_location: str | None = None
         self.prefix = prefix
-        self.channel_wait = max(0.0, float(channel_wait))
+        self.channel_wait = clamp_wait(channel_wait)
         self.channel_wait_seconds = 0.0  # how long on_train_end actually waited for the channels
         self._last_wandb_time = -1e18
         self._last_statuses: dict[str, str] = {}
         self.alerts_source: str | None = None
         self.alert_config: AlertConfig | None = None
         if alerts is not False:
-            if isinstance(alerts, AlertConfig):
-                self.alert_config = alerts
+            if isinstance(alerts, AlertConfig):  # the same checks as a file: a bad rule or channel fails here
+                self.alert_config = validate_config(alerts)
             elif isinstance(alerts, Mapping):  # rules stored in a checkpoint by state()
                 self.alert_config = AlertConfig.from_dict(dict(alerts))
             else:
@@ -215,7 +218,8 @@ class RLClusterCallback(TrainerCallback, ExportableState):
             self.cluster.load_state_dict(value)
             self._restored = True
         except Exception as e:  # noqa: BLE001 - a damaged state must not stop a resume
-            logger.warning("rlcluster: could not restore gauge state from the checkpoint (%s); starting fresh", e)
+            logger.warning("rlcluster: could not restore gauge state from the checkpoint (%s); starting fresh",
+                           clean_text(e, 300))
 
     @property
     def engine_state(self) -> dict[str, Any]:
@@ -227,7 +231,7 @@ class RLClusterCallback(TrainerCallback, ExportableState):
             try:
                 self.engine.load_state_dict(value)
             except Exception as e:  # noqa: BLE001
-                logger.warning("rlcluster: could not restore alert state from the checkpoint (%s)", e)
+                logger.warning("rlcluster: could not restore alert state from the checkpoint (%s)", clean_text(e, 300))
 
     # -- events -------------------------------------------------------------------------------------
     def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
@@ -256,7 +260,7 @@ class RLClusterCallback(TrainerCallback, ExportableState):
                 elif args.run_name:
                     self.engine.fields["run_name"] = args.run_name
                 self.notifier = Notifier(self.alert_config, Path(args.output_dir) / "alerts.jsonl",  # type: ignore[arg-type]
-                                         use_wandb=self.log_to_wandb)
+                                         use_wandb=self.log_to_wandb, close_wait=self.channel_wait)
                 if self.liveness is not None:
                     self.liveness.start(str(args.output_dir), self.notifier, self.engine.fields,
                                         step=state.global_step, max_steps=int(state.max_steps or 0))
@@ -498,7 +502,8 @@ class RLClusterCallback(TrainerCallback, ExportableState):
     def _error(self, where: str, exc: BaseException) -> None:
         self.errors += 1
         if self.errors <= 5:
-            logger.warning("rlcluster: %s failed (%s: %s); training continues", where, type(exc).__name__, exc)
+            logger.warning("rlcluster: %s failed (%s: %s); training continues", where, type(exc).__name__,
+                           clean_text(exc, 300))
 
 
 __all__ = ["GAUGE_IDS", "RLClusterCallback"]
