@@ -230,7 +230,7 @@ def _from_data(data: dict[str, Any], where: str) -> AlertConfig:
     for k, v in raw_watchdog.items():
         value, problem = check_value(str(k), v)
         if problem:
-            loc.err(0, f"watchdog setting: {problem}")
+            loc.err(0, f"stored watchdog setting: {problem}")
         else:
             watchdog[str(k)] = value
     problems = loc.report()
