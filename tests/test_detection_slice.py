@@ -34,7 +34,7 @@ def core(results: list[bench.Result]) -> bench.Scores:
 
 
 def test_slice_covers_every_combination(results: list[bench.Result]) -> None:
-    from wandb_rlcluster.synthetic import combinations
+    from synthetic import combinations
 
     assert {(r.spec.family, r.spec.pathology) for r in results} == set(combinations())
     assert {r.spec.logging_steps for r in results} == {1, 5, 10}

@@ -1,6 +1,6 @@
 """Each pathology raises the right gauge at or after its onset; healthy streams raise no stop.
 
-Streams come from :mod:`wandb_rlcluster.synthetic` (TRL-shaped rows with a known
+Streams come from :mod:`synthetic` in ``benchmarks/detection`` (TRL-shaped rows with a known
 onset), so a change that blinds a gauge or makes it fire early fails here.
 """
 
@@ -12,7 +12,8 @@ import math
 import pytest
 
 from wandb_rlcluster.core import GAUGE_IDS, InstrumentCluster, analyze_rows
-from wandb_rlcluster.synthetic import FAMILIES, combinations, generate_run
+
+from synthetic import FAMILIES, combinations, generate_run
 
 TRAINER = {"grpo": "grpo", "grpo_kl": "grpo", "dpo": "dpo", "ppo": "ppo", "sft": "sft"}
 SEEDS = (0, 1, 2)

@@ -11,7 +11,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from wandb_rlcluster.synthetic import (
+from synthetic import (
     FAMILIES,
     FAMILY_KEYS,
     PATHOLOGIES,

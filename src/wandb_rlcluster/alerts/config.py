@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from ..core import GAUGE_CLASSES, GAUGE_IDS
-from ..core.keys import FAMILIES, canonical_family
+from ..core.keys import FAMILIES, LIVE_INPUT_KEYS, TRL_LOGGED_KEYS, canonical_family, is_reward_function_key
 from .expr import ExprError, Expression, parse
 
 SEVERITIES = ("info", "warn", "stop")
@@ -152,22 +152,12 @@ def _did_you_mean(word: str, options: Any) -> str:
 
 @lru_cache(maxsize=1)
 def known_metrics() -> frozenset[str]:
-    """Every metric name a rule may reference: TRL's keys and rlcluster's derived values."""
-    from ..core import InstrumentCluster
-    from ..core.keys import LIVE_INPUT_KEYS
-    from ..synthetic import generate_run
-
-    names: set[str] = set(LIVE_INPUT_KEYS)
-    for fam, trainer in (("grpo_kl", "grpo"), ("dpo", "dpo"), ("ppo", "ppo"), ("sft", "sft")):
-        run = generate_run(fam, None, n_steps=60, seed=0, with_eval=fam == "sft")
-        c = InstrumentCluster(trainer=trainer)
-        for r in run.rows:
-            names.update(k for k in r if k != "step")
-            c.update(r)
-        for gid, g in c.gauges.items():
-            names.update(f"rlcluster/{gid}/{k}" for k in g.derived)
-    for gid in GAUGE_IDS:
-        names.add(f"rlcluster/{gid}/status")
+    """Every metric name a rule may reference: TRL's keys and rlcluster's derived values (static declarations:
+    ``TRL_LOGGED_KEYS`` and each gauge's ``inputs``/``outputs``; per-function rewards are matched by pattern)."""
+    names: set[str] = set(LIVE_INPUT_KEYS) | set(TRL_LOGGED_KEYS)
+    for g in GAUGE_CLASSES:
+        names.update(g.inputs)
+        names.update(f"rlcluster/{g.id}/{k}" for k in (*g.outputs, "status"))
     return frozenset(names)
 
 
@@ -271,7 +261,8 @@ def _finish_rule(loc: _Loc, d: dict[str, Any], defaults: dict[str, Any], channel
             else:
                 known = known_metrics()
                 for n in expr.names:
-                    if n not in known and n.removeprefix("train/") not in known:
+                    bare = n.removeprefix("train/")
+                    if n not in known and bare not in known and not is_reward_function_key(bare):
                         loc.warn(ln("when"), f"rule {name!r}: metric {n!r} is not one rlcluster knows"
                                  f"{_did_you_mean(n, known)}; fine for a custom metric, otherwise a typo "
                                  "means this rule never fires")

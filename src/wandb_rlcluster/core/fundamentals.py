@@ -40,6 +40,7 @@ class LossGauge(Gauge):
     id = "loss"
     title = "Loss landscape"
     inputs = ("loss", "eval_loss")
+    outputs = ("loss", "loss_ewma", "loss_trend", "spike_ratio", "volatility_ratio", "eval_loss")
     defaults = {"window": 20, "spike_ratio": 2.0, "spike_ratio_now": 5.0, "spike_for": 2, "spike_min_rows": 10,
                 "nonfinite_for": 3, "var_ratio": 4.0}
 
@@ -103,6 +104,7 @@ class GradientGauge(Gauge):
     id = "gradients"
     title = "Gradient health"
     inputs = ("grad_norm", "gradients/nonfinite", "gradients/layer_spread", "gradients/sparsity")
+    outputs = ("grad_norm", "spike_ratio", "spikes", "norm_vs_start", "nonfinite", "layer_spread", "sparsity")
     defaults = {
         "window": 50, "explode_ratio": 5.0, "explode_for": 3, "spike_ratio": 10.0,
         "vanish_ratio": 0.01, "vanish_for": 10, "zero_for": 5, "nonfinite_for": 3,
@@ -195,6 +197,7 @@ class LearningRateGauge(Gauge):
     id = "learning_rate"
     title = "Learning-rate dynamics"
     inputs = ("learning_rate",)
+    outputs = ("learning_rate", "peak", "phase", "frac_at_zero")
     defaults = {"zero_frac": 1e-3, "zero_for": 10, "end_frac": 0.9}
 
     def setup(self) -> None:
@@ -245,6 +248,7 @@ class AttentionEntropyGauge(Gauge):
     id = "attention_entropy"
     title = "Attention entropy"
     inputs = ("attention_entropy/mean",)
+    outputs = ("mean", "head_std", "vs_start", "vs_uniform")
     live_only = True
     defaults = {"collapse_ratio": 0.3, "saturation": 0.95, "jump_z": 8.0}
 
@@ -288,6 +292,7 @@ class SamplesGauge(Gauge):
     id = "samples"
     title = "Generation samples"
     inputs = ("samples/repetition_rate",)
+    outputs = ("repetition_rate", "distinct_2", "mean_chars")
     live_only = True
     defaults = {"repetition": 0.5, "repetition_for": 2}
 
@@ -310,6 +315,7 @@ class LoraGauge(Gauge):
     id = "lora"
     title = "LoRA adapter diagnostics"
     inputs = ("lora/norm_mean",)
+    outputs = ("norm_mean", "effective_rank", "rank", "rel_change", "norm_cv", "norm_vs_start")
     live_only = True
     defaults = {"norm_explosion": 10.0, "rank_collapse": 0.1, "layer_cv": 2.0}
 
@@ -357,6 +363,7 @@ class EfficiencyGauge(Gauge):
     title = "Compute efficiency"
     inputs = ("step_time", "num_tokens", "train_samples_per_second", "efficiency/tokens_per_s",
               "efficiency/mem_frac", "efficiency/steps_per_s")
+    outputs = ("samples_per_s", "tokens_per_s", "steps_per_s", "mem_frac", "util", "rss_gb", "step_time", "slowdown")
     defaults = {"slowdown": 1.5, "slowdown_for": 10, "mem_high": 0.88, "util_drop": 0.7}
 
     def setup(self) -> None:
@@ -418,6 +425,7 @@ class ConvergenceGauge(Gauge):
     id = "convergence"
     title = "Convergence"
     inputs = ("loss", "eval_loss")
+    outputs = ("rows_since_improvement", "progress", "eval_loss", "evals_since_improvement", "gap", "gap_velocity")
     defaults = {"patience": 5, "min_delta": 0.001, "gap_velocity": 0.1, "plateau_rows": 25,
                 "min_rows": 40, "progress": 0.05, "diverge_margin": 0.02}
 

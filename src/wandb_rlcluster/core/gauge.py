@@ -26,6 +26,9 @@ class Gauge:
     title: ClassVar[str] = ""
     #: Canonical keys this gauge reads (a row with none of them is ignored).
     inputs: ClassVar[tuple[str, ...]] = ()
+    #: Every key ``observe`` may write into ``derived`` (logged as ``rlcluster/<id>/<key>``): a static list, so
+    #: alert-rule validation knows the metric names without running anything (tests check it stays complete).
+    outputs: ClassVar[tuple[str, ...]] = ()
     #: Gauges whose inputs exist only inside a live run (attention, LoRA, ...).
     live_only: ClassVar[bool] = False
     #: Default parameters; ``family_defaults`` overrides them per trainer family.

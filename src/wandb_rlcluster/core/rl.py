@@ -24,6 +24,8 @@ class RewardGauge(Gauge):
     title = "Reward dynamics"
     inputs = ("reward", "objective/scores", "objective/rlhf_reward", "rewards/margins", "rewards/chosen",
               "rewards/accuracies", "accuracy", "margin")
+    outputs = ("reward", "reward_ewma", "trend_t", "length_corr", "accuracy_ewma", "margin", "margin_ewma",
+               "margin_peak", "chosen_ewma")
     defaults = {
         "window": 15, "min_rows": 50, "plateau_t": 1.0, "plateau_for": 20,
         "flat_span": 1e-2, "flat_rows": 20, "flat_stop_rows": 50,
@@ -181,6 +183,7 @@ class KLGauge(Gauge):
     id = "kl"
     title = "KL health"
     inputs = ("kl", "objective/kl")
+    outputs = ("kl", "kl_ewma", "kl_slope", "kl_z")
     defaults = {"warn": 0.5, "stop": 1.0, "for": 3, "clear": 10, "near_zero": 1e-4, "near_zero_rows": 50,
                 "negative": -0.01, "spike_z": 10.0, "spike_min": 0.1, "start_rows": 5}
     family_defaults = {
@@ -262,6 +265,7 @@ class PolicyRatioGauge(Gauge):
     title = "Policy ratio & clipping"
     inputs = ("val/ratio", "policy/clipfrac_avg", "clip_ratio/region_mean", "clip_ratio/low_mean",
               "clip_ratio/high_mean")
+    outputs = ("ratio", "ratio_deviation", "clip_asymmetry", "clip", "clip_ewma")
     defaults = {"ratio_warn": (0.7, 1.5), "ratio_stop": (0.5, 2.0), "clip_warn": 0.3, "clip_stop": 0.5,
                 "clip_low": 0.01, "for": 3, "warn_for": 1}  # stop after 3 rows out of range, warn after 2
     family_defaults = {"grpo": {"clip_warn": 0.4, "clip_stop": 0.6}}
@@ -332,6 +336,7 @@ class LengthGauge(Gauge):
     id = "length"
     title = "Generation length"
     inputs = ("completions/mean_length", "completions/clipped_ratio", "val/num_eos_tokens")
+    outputs = ("mean_length", "truncation_gap", "vs_baseline", "spread", "clipped_ratio", "num_eos_tokens")
     # A 2x / 0.5x ratio is far outside healthy drift, so a light EWMA (0.5) held 3 rows is enough; heavier
     # smoothing only delayed detection (benchmarks/detection, tuning seeds) and bought no fewer false alarms.
     defaults = {"explode": 2.0, "collapse": 0.5, "drift": 0.3, "for": 3, "smooth": 0.5, "truncation": 0.2,
@@ -405,6 +410,7 @@ class EntropyGauge(Gauge):
     id = "entropy"
     title = "Policy entropy"
     inputs = ("entropy", "objective/entropy", "policy/entropy_avg")
+    outputs = ("entropy", "entropy_ewma", "vs_start")
     defaults = {"floor": 1.0, "floor_for": 2, "collapse_ratio": 0.5, "for": 5, "smooth": 0.2, "spike_z": 8.0,
                 "baseline_rows": 10}
 
@@ -464,6 +470,7 @@ class RewardSignalGauge(Gauge):
     id = "reward_signal"
     title = "Reward signal (GRPO)"
     inputs = ("frac_reward_zero_std", "reward_std")
+    outputs = ("reward_std", "frac_zero_std", "frac_zero_std_ewma", "dead_components", "length_reward_corr")
     defaults = {"zero_std_warn": 0.5, "zero_std_stop": 0.99, "for": 5, "stop_for": 10, "smooth": 0.3,
                 "std_low": 0.05, "component_dead": 0.01, "component_for": 10}
 
