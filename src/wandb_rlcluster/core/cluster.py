@@ -240,7 +240,7 @@ class InstrumentCluster:
 
     def recognised(self) -> bool:
         """True once any gauge has read one of its inputs (the log is a training log at all)."""
-        return any(g.rows_seen for g in self.gauges.values())
+        return any(g.rows_seen for gid, g in self.gauges.items() if gid != DIAGNOSIS_ID)
 
     def verdict(self) -> str:
         worst = max((SEVERITY_RANK[f.severity] for f in self.findings), default=0)

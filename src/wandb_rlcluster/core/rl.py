@@ -309,6 +309,11 @@ class RewardGauge(Gauge):
         self.proxy_trend.push(float(n), r)
         if self.gold_keys:
             self._gold(v, key, e)
+            if self.gold_peak == -math.inf and n >= 5:  # a typo in the name must not look like a silent gold
+                self.note = (f"gold reward {self.gold_names} not in the log (expected "
+                             f"{', '.join(self.gold_keys)})")
+            elif self.note.startswith("gold reward"):
+                self.note = ""
         if len(v) != self._row_width:  # re-scan for reward components only when the row's shape changes
             self._row_width = len(v)
             gold = set(self.gold_keys)
