@@ -155,15 +155,15 @@ class RewardGauge(Gauge):
               "rewards/accuracies", "accuracy", "margin")
     outputs = ("reward", "reward_ewma", "trend_t", "length_corr", "accuracy_ewma", "margin", "margin_ewma",
                "margin_peak", "chosen_ewma", "reward_noise", "volatility_ratio", "shift_up", "shift_down", "gold",
-               "gold_ewma", "gold_peak", "proxy_gold_gap", "proxy_gain_since_gold_peak", "margin_recent_t",
-               "margin_trend_t")
+               "gold_ewma", "gold_peak", "proxy_gold_gap", "proxy_gain_since_gold_peak", "gold_trend_t",
+               "margin_recent_t", "margin_trend_t")
     defaults = {
         "window": 15, "min_rows": 50, "plateau_t": 1.0, "plateau_for": 20,
         "flat_span": 1e-2, "flat_rows": 20, "flat_stop_rows": 50,
         "hack_length_ratio": 1.5, "hack_corr": 0.6, "hack_gain_sigma": 3.0,
         "volatile_ratio": 3.0, "volatile_for": 5,
         "shift_k": 1.0, "shift_h": 12.0, "shift_alpha": 0.05,
-        "gold": [], "gold_stall_rows": 15, "gold_gap_sigma": 3.0, "gold_for": 5,
+        "gold": [], "gold_stall_rows": 15, "gold_gap_sigma": 3.0, "gold_for": 5, "gold_stall_t": 0.5,
         "component_gain_sigma": 4.0, "component_flat_sigma": 1.0, "component_for": 10, "component_dead": 0.01,
         "margin_collapse": 0.5, "margin_peak_min": 0.2, "accuracy_chance": 0.55, "dpo_min_rows": 30,
         "margin_learning_t": 2.0, "margin_plateau_t": 1.0, "plateau_accuracy": 0.7, "margin_plateau_for": 10,
@@ -197,6 +197,7 @@ class RewardGauge(Gauge):
         self.gold_peak_row = 0
         self.proxy_at_gold_peak = math.nan
         self.proxy_trend = RollingCorrelation(30)
+        self.gold_trend = RollingCorrelation(60)  # long: a slowly rising, noisy gold must not look stalled
         self.components: dict[str, _Component] = {}
         self._comp_keys: tuple[tuple[str, str, str], ...] = ()
         self._row_width = -1
@@ -369,6 +370,7 @@ class RewardGauge(Gauge):
         d = self.derived
         g = sum(gs) / len(gs)
         ge = self.gold_e.push(g)
+        self.gold_trend.push(float(self.reward_rows), g)
         if not self.gold_first.full:
             self.gold_first.push(g)
         n = self.reward_rows
@@ -385,15 +387,18 @@ class RewardGauge(Gauge):
         gold_gain = (ge - self.gold_first.mean()) / gold_sigma
         gap = proxy_gain - gold_gain
         d["proxy_gold_gap"] = gap
-        since = (e - self.proxy_at_gold_peak) / proxy_sigma
+        # the proxy's rise since the gold's peak, in standard errors of its EWMA (not of one noisy row)
+        since = (e - self.proxy_at_gold_peak) / (proxy_sigma * _EWMA10_SD * math.sqrt(2.0))
         d["proxy_gain_since_gold_peak"] = since
         stall = n - self.gold_peak_row
         t = self.proxy_trend.t_stat()
-        over = stall >= p["gold_stall_rows"] and since >= p["gold_gap_sigma"] and t >= 2.0
+        gt = self.gold_trend.t_stat()
+        d["gold_trend_t"] = gt
+        over = stall >= p["gold_stall_rows"] and since >= p["gold_gap_sigma"] and t >= 2.0 and gt <= p["gold_stall_t"]
         peak, pstep, p0 = self.gold_peak, self.gold_peak_step, self.proxy_at_gold_peak
         self.check("proxy-gold-divergence", over, "warn", key, e,
-                   lambda: f"over-optimisation: the proxy {key} rose from {p0:.3g} to {e:.3g} (+{since:.1f} sigma) "
-                   f"since step {pstep}, while the gold reward {self.gold_names} peaked there at {peak:.3g} and is now "
+                   lambda: f"over-optimisation: the proxy {key} rose from {p0:.3g} to {e:.3g} since step {pstep}, "
+                   f"while the gold reward {self.gold_names} peaked there at {peak:.3g} and is now "
                    f"{ge:.3g} ({'falling' if ge < peak - 0.5 * gold_sigma else 'stalled'}); proxy-gold gap "
                    f"{gap:.1f} sigma since the start. The policy is learning the proxy's loopholes, not the task: "
                    f"keep the checkpoint from step {pstep}, then raise beta, fix the proxy, or stop earlier.",
@@ -903,7 +908,7 @@ class LengthGauge(Gauge):
     # smoothing only delayed detection (benchmarks/detection, tuning seeds) and bought no fewer false alarms.
     defaults = {"explode": 2.0, "collapse": 0.5, "drift": 0.3, "for": 3, "smooth": 0.5, "truncation": 0.2,
                 "truncation_for": 3, "spread_collapse": 0.25, "variance_change": 0.5, "baseline_rows": 10,
-                "drift_for": 5, "trend_rows": 30, "trend_t": 5.0, "trend_min": 0.15, "trend_for": 3,
+                "drift_for": 5, "trend_rows": 60, "trend_t": 5.0, "trend_min": 0.15, "trend_for": 3,
                 "gap": 0.1, "baseline_mean": 0.0, "baseline_std": 0.0, "batch_completions": 0, "gold": [],
                 "significance": 3.0}
 
@@ -1063,6 +1068,8 @@ class LengthGauge(Gauge):
 
 _EWMA_SD = math.sqrt(0.2 / (2 - 0.2))
 """Standard deviation of an EWMA(0.2) of independent noise, in units of the noise's own sigma."""
+_EWMA10_SD = math.sqrt(0.1 / (2 - 0.1))
+"""The same for an EWMA(0.1)."""
 
 
 def _expected_range(n: int) -> float:
