@@ -40,7 +40,7 @@ _EXACT = {
     "kl": "kl", "objective/kl": "kl", "objective/non_score_reward": "kl", "policy/approxkl_avg": "kl",
     "entropy": "entropy", "objective/entropy": "entropy", "policy/entropy_avg": "entropy",
     "val/ratio": "policy_ratio", "val/ratio_var": "policy_ratio", "policy/clipfrac_avg": "policy_ratio",
-    "loss/policy_avg": "loss", "loss/value_avg": "value", "val/clipfrac_avg": "value",
+    "loss/policy_avg": "loss", "loss/value_avg": "policy_ratio", "val/clipfrac_avg": "policy_ratio",
     "val/num_eos_tokens": "length",
 }
 _PREFIX = (("completions/", "length"), ("clip_ratio/", "policy_ratio"), ("logps/", "reward"),

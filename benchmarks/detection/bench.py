@@ -29,7 +29,6 @@ Not a test (``tests/test_detection_slice.py`` is).
 from __future__ import annotations
 
 import argparse
-import inspect
 import math
 import os
 import platform
@@ -41,7 +40,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 
@@ -189,20 +188,11 @@ def make_specs(seeds: Iterable[int], split: str, healthy_per_family: int = HEALT
 Alarm = tuple[str, str, str, int]  # (gauge, rule, severity, step)
 
 
-def _gold_kwargs(fn: Callable[..., Any], gold: tuple[str, ...]) -> dict[str, Any]:
-    """Pass the run's held-out reward functions to analyze_rows if it takes them."""
-    if not gold:
-        return {}
-    params = inspect.signature(fn).parameters
-    for name in ("gold_rewards", "gold"):
-        if name in params:
-            return {name: list(gold)}
-    return {}
-
-
 def _core(run: SyntheticRun, trainer: str) -> list[Alarm]:
-    # live runs know max_steps (the callback passes it); the corpus is scored as the callback would see it
-    c = analyze_rows(run.rows, trainer=trainer, max_steps=run.n_steps, **_gold_kwargs(analyze_rows, run.gold))
+    # Live runs know max_steps (the callback passes it): the corpus is scored as the callback would see it.
+    # A run that logs a held-out reward names it, as a user does with gold_rewards=[...].
+    params = {"reward": {"gold": list(run.gold)}} if run.gold else None
+    c = analyze_rows(run.rows, trainer=trainer, params=params, max_steps=run.n_steps)
     return [(f.gauge, f.rule, f.severity, f.step) for f in c.findings]
 
 

@@ -28,6 +28,8 @@ __all__ = [
     "PATHOLOGIES",
     "REWARD_FUNCS",
     "SUMMARY_KEYS",
+    "COMPOUND",
+    "DIAGNOSIS",
     "Pathology",
     "combinations",
     "expected_gauges",
@@ -231,7 +233,7 @@ PATHOLOGIES: dict[str, Pathology] = {
         Pathology("gold_divergence", _GRPOS, ("reward",), "trend",
                   "Over-optimisation: the proxy reward keeps rising while the held-out gold reward stalls and then "
                   "falls (length or KL up with it); the run logs the gold function with weight 0."),
-        Pathology("value_blowup", ("ppo",), ("value",), "trend",
+        Pathology("value_blowup", ("ppo",), ("policy_ratio",), "trend",
                   "PPO's value function diverges: loss/value_avg grows 5-30x (exponential) and val/clipfrac_avg "
                   "rises to 0.5-0.8."),
         Pathology("convergence_oscillation", ("sft", "dpo"), ("convergence", "loss"), "spread",
@@ -276,12 +278,24 @@ _FAMILY_GAUGES: dict[tuple[str, str], tuple[str, ...]] = {
     ("dead_run", "sft"): ("gradients",),
 }
 
+DIAGNOSIS = "diagnosis"
+"""The pseudo-gauge of the cross-gauge diagnoses (findings with ``gauge: "diagnosis"``)."""
+COMPOUND: frozenset[str] = frozenset({
+    "reward_hacking", "reward_shift_up",  # reward hacking: reward up with length or KL up
+    "gold_divergence", "kl_runaway",  # over-optimisation: proxy up, gold down; KL climbing, reward not
+    "entropy_collapse", "reward_std_collapse", "length_variance_collapse",  # mode collapse
+    "clip_growing", "ratio_blowup", "kl_noisy", "kl_noise_ramp",  # unstable updates
+    "dead_run",
+})
+"""Pathologies a named diagnosis describes: a warn/stop diagnosis at or after onset counts as a detection."""
+
 
 def expected_gauges(pathology: str | None, family: str) -> tuple[str, ...]:
     """Gauge ids that should flag ``pathology`` on a ``family`` run (empty for healthy runs)."""
     if pathology is None:
         return ()
-    return _FAMILY_GAUGES.get((pathology, family), PATHOLOGIES[pathology].gauges)
+    gauges = _FAMILY_GAUGES.get((pathology, family), PATHOLOGIES[pathology].gauges)
+    return (*gauges, DIAGNOSIS) if pathology in COMPOUND else gauges
 
 
 def combinations(include_healthy: bool = True) -> list[tuple[str, str | None]]:
