@@ -36,6 +36,8 @@ import numpy as np
 
 from . import dpo, grpo, ppo, sft
 from .catalog import (
+    COMPOUND,
+    DIAGNOSIS,
     EVAL_KEYS,
     FAMILIES,
     FAMILY_KEYS,
@@ -52,6 +54,8 @@ from .catalog import (
 from .context import Ctx, lr_schedule
 
 __all__ = [
+    "COMPOUND",
+    "DIAGNOSIS",
     "EVAL_KEYS",
     "FAMILIES",
     "FAMILY_KEYS",

@@ -229,7 +229,8 @@ PATHOLOGIES: dict[str, Pathology] = {
                   "Reward steps up by 0.15-0.3 (PPO 1-2) within 2-8 % of the run WITH length (+30-60 %) or KL (x3-6) "
                   "up, and the gold reward, where logged, flat: the shape reward hacking takes."),
         Pathology("reward_shift_down", _RL, ("reward",), "trend",
-                  "Reward drops by 0.15-0.3 (PPO 1-2) within 2-8 % of the run and stays down."),
+                  "Reward drops within 2-8 % of the run and stays down (GRPO: accuracy -0.15..-0.3 and the format "
+                  "reward -10..-30 %; PPO: score -1..-2)."),
         Pathology("gold_divergence", _GRPOS, ("reward",), "trend",
                   "Over-optimisation: the proxy reward keeps rising while the held-out gold reward stalls and then "
                   "falls (length or KL up with it); the run logs the gold function with weight 0."),
@@ -237,14 +238,15 @@ PATHOLOGIES: dict[str, Pathology] = {
                   "PPO's value function diverges: loss/value_avg grows 5-30x (exponential) and val/clipfrac_avg "
                   "rises to 0.5-0.8."),
         Pathology("convergence_oscillation", ("sft", "dpo"), ("convergence", "loss"), "spread",
-                  "The loss stops converging and swings +-15-40 % with a period of 4-12 logged rows (LR too high); "
+                  "The loss stops converging and swings +-25-50 % with a period of 4-12 logged rows (LR too high); "
                   "eval_loss, where logged, oscillates with it."),
         # -- spreads ---------------------------------------------------------------------------------
         Pathology("kl_noisy", _KL, ("kl",), "spread",
-                  "KL turns noisy around the same level: row-to-row spread x4-8 within a few rows; PPO's estimate goes "
+                  "KL turns noisy around the same level: its log-spread x3-5 within a few rows; PPO's estimate goes "
                   "negative on many rows (the post: 'KL noisy with high variance')."),
         Pathology("kl_noise_ramp", _KL, ("kl",), "spread",
-                  "KL's noise ramps up steadily over the rest of the run (x5-10 by the end) around a stable level."),
+                  "KL's noise ramps up steadily over the rest of the run (log-spread x3-6 by the end) around a stable "
+                  "level."),
         Pathology("length_variance_collapse", _GRPOS, ("length",), "spread",
                   "Within-batch length spread (max-min)/mean collapses to 12-20 % of its level (e.g. 2.0 -> 0.34) "
                   "while the mean stays put: mode collapse onto a template."),

@@ -39,7 +39,7 @@ def oscillation(ctx: Ctx) -> np.ndarray:
     """convergence_oscillation: a multiplicative swing of +-15-40 % with a period of 4-12 logged rows,
     growing in over a few periods."""
     pr = ctx.prng
-    amp = pr.uniform(0.15, 0.4)
+    amp = pr.uniform(0.25, 0.5)
     period = pr.uniform(4.0, 12.0) * ctx.ls
     grow = np.clip(ctx.x(period), 0.0, 1.0)
     phase = 2.0 * math.pi * (ctx.t - ctx.s0) / period
@@ -87,7 +87,7 @@ def build(ctx: Ctx) -> tuple[dict[str, np.ndarray], dict[str, object], np.ndarra
     elif path == "rewards_converging":
         x = ctx.over_rest()
         drop = pr.uniform(0.4, 0.65) * x
-        m = np.where(ctx.after, m * (1.0 - drop), m)
+        m = np.where(ctx.after, (m[ctx.i0] + 0.3 * (m - m[ctx.i0])) * (1.0 - drop), m)
         c = c - 0.5 * float(m[ctx.i0]) * drop * pr.uniform(0.0, 0.6)  # chosen comes down towards rejected
     elif path == "chosen_runaway":
         x = ctx.over_rest() ** pr.uniform(1.0, 1.8)

@@ -134,6 +134,7 @@ def build(ctx: Ctx, profile: str | None = None, gold: bool | None = None, n_prom
         floor = pr.uniform(0.05, 0.25)
         ent = ent * (floor + (1.0 - floor) * (1.0 - d))
         acc = np.where(ctx.after, acc[ctx.i0] - pr.uniform(0.0, 0.05) * d, acc)  # the reward stops rising
+        fmt = ctx.freeze(fmt)
         div = div * (1.0 - 0.4 * d)
         fz_add = fz_add + 0.25 * d
         sig = sig * (1.0 - 0.4 * d)
@@ -183,9 +184,9 @@ def build(ctx: Ctx, profile: str | None = None, gold: bool | None = None, n_prom
         kl = kl + pr.uniform(0.45, 0.6) * x ** pr.uniform(1.0, 2.0)
         ctx.mark("kl_crosses_warn", kl >= 0.5)
     elif path == "kl_noisy":
-        kl_sd_t = kl_sd_t + (pr.uniform(1.0, 1.5) - kl_sd) * ctx.ramp(0.02, 0.06)
+        kl_sd_t = kl_sd_t + (pr.uniform(1.3, 1.8) - kl_sd) * ctx.ramp(0.02, 0.06)
     elif path == "kl_noise_ramp":
-        kl_sd_t = kl_sd_t + (pr.uniform(1.1, 1.6) - kl_sd) * ctx.over_rest()
+        kl_sd_t = kl_sd_t + (pr.uniform(1.5, 2.0) - kl_sd) * ctx.over_rest()
     elif path == "length_creep_up":
         ell = ell * (1.0 + pr.uniform(0.5, 1.0) * ctx.over_rest())
     elif path == "length_creep_down":
@@ -198,14 +199,13 @@ def build(ctx: Ctx, profile: str | None = None, gold: bool | None = None, n_prom
         s_on = float(sig[ctx.i0])
         zq = NormalDist().inv_cdf(1.0 - target)
         ell_t = cap * math.exp(s_on * s_on / 2.0 - zq * s_on)
-        ell = ell * max(ell_t / float(ell[ctx.i0]), 1.0) ** ctx.ramp(0.4, 0.8)
+        ell = ell * np.maximum(ell_t / ell, 1.0) ** ctx.ramp(0.4, 0.8)
     elif path in ("length_variance_collapse", "length_variance_shift"):
         if path == "length_variance_collapse":
             new = sig * (1.0 - (1.0 - pr.uniform(0.12, 0.2)) * smoothstep(ctx.ramp(0.2, 0.4)))
         else:
             new = sig * (1.0 + (pr.uniform(1.5, 1.9) - 1.0) * smoothstep(ctx.ramp(0.05, 0.15)))
-        ell = ell * np.exp((sig**2 - new**2) / 2.0)  # the lognormal's mean stays where it was
-        sig = new
+        sig = new  # ``ell`` is the lognormal's mean: it stays where it was
     elif path == "reward_shift_up":
         true_acc = acc.copy()
         s = smoothstep(ctx.ramp(0.02, 0.08, of_run=True))
@@ -216,8 +216,10 @@ def build(ctx: Ctx, profile: str | None = None, gold: bool | None = None, n_prom
         else:
             ell = ell * (1.0 + pr.uniform(0.3, 0.6) * s)
     elif path == "reward_shift_down":
+        # a bad update: accuracy and the format both drop, and the run stops improving
         s = smoothstep(ctx.ramp(0.02, 0.08, of_run=True))
-        acc = acc - min(pr.uniform(0.15, 0.3), float(acc[ctx.i0]) - 0.02) * s
+        acc = np.where(ctx.after, acc[ctx.i0] - min(pr.uniform(0.15, 0.3), float(acc[ctx.i0]) - 0.02) * s, acc)
+        fmt = np.where(ctx.after, fmt[ctx.i0] - pr.uniform(0.1, 0.3) * float(fmt[ctx.i0]) * s, fmt)
     elif path == "reward_variance_high":
         extra_reward_noise = (pr.uniform(3.0, 5.0) - 1.0) * ctx.ramp(0.03, 0.1)
         gscale = gscale * (1.0 + 0.5 * extra_reward_noise / 4.0)

@@ -95,9 +95,9 @@ def build(ctx: Ctx) -> tuple[dict[str, np.ndarray], dict[str, object]]:
         kl = kl + pr.uniform(5.5, 7.0) * x ** pr.uniform(1.0, 2.0)
         ctx.mark("kl_crosses_warn", kl >= 6.0)
     elif path == "kl_noisy":
-        kl_add_sd = kl_add_sd + pr.uniform(0.6, 1.2) * float(kl[ctx.i0] + 0.5) * ctx.ramp(0.02, 0.06)
+        kl_add_sd = kl_add_sd + pr.uniform(0.8, 1.4) * (kl + 0.5) * ctx.ramp(0.02, 0.06)
     elif path == "kl_noise_ramp":
-        kl_add_sd = kl_add_sd + pr.uniform(0.8, 1.5) * float(kl[ctx.i0] + 0.5) * ctx.over_rest()
+        kl_add_sd = kl_add_sd + pr.uniform(0.8, 1.5) * (kl + 0.5) * ctx.over_rest()
     elif path == "reward_shift_up":
         s = smoothstep(ctx.ramp(0.02, 0.08, of_run=True))
         scores = scores + pr.uniform(1.0, 2.0) * s
