@@ -19,6 +19,7 @@ from bench import (
     aggregate,
     healthy_runs,
     make_specs,
+    score_real_benign,
     score_spec,
     target_runs,
 )
@@ -65,6 +66,14 @@ def test_growing_clip_fraction_caught_before_30_percent(results: list[Result]) -
     s = aggregate(clip, "core")
     assert s.clip_runs == len(clip) and s.clip_early_rate >= TARGETS["clip_early"], [
         (r.spec.family, r.outcomes["core"].first_match, r.marks[CLIP_MARK]) for r in clip]
+
+
+def test_real_benign_grpo_runs_stay_quiet() -> None:
+    """A real benign GRPO run (Qwen2.5-1.5B, verifier reward, a hidden-test oracle rising with it: the policy
+    sharpens, entropy ~1.0 -> ~0.45) raises no warn/stop. The rules before #10 warned on it (entropy-collapse)."""
+    benign = score_real_benign(detectors=("core",))
+    assert benign and all(b.rows >= 100 for b in benign)
+    assert {b.name: b.alarms["core"] for b in benign if b.alarms["core"]} == {}
 
 
 def test_seed_rules_fire_as_the_post_states() -> None:

@@ -392,6 +392,36 @@ def check_targets(results: list[Result], detector: str = "core") -> dict[str, tu
     }
 
 
+# -- real benign runs (fixtures) -------------------------------------------------------------------
+
+FIXTURES = HERE / "fixtures"
+
+
+@dataclass
+class BenignResult:
+    name: str
+    rows: int
+    alarms: dict[str, tuple[str, ...]]  # detector -> the "gauge/rule" that raised warn/stop
+
+
+def score_real_benign(directory: Path = FIXTURES, detectors: Sequence[str] = DETECTORS) -> list[BenignResult]:
+    """Every detector on the real benign runs kept as fixtures (healthy by their source's oracle): any warn/stop
+    is a false alarm. Each fixture names its trainer, max_steps and gold rewards in ``_provenance``."""
+    import json
+
+    out: list[BenignResult] = []
+    for path in sorted(directory.glob("*.json")):
+        prov = json.loads(path.read_text()).get("_provenance", {})
+        rows = load_rows(path).rows
+        run = SyntheticRun(prov.get("family", "grpo_kl"), None, None, rows, 0, (),
+                           int(prov.get("max_steps", 0)), 1, tuple(prov.get("gold_rewards", ())))
+        trainer = prov.get("trainer", "grpo")
+        alarms = {d: tuple(sorted({f"{g}/{r}" for g, r, sev, _ in DETECTOR_FNS[d](run, trainer) if sev in ALARM}))
+                  for d in available(detectors)}
+        out.append(BenignResult(path.stem, len(rows), alarms))
+    return out
+
+
 # -- real logs ------------------------------------------------------------------------------------
 
 
@@ -459,7 +489,8 @@ def _cells(vals: Sequence[str], bold_first: bool = True) -> str:
     return " / ".join(f"**{v}**" if i == 0 and bold_first else v for i, v in enumerate(vals))
 
 
-def verdict_table(results: list[Result], real: list[RealResult], dets: Sequence[str]) -> list[str]:
+def verdict_table(results: list[Result], real: list[RealResult], dets: Sequence[str],
+                  benign: Sequence[BenignResult] = ()) -> list[str]:
     """The headline: the issue's measures, ours beside every anchor."""
     t = {d: aggregate(target_runs(results), d) for d in dets}
     a = {d: aggregate(results, d) for d in dets}
@@ -491,6 +522,9 @@ def verdict_table(results: list[Result], real: list[RealResult], dets: Sequence[
         f"≤ {TARGETS['delay']}")
     row(f"growing clip fraction caught before 30 % ({next(iter(c.values())).clip_runs if c else 0} runs)",
         [_pct(c[d].clip_early_rate) for d in dets], f"≥ {_pct(TARGETS['clip_early'])}")
+    if benign:
+        row(f"real benign GRPO runs (fixtures) with any warn/stop ({len(benign)})",
+            [f"{sum(bool(b.alarms.get(d)) for b in benign)}/{len(benign)}" for d in dets], "0")
     if real:
         row(f"real TRL logs matching the reading ({len(real)})",
             [f"{sum(r.ok.get(d, False) for r in real)}/{len(real)}" for d in dets])
@@ -577,7 +611,7 @@ def legend() -> list[str]:
 
 
 def render(held: list[Result], tune: list[Result], real: list[RealResult], dets: Sequence[str], elapsed: float,
-           workers: int, quick: bool) -> str:
+           workers: int, quick: bool, benign: Sequence[BenignResult] = ()) -> str:
     """The whole Markdown report."""
     held_seeds = sorted({r.spec.seed for r in held})
     tune_seeds = sorted({r.spec.seed for r in tune})
@@ -613,7 +647,7 @@ def render(held: list[Result], tune: list[Result], real: list[RealResult], dets:
         if not rs:
             continue
         lines += [f"### {title}: seeds {seeds[0]}–{seeds[-1]}, {len(rs)} runs", ""]
-        lines += verdict_table(rs, real, dets)
+        lines += verdict_table(rs, real, dets, benign)
         checks = check_targets(rs)
         lines += ["", "Targets (ours): " + "; ".join(
             f"{name}: {_pct(v) if 'recall' in name or '%' in name else _num(v)} {'✅' if ok else '❌'}"
@@ -625,6 +659,14 @@ def render(held: list[Result], tune: list[Result], real: list[RealResult], dets:
         lines += ["", f"<details><summary>{title}: per family and pathology</summary>", ""]
         lines += family_table(rs, dets)
         lines += ["", "</details>", ""]
+    if benign:
+        lines += ["### Real benign GRPO runs (`benchmarks/detection/fixtures`)", "",
+                  "Healthy by their source's hidden-test oracle; any warn/stop is a false alarm.", "",
+                  "| run | rows | " + " | ".join(LABELS[d] for d in dets) + " |", "|---|---:|" + "---|" * len(dets)]
+        for b in benign:
+            lines.append(f"| `{b.name}` | {b.rows} | " + " | ".join(
+                ", ".join(f"`{a}`" for a in b.alarms[d]) or "quiet ✅" for d in dets) + " |")
+        lines.append("")
     if real:
         lines += ["### Real TRL logs: the readings fixed in `tests/test_real_logs.py`", ""]
         lines += real_table(real, dets)
@@ -689,11 +731,15 @@ def main(argv: list[str] | None = None) -> int:
     held = [r for r in results if r.spec.split == "held-out"]
     tune = [r for r in results if r.spec.split == "tuning"]
     real = score_real_logs(detectors=dets) if REAL_LOGS.is_dir() else []
-    md = render(held, tune, real, dets, time.perf_counter() - t0, args.workers, args.quick)
+    benign = score_real_benign(detectors=dets)
+    md = render(held, tune, real, dets, time.perf_counter() - t0, args.workers, args.quick, benign)
     print(md)
     for title, rs in (("held-out", held), ("tuning", tune)):
         if rs:
             print(f"\n[{title}]\n" + summary_text(rs, dets), file=sys.stderr)
+    for b in benign:
+        print(f"[real benign] {b.name}: " + "; ".join(f"{LABELS[d]} {list(b.alarms[d]) or 'quiet'}" for d in dets),
+              file=sys.stderr)
     out = args.out if args.out is not None else (RESULTS if args.split == "all" and not args.quick else None)
     if out is not None:
         out.write_text(md)
