@@ -59,7 +59,7 @@ def build(ctx: Ctx, profile: str | None = None, gold: bool | None = None, n_prom
     tau_e = min(1.0, tau_a * rng.uniform(0.8, 1.5))
     kl_end, kl_pow = 10 ** rng.uniform(math.log10(0.005), math.log10(0.1)), rng.uniform(0.6, 1.5)
     kl_sd, kl_sp = rng.uniform(0.2, 0.5), rng.uniform(0.001, 0.008)
-    ent_sd, ent_sp = rng.uniform(0.02, 0.06), rng.uniform(0.0, 0.008)
+    ent_sd, ent_sp = rng.uniform(0.02, 0.08), rng.uniform(0.0, 0.008)
     g0, g_trend, g_sd = rng.uniform(0.05, 0.6), rng.uniform(-0.4, 0.3), rng.uniform(0.2, 0.45)
     loss_sd = rng.uniform(0.01, 0.04)
     t0, t_tok = rng.uniform(2.0, 10.0), rng.uniform(0.01, 0.05)
@@ -90,6 +90,8 @@ def build(ctx: Ctx, profile: str | None = None, gold: bool | None = None, n_prom
     if path in ("clip_growing", "ratio_blowup"):
         off_policy = True
     batch = n_p * group
+    # per-step entropy is a mean over the batch's tokens: 2-8 % noise at 256 completions, up to ~30 % at 16
+    ent_sd = min(ent_sd * math.sqrt(256.0 / batch), 0.35)
 
     # -- healthy latent trends ---------------------------------------------------------------------
     # an "aha" run learns slowly, then in one step (with longer answers)
