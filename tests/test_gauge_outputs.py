@@ -12,7 +12,7 @@ import math
 import pytest
 
 from wandb_rlcluster.alerts.config import known_metrics
-from wandb_rlcluster.core import GAUGE_CLASSES, InstrumentCluster, analyze_rows
+from wandb_rlcluster.core import GAUGE_CLASSES, REPORTING_CLASSES, InstrumentCluster, analyze_rows
 from wandb_rlcluster.core.keys import LIVE_INPUT_KEYS, TRL_LOGGED_KEYS, is_reward_function_key
 
 from synthetic import combinations, generate_run
@@ -23,7 +23,7 @@ TRAINER = {"grpo": "grpo", "grpo_kl": "grpo", "dpo": "dpo", "ppo": "ppo", "sft":
 def _emitted() -> dict[str, set[str]]:
     """gauge id -> every derived key it wrote over the corpus (derived keys are never removed, so the
     end-of-run dict holds the union)."""
-    seen: dict[str, set[str]] = {g.id: set() for g in GAUGE_CLASSES}
+    seen: dict[str, set[str]] = {g.id: set() for g in REPORTING_CLASSES}
     for seed in (0, 1):
         for fam, path in combinations():
             run = generate_run(fam, path, seed=seed, n_steps=150, with_eval=fam in ("sft", "dpo"))
@@ -46,7 +46,7 @@ def emitted() -> dict[str, set[str]]:
     return _emitted()
 
 
-@pytest.mark.parametrize("gauge", GAUGE_CLASSES, ids=lambda g: g.id)
+@pytest.mark.parametrize("gauge", REPORTING_CLASSES, ids=lambda g: g.id)
 def test_every_emitted_key_is_declared(gauge: type, emitted: dict[str, set[str]]) -> None:
     undeclared = emitted[gauge.id] - set(gauge.outputs)
     assert not undeclared, f"{gauge.__name__} emits {sorted(undeclared)}: add them to its `outputs`"

@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from ..core import GAUGE_CLASSES, GAUGE_IDS
+from ..core import DIAGNOSIS_ID, GAUGE_CLASSES, GAUGE_IDS, REPORTING_CLASSES
 from ..core.keys import FAMILIES, LIVE_INPUT_KEYS, TRL_LOGGED_KEYS, canonical_family, is_reward_function_key
 from .expr import ExprError, Expression, parse
 
@@ -29,7 +29,9 @@ TEMPLATE_FIELDS = frozenset({"value", "step", "rule", "gauge", "severity", "run_
                              "trainer", "message", "expr", "project"})
 RULE_KEYS = frozenset({"name", "gauge", "when", "finding", "min_severity", "for", "keep_firing_for", "severity",
                        "cooldown", "trainers", "title", "text", "inhibits", "channels", "enabled"})
-TOP_KEYS = frozenset({"version", "extends", "defaults", "gauges", "channels", "rules"})
+TOP_KEYS = frozenset({"version", "extends", "defaults", "gauges", "channels", "rules", "gold_rewards"})
+#: What a rule's ``gauge`` may name: a gauge, or the cross-gauge diagnoses.
+RULE_GAUGES = (*GAUGE_IDS, DIAGNOSIS_ID)
 DEFAULT_KEYS = frozenset({"for", "cooldown", "keep_firing_for", "channels"})
 CHANNEL_KEYS = {
     "slack": frozenset({"type", "webhook_url_env", "min_severity", "username", "channel", "timeout"}),
@@ -155,7 +157,7 @@ def known_metrics() -> frozenset[str]:
     """Every metric name a rule may reference: TRL's keys and rlcluster's derived values (static declarations:
     ``TRL_LOGGED_KEYS`` and each gauge's ``inputs``/``outputs``; per-function rewards are matched by pattern)."""
     names: set[str] = set(LIVE_INPUT_KEYS) | set(TRL_LOGGED_KEYS)
-    for g in GAUGE_CLASSES:
+    for g in REPORTING_CLASSES:
         names.update(g.inputs)
         names.update(f"rlcluster/{g.id}/{k}" for k in (*g.outputs, "status"))
     return frozenset(names)
@@ -235,9 +237,9 @@ def _finish_rule(loc: _Loc, d: dict[str, Any], defaults: dict[str, Any], channel
         return None
     ok = True
     gauge = d.get("gauge")
-    if gauge not in GAUGE_IDS:
-        loc.err(ln("gauge"), f"rule {name!r}: unknown gauge {gauge!r}{_did_you_mean(str(gauge), GAUGE_IDS)}; "
-                             f"gauges: {', '.join(GAUGE_IDS)}")
+    if gauge not in RULE_GAUGES:
+        loc.err(ln("gauge"), f"rule {name!r}: unknown gauge {gauge!r}{_did_you_mean(str(gauge), RULE_GAUGES)}; "
+                             f"gauges: {', '.join(RULE_GAUGES)}")
         ok = False
     sev = _severity(loc, ln("severity"), "severity", d.get("severity", "warn"))
     ok = ok and sev is not None
@@ -401,6 +403,13 @@ def _raw_document(path: str, text: str, loc: _Loc) -> dict[str, Any] | None:
                         loc.err(gl, f"gauges.{gid}.{pk} must be like {by_id[gid].defaults[pk]!r}, not {pv!r}")
                     else:
                         doc["gauges"].setdefault(gid, {})[pk] = pv
+        elif key == "gold_rewards":  # held-out reward functions: the reward gauge's `gold` parameter
+            gold = _as_list(_value(vnode))
+            if not isinstance(gold, list) or not all(isinstance(g, str) and g.strip() for g in gold):
+                loc.err(kline, "'gold_rewards' must be a list of reward function names as TRL logs them "
+                               "(rewards/<name>/mean), e.g. gold_rewards: [verifier]")
+                continue
+            doc["gauges"].setdefault("reward", {})["gold"] = [g.strip() for g in gold]
         elif key == "channels":
             if not isinstance(vnode, yaml.MappingNode):
                 loc.err(kline, "'channels' must map channel names to their settings")

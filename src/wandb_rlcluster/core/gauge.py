@@ -47,6 +47,10 @@ class Gauge:
         self._rules: dict[str, list[int]] = {}
         self._out: list[Finding] = []
         self._inputs = frozenset(self.inputs)
+        #: Where rule transitions are published (the cluster's diagnoser), with this gauge's position.
+        self.bus: list[Any] | None = None
+        self.bus_pos = 0
+        self.row_index = 0
         self.setup()
 
     # -- subclass API ---------------------------------------------------------
@@ -69,6 +73,7 @@ class Gauge:
         """Feed one row; returns the findings that fired on it."""
         self._out = []
         self.step = row.step
+        self.row_index = row.index
         if not self._inputs or not self._inputs.isdisjoint(row.values):
             self.rows_seen += 1
             self.observe(row)
@@ -103,7 +108,10 @@ class Gauge:
             if not st[1] and st[0] >= max(1, for_):
                 st[1] = 1
                 text = message() if callable(message) else message
-                self._out.append(Finding(self.id, rule, severity, self.step, metric, value, text))
+                finding = Finding(self.id, rule, severity, self.step, metric, value, text)
+                self._out.append(finding)
+                if self.bus is not None:
+                    self.bus.append((self.row_index, self.bus_pos, self.id, rule, finding))
                 if SEVERITY_RANK[severity] > SEVERITY_RANK.get(self.worst, 0):
                     self.worst = severity
         else:
@@ -112,6 +120,8 @@ class Gauge:
                 st[2] += 1
                 if st[2] >= clear:
                     st[1] = 0
+                    if self.bus is not None:
+                        self.bus.append((self.row_index, self.bus_pos, self.id, rule, None))
         return bool(st[1])
 
     def firing(self) -> list[str]:
@@ -142,7 +152,7 @@ class Gauge:
         return out
 
     # -- checkpointing --------------------------------------------------------
-    _SKIP_STATE: ClassVar[frozenset[str]] = frozenset({"family", "p", "_out", "_inputs"})
+    _SKIP_STATE: ClassVar[frozenset[str]] = frozenset({"family", "p", "_out", "_inputs", "bus", "bus_pos"})
 
     def state_dict(self) -> dict[str, Any]:
         """JSON-serialisable state, so a resumed run keeps its baselines."""

@@ -290,6 +290,16 @@ class RollingCorrelation:
         den = n * self.sxx - self.sx * self.sx
         return (n * self.sxy - self.sx * self.sy) / den if den > 0 else 0.0
 
+    def t_stat(self) -> float:
+        """The slope's t-statistic, r·sqrt((n-2)/(1-r²)): how far the trend stands out of the window's noise."""
+        n = len(self.pts)
+        if n < 4:
+            return 0.0
+        r = self.corr()
+        if r >= 1.0 or r <= -1.0:
+            return math.copysign(1e6, r) if r else 0.0
+        return r * math.sqrt((n - 2) / (1.0 - r * r))
+
     def mean_x(self) -> float:
         return self.sx / len(self.pts) if self.pts else math.nan
 
@@ -307,3 +317,93 @@ class RollingCorrelation:
 
 #: A rolling least-squares slope is the same running sums; one class serves both.
 RollingSlope = RollingCorrelation
+
+
+class DiffNoise:
+    """A series' step-to-step noise: std of its first differences over a window, divided by sqrt(2).
+
+    Differencing removes a trend and a level, so this is the noise a rule should compare a change
+    against, whatever the series is doing; one outlier moves it little over 20 rows.
+    """
+
+    __slots__ = ("last", "win")
+
+    def __init__(self, size: int = 20) -> None:
+        self.last = math.nan
+        self.win = RollingWindow(size)
+
+    def push(self, x: float) -> None:
+        if self.last == self.last:
+            self.win.push(x - self.last)
+        self.last = x
+
+    def sigma(self, robust: bool = False) -> float:
+        """Std of the differences / sqrt(2); ``robust`` uses their MAD, which one spike cannot inflate."""
+        if len(self.win) < 2:
+            return math.nan
+        return (self.win.robust()[1] if robust else self.win.std()) / math.sqrt(2.0)
+
+    def __len__(self) -> int:
+        return len(self.win)
+
+    def state_dict(self) -> dict[str, object]:
+        return {"last": self.last, "win": self.win.state_dict()}
+
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        self.last = float(state.get("last", math.nan))  # type: ignore[arg-type]
+        self.win.load_state_dict(state.get("win", {}))  # type: ignore[arg-type]
+
+
+class ShiftDetector:
+    """Two-sided CUSUM of a series against a slow EWMA reference, in units of its own noise.
+
+    ``up``/``down`` accumulate how far the series sits above/below where it has been, beyond an
+    allowance of ``k`` sigmas per row; a value over ``h`` is a change point. A slow ramp keeps the
+    reference close behind and adds nothing; a jump of a few sigmas crosses ``h`` within a few rows.
+    The noise is the robust (MAD) sigma of recent residuals, so the threshold follows the run's own
+    noise. ``since_up``/``since_down`` hold the row count at which the current excursion began.
+    """
+
+    __slots__ = ("k", "h", "alpha", "warmup", "ref", "resid", "up", "down", "n", "since_up", "since_down", "z")
+
+    def __init__(self, k: float = 0.5, h: float = 8.0, alpha: float = 0.05, warmup: int = 10,
+                 window: int = 30) -> None:
+        self.k, self.h, self.alpha, self.warmup = k, h, alpha, max(2, int(warmup))
+        self.ref = math.nan
+        self.resid = RollingWindow(window)
+        self.up = self.down = 0.0
+        self.n = 0
+        self.since_up = self.since_down = 0
+        self.z = 0.0
+
+    def push(self, x: float, floor: float = 1e-12) -> None:
+        self.n += 1
+        if self.ref != self.ref:
+            self.ref = x
+            return
+        r = x - self.ref
+        if self.n > self.warmup:
+            sigma = max(self.resid.robust()[1], floor)
+            z = r / sigma
+            self.z = z
+            if self.up <= 0.0:
+                self.since_up = self.n
+            if self.down <= 0.0:
+                self.since_down = self.n
+            self.up = max(0.0, self.up + z - self.k)
+            self.down = max(0.0, self.down - z - self.k)
+        self.resid.push(r)
+        self.ref += self.alpha * r if self.n > self.warmup else (x - self.ref) / self.n
+
+    def sigma(self) -> float:
+        return self.resid.robust()[1] if len(self.resid) >= 2 else math.nan
+
+    def state_dict(self) -> dict[str, object]:
+        return {k: getattr(self, k) for k in self.__slots__ if k != "resid"} | {"resid": self.resid.state_dict()}
+
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        for k in self.__slots__:
+            if k == "resid":
+                self.resid.load_state_dict(state.get("resid", {}))  # type: ignore[arg-type]
+            elif k in state:
+                setattr(self, k, state[k])
