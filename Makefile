@@ -30,7 +30,7 @@ bench-callback: $(STAMP)
 	$(BIN)/python benchmarks/bench_callback.py
 
 bench-detection: $(STAMP)
-	$(BIN)/python benchmarks/detection/bench.py
+	$(BIN)/python benchmarks/detection/bench.py --split all
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache

@@ -1,71 +1,79 @@
-"""A slice of the detection benchmark (benchmarks/detection) as a CI gate: a change that costs recall,
-adds false alarms or slows detection fails here, not in a README table nobody re-runs.
+"""A slice of the detection benchmark (benchmarks/detection) as a CI gate: a change that costs recall on
+the trend and spread pathologies, adds false alarms on healthy runs or slows detection fails here, not in a
+README table nobody re-runs.
 
-Held-out seeds only (the core's defaults were tuned on seeds 0-29); 8 seeds x every (family,
-pathology) pair plus 2 healthy runs per family and seed: 360 runs, a few seconds.
+Held-out seeds only (the rules were tuned on the tuning seeds): the first seeds of the benchmark's held-out
+set, every (family, pathology) pair plus the healthy runs and the benign sharpening GRPO runs, scored by our
+core alone (the anchors are the benchmark's business). The targets are the issue's, with no slack.
 """
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "detection"
-sys.path.insert(0, str(BENCH))
-
-import bench  # noqa: E402
-from seed_rules import seed_findings  # noqa: E402
-
-SLICE_SEEDS = range(100, 108)
-DELAY_SLACK = 0.0
-"""The core may not detect later than the seed rules (paired median delay; on this slice 0.089 vs 0.098)."""
+from bench import (
+    CLIP_MARK,
+    SLICE_SEEDS,
+    TARGETS,
+    Result,
+    aggregate,
+    healthy_runs,
+    make_specs,
+    score_real_benign,
+    score_spec,
+    target_runs,
+)
+from seed_rules import seed_findings
+from synthetic import combinations
 
 
 @pytest.fixture(scope="module")
-def results() -> list[bench.Result]:
-    return [bench.score_spec(s) for s in bench.make_specs(SLICE_SEEDS, "held-out")]
+def results() -> list[Result]:
+    return [score_spec(s, ("core",)) for s in make_specs(SLICE_SEEDS, "held-out")]
 
 
-@pytest.fixture(scope="module")
-def core(results: list[bench.Result]) -> bench.Scores:
-    return bench.aggregate(results, "core")
+def _missed(rs: list[Result]) -> list[tuple[str, str | None, int]]:
+    return [(r.spec.family, r.spec.pathology, r.spec.gen_seed) for r in rs if r.outcomes["core"].first_match is None]
 
 
-def test_slice_covers_every_combination(results: list[bench.Result]) -> None:
-    from synthetic import combinations
-
+def test_slice_covers_every_combination(results: list[Result]) -> None:
     assert {(r.spec.family, r.spec.pathology) for r in results} == set(combinations())
     assert {r.spec.logging_steps for r in results} == {1, 5, 10}
+    assert {r.spec.block for r in results} == {"corpus", "benign"}
+    assert len(target_runs(results)) >= 200
 
 
-def test_recall(core: bench.Scores, results: list[bench.Result]) -> None:
-    missed = [(r.spec.family, r.spec.pathology, r.spec.gen_seed) for r in results
-              if r.spec.pathology and r.outcomes["core"].first_match is None]
-    assert core.recall >= bench.TARGETS["recall"], missed
+def test_recall_on_trend_and_spread_pathologies(results: list[Result]) -> None:
+    rs = target_runs(results)
+    assert aggregate(rs, "core").recall >= TARGETS["recall"], _missed(rs)
 
 
-def test_no_false_stops_on_healthy_runs(core: bench.Scores, results: list[bench.Result]) -> None:
-    stops = [(r.spec.family, r.spec.gen_seed, r.outcomes["core"].alarms) for r in results
-             if r.spec.pathology is None and r.outcomes["core"].any_stop]
-    assert core.false_stops == 0, stops
+def test_healthy_runs_stay_quiet(results: list[Result]) -> None:
+    h = aggregate(healthy_runs(results), "core")
+    noisy = [(r.spec.family, r.spec.block, r.spec.gen_seed, r.outcomes["core"].alarms) for r in healthy_runs(results)
+             if r.outcomes["core"].any_alarm]
+    assert h.healthy_any_rate <= TARGETS["healthy_any"], noisy
+    assert h.healthy_stop == 0, noisy
 
 
-def test_few_early_fires(core: bench.Scores) -> None:
-    assert core.early_rate <= bench.TARGETS["early"]
+def test_delay_on_trend_and_spread_pathologies(results: list[Result]) -> None:
+    assert aggregate(target_runs(results), "core").median_delay <= TARGETS["delay"]
 
 
-def test_few_healthy_runs_with_any_finding(core: bench.Scores, results: list[bench.Result]) -> None:
-    noisy = [(r.spec.family, r.spec.gen_seed, r.outcomes["core"].alarms) for r in results
-             if r.spec.pathology is None and r.outcomes["core"].any_alarm]
-    assert core.healthy_any_rate <= bench.TARGETS["healthy_any"], noisy
+def test_growing_clip_fraction_caught_before_30_percent(results: list[Result]) -> None:
+    clip = [r for r in results if r.spec.pathology == "clip_growing"]
+    assert all(CLIP_MARK in r.marks for r in clip)
+    s = aggregate(clip, "core")
+    assert s.clip_runs == len(clip) and s.clip_early_rate >= TARGETS["clip_early"], [
+        (r.spec.family, r.outcomes["core"].first_match, r.marks[CLIP_MARK]) for r in clip]
 
 
-def test_delay_close_to_single_point_rules(results: list[bench.Result]) -> None:
-    pair = bench.paired(results)
-    assert pair.n >= 150  # enough runs that both detect cleanly for the medians to mean something
-    assert pair.median("core") <= pair.median("seed") + DELAY_SLACK
+def test_real_benign_grpo_runs_stay_quiet() -> None:
+    """A real benign GRPO run (Qwen2.5-1.5B, verifier reward, a hidden-test oracle rising with it: the policy
+    sharpens, entropy ~1.0 -> ~0.45) raises no warn/stop. The rules before #10 warned on it (entropy-collapse)."""
+    benign = score_real_benign(detectors=("core",))
+    assert benign and all(b.rows >= 100 for b in benign)
+    assert {b.name: b.alarms["core"] for b in benign if b.alarms["core"]} == {}
 
 
 def test_seed_rules_fire_as_the_post_states() -> None:
