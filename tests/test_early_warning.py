@@ -122,7 +122,7 @@ CASES: list[tuple[str, str, str, str, Maker, Maker, dict[str, object]]] = [
      lambda i, g: dict(grpo(i, g, reward=0.3 + 0.5 * i / N),
                        **{"rewards/gold/mean": 0.2 + 0.3 * i / N + g.gauss(0, 0.03)}),
      {"params": {"reward": {"gold": ["gold"]}}}),
-    ("reward-component-dominant", "reward", "warn", "grpo",
+    ("reward-component-dominant", "reward", "info", "grpo",
      lambda i, g: dict(grpo(i, g), **{"rewards/fmt/mean": 0.1 + 0.6 * ramp(i) + g.gauss(0, 0.04),
                                       "rewards/fmt/std": 0.3 + g.gauss(0, 0.02),
                                       "rewards/acc/mean": 0.3 + g.gauss(0, 0.04), "rewards/acc/std": 0.4}),
