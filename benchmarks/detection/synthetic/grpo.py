@@ -104,6 +104,8 @@ def build(ctx: Ctx, profile: str | None = None, gold: bool | None = None, n_prom
     acc = acc0 + min(acc_gain, 0.95 - acc0) * rise
     fmt = fmt0 + (fmt1 - fmt0) * sat(u, tau_f)
     ent = ent_start[prof] * (1.0 - (1.0 - ent_end[prof]) * (rise if aha else sat(u, tau_e)))
+    if aha:  # the aha step lengthens the answers; keep the run's whole drift within +-20 % of its start
+        len_drift = float(np.clip(len_drift, -0.2, 1.2 / aha_len - 1.0))
     ell = len0 * (1.0 + len_drift * u) * ((1.0 + (aha_len - 1.0) * rise) if aha else 1.0)
     sig = sig0 * (1.0 + sig_drift * u)
     kl = kl_end * u**kl_pow
