@@ -19,8 +19,8 @@ from bench import (
     aggregate,
     healthy_runs,
     make_specs,
+    run_corpus,
     score_real_benign,
-    score_spec,
     target_runs,
 )
 from seed_rules import seed_findings
@@ -29,7 +29,7 @@ from synthetic import combinations
 
 @pytest.fixture(scope="module")
 def results() -> list[Result]:
-    return [score_spec(s, ("core",)) for s in make_specs(SLICE_SEEDS, "held-out")]
+    return run_corpus(make_specs(SLICE_SEEDS, "held-out"), workers=2, progress=False, detectors=("core",))
 
 
 def _missed(rs: list[Result]) -> list[tuple[str, str | None, int]]:
@@ -41,6 +41,7 @@ def test_slice_covers_every_combination(results: list[Result]) -> None:
     assert {r.spec.logging_steps for r in results} == {1, 5, 10}
     assert {r.spec.block for r in results} == {"corpus", "benign"}
     assert len(target_runs(results)) >= 200
+    assert all(set(r.outcomes) == {"core"} for r in results)
 
 
 def test_recall_on_trend_and_spread_pathologies(results: list[Result]) -> None:

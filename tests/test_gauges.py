@@ -13,7 +13,7 @@ import pytest
 
 from wandb_rlcluster.core import GAUGE_IDS, InstrumentCluster, analyze_rows
 
-from synthetic import FAMILIES, combinations, generate_run
+from synthetic import FAMILIES, SyntheticRun, combinations, generate_run
 
 TRAINER = {"grpo": "grpo", "grpo_kl": "grpo", "dpo": "dpo", "ppo": "ppo", "sft": "sft"}
 SEEDS = (0, 1, 2)
@@ -24,11 +24,18 @@ def alarms(cluster: InstrumentCluster) -> list:
     return [f for f in cluster.findings if f.severity in ("warn", "stop")]
 
 
+def analyze(run: SyntheticRun) -> InstrumentCluster:
+    """As a user configures it: the run's length known (the callback passes max_steps), its held-out gold
+    reward named when it logs one."""
+    params = {"reward": {"gold": list(run.gold)}} if run.gold else None
+    return analyze_rows(run.rows, trainer=TRAINER[run.family], params=params, max_steps=run.n_steps)
+
+
 @pytest.mark.parametrize(("family", "pathology"), PATHOLOGICAL)
 @pytest.mark.parametrize("seed", SEEDS)
 def test_pathology_fires_expected_gauge_after_onset(family, pathology, seed):
     run = generate_run(family, pathology, seed=seed)
-    cluster = analyze_rows(run.rows, trainer=TRAINER[family])
+    cluster = analyze(run)
     found = alarms(cluster)
     hits = [f for f in found if f.gauge in run.expected_gauges and f.step >= run.onset_step]
     got = [(f.gauge, f.rule, f.step) for f in found]
@@ -41,7 +48,7 @@ def test_pathology_fires_expected_gauge_after_onset(family, pathology, seed):
 @pytest.mark.parametrize("seed", range(5))
 def test_healthy_runs_stay_quiet(family, seed):
     run = generate_run(family, None, seed=seed, with_eval=family in ("sft", "dpo"))
-    cluster = analyze_rows(run.rows, trainer=TRAINER[family])
+    cluster = analyze(run)
     assert cluster.verdict() == "ok", [(f.gauge, f.rule, f.step, f.message) for f in alarms(cluster)]
 
 

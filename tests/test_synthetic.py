@@ -508,8 +508,16 @@ def sig_length_creep_up(run: SyntheticRun) -> None:
     assert _length_ratio(run) > 1.3
 
 
+def _reward_stalls(run: SyntheticRun) -> None:
+    """After onset the reward stops improving, where its healthy twin keeps climbing."""
+    r, after = col(run, "reward")
+    twin, _ = col(healthy_run(run.family, seed=run.seed, n_steps=run.n_steps), "reward")
+    assert r[-10:].mean() < r[~after][-10:].mean() + 0.1 and r[-10:].mean() <= twin[-10:].mean() + 0.02
+
+
 def sig_length_creep_down(run: SyntheticRun) -> None:
     assert _length_ratio(run) < 0.8
+    _reward_stalls(run)
 
 
 def sig_length_shift(run: SyntheticRun) -> None:
@@ -529,6 +537,7 @@ def sig_length_variance_collapse(run: SyntheticRun) -> None:
     s, after = spread(run)
     assert np.mean(s[after][-10:]) < 0.35 * np.mean(s[~after][-10:])
     assert 0.7 < _length_ratio(run) < 1.4  # the mean stays put
+    _reward_stalls(run)
 
 
 def sig_length_variance_shift(run: SyntheticRun) -> None:

@@ -63,7 +63,7 @@ from synthetic import FAMILIES, KINDS, PATHOLOGIES, SyntheticRun, combinations, 
 # (tests/test_detection_slice.py) is the first seeds of the held-out set.
 TUNING_SEEDS = range(0, 30)
 HELD_OUT_SEEDS = range(1000, 1050)
-SLICE_SEEDS = range(1000, 1006)
+SLICE_SEEDS = range(1000, 1005)
 QUICK_SEEDS = {"tuning": range(0, 3), "held-out": range(1000, 1003)}
 
 N_STEPS = (100, 2000)  # log-uniform
@@ -86,6 +86,7 @@ ALARM = frozenset({"warn", "stop"})
 TARGET_KINDS = ("trend", "spread")
 TARGETS = {"recall": 0.95, "healthy_any": 0.05, "delay": 0.25, "clip_early": 0.80}
 CLIP_MARK = "clip_crosses_0.30"
+KL_MARK = "kl_crosses_warn"
 
 REAL_LOGS = REPO.parent / "shared" / "real-logs"
 RESULTS = HERE / "RESULTS.md"
@@ -314,6 +315,8 @@ class Scores:
     healthy_any: int = 0
     clip_runs: int = 0
     clip_early: int = 0  # clip_growing caught before the trend crosses 30 %
+    kl_runs: int = 0
+    kl_early: int = 0  # kl_growing caught before the trend crosses the warn line (reported, not a target)
 
     @property
     def recall(self) -> float:
@@ -343,6 +346,10 @@ class Scores:
     def clip_early_rate(self) -> float:
         return self.clip_early / self.clip_runs if self.clip_runs else math.nan
 
+    @property
+    def kl_early_rate(self) -> float:
+        return self.kl_early / self.kl_runs if self.kl_runs else math.nan
+
 
 def aggregate(results: Iterable[Result], detector: str) -> Scores:
     s = Scores()
@@ -365,6 +372,9 @@ def aggregate(results: Iterable[Result], detector: str) -> Scores:
         if r.spec.pathology == "clip_growing" and CLIP_MARK in r.marks:
             s.clip_runs += 1
             s.clip_early += o.first_match is not None and o.first_match < r.marks[CLIP_MARK]
+        if r.spec.pathology == "kl_growing":  # a run whose trend never crosses the line counts as caught in time
+            s.kl_runs += 1
+            s.kl_early += o.first_match is not None and o.first_match < r.marks.get(KL_MARK, r.spec.n_steps + 1)
     return s
 
 
@@ -522,6 +532,9 @@ def verdict_table(results: list[Result], real: list[RealResult], dets: Sequence[
         f"≤ {TARGETS['delay']}")
     row(f"growing clip fraction caught before 30 % ({next(iter(c.values())).clip_runs if c else 0} runs)",
         [_pct(c[d].clip_early_rate) for d in dets], f"≥ {_pct(TARGETS['clip_early'])}")
+    k = {d: aggregate([r for r in results if r.spec.pathology == "kl_growing"], d) for d in dets}
+    row(f"growing KL caught before its warn line (0.5 per token, 6 per sequence; "
+        f"{next(iter(k.values())).kl_runs if k else 0} runs)", [_pct(k[d].kl_early_rate) for d in dets])
     if benign:
         row(f"real benign GRPO runs (fixtures) with any warn/stop ({len(benign)})",
             [f"{sum(bool(b.alarms.get(d)) for b in benign)}/{len(benign)}" for d in dets], "0")

@@ -207,11 +207,11 @@ PATHOLOGIES: dict[str, Pathology] = {
         Pathology("length_creep_up", _GRPOS, ("length",), "trend",
                   "Mean length creeps up linearly, +50-100 % by the end of the run (verbosity is being paid for)."),
         Pathology("length_creep_down", _GRPOS, ("length",), "trend",
-                  "Mean length creeps down linearly, -35-50 % by the end of the run (short answers avoid "
-                  "penalties)."),
+                  "Mean length creeps down linearly, -35-50 % by the end of the run, and the reward stops "
+                  "improving (short answers avoid penalties; a run that gets concise while learning is healthy)."),
         Pathology("length_shift", _GRPOS, ("length",), "trend",
-                  "Mean length moves 35-70 % up or 30-45 % down within 2-6 % of the run, then stays: the post's "
-                  "'> 30 % change in mean vs baseline'."),
+                  "Mean length moves 35-70 % up or 30-45 % down (then the reward stops improving) within 2-6 % "
+                  "of the run, then stays: the post's '> 30 % change in mean vs baseline'."),
         Pathology("truncation_gap", _GRPOS, ("length",), "trend",
                   "The gap between mean_length and mean_terminated_length opens: clipped_ratio creeps to 8-18 % "
                   "(under the 20 % truncation line)."),
@@ -249,7 +249,7 @@ PATHOLOGIES: dict[str, Pathology] = {
                   "level."),
         Pathology("length_variance_collapse", _GRPOS, ("length",), "spread",
                   "Within-batch length spread (max-min)/mean collapses to 12-20 % of its level (e.g. 2.0 -> 0.34) "
-                  "while the mean stays put: mode collapse onto a template."),
+                  "while the mean stays put and the reward stops improving: mode collapse onto a template."),
         Pathology("length_variance_shift", _GRPOS, ("length",), "spread",
                   "Within-batch length spread grows 1.5-1.9x (variance > +100 %) with a stable mean: the post's "
                   "'> 50 % change in variance'."),

@@ -33,6 +33,11 @@ def _beta_all_equal(mu: np.ndarray, kappa: float, g: int) -> np.ndarray:
     return pa + pb
 
 
+def _stall(ctx: Ctx, a: np.ndarray) -> np.ndarray:
+    """From onset the series stops improving: held at its onset value."""
+    return ctx.freeze(a)
+
+
 def build(ctx: Ctx, profile: str | None = None, gold: bool | None = None, n_prompts: int | None = None,
           group_size: int | None = None) -> tuple[dict[str, np.ndarray], dict[str, object]]:
     """Step-level columns and the run's configuration (``gold``: the weight-0 reward functions logged)."""
@@ -51,10 +56,10 @@ def build(ctx: Ctx, profile: str | None = None, gold: bool | None = None, n_prom
     gold_scale, gold_sd = rng.uniform(0.7, 1.0), rng.uniform(0.3, 0.8)
     acc0, acc_gain, tau_a = rng.uniform(0.05, 0.45), rng.uniform(0.1, 0.5), rng.uniform(0.15, 0.6)
     aha = bool(rng.random() < 0.15)
-    aha_c, aha_w, aha_len = rng.uniform(0.15, 0.45), rng.uniform(0.03, 0.08), rng.uniform(1.1, 1.35)
+    aha_c, aha_w, aha_len = rng.uniform(0.15, 0.45), rng.uniform(0.03, 0.08), rng.uniform(1.05, 1.2)
     fmt0, fmt1, tau_f = rng.uniform(0.3, 0.8), rng.uniform(0.9, 0.99), rng.uniform(0.05, 0.25)
     kappa, kap_f, rho = rng.uniform(0.6, 3.0), rng.uniform(0.4, 0.6), rng.uniform(0.05, 0.3)
-    len0, len_drift = rng.uniform(0.08, 0.3) * cap, rng.uniform(-0.25, 0.3)
+    len0, len_drift = rng.uniform(0.08, 0.3) * cap, rng.uniform(-0.2, 0.2)
     sig0, sig_drift = rng.uniform(0.25, 0.55), rng.uniform(-0.1, 0.1)
     tau_e = min(1.0, tau_a * rng.uniform(0.8, 1.5))
     kl_end, kl_pow = 10 ** rng.uniform(math.log10(0.005), math.log10(0.1)), rng.uniform(0.6, 1.5)
@@ -99,6 +104,8 @@ def build(ctx: Ctx, profile: str | None = None, gold: bool | None = None, n_prom
     acc = acc0 + min(acc_gain, 0.95 - acc0) * rise
     fmt = fmt0 + (fmt1 - fmt0) * sat(u, tau_f)
     ent = ent_start[prof] * (1.0 - (1.0 - ent_end[prof]) * (rise if aha else sat(u, tau_e)))
+    if aha:  # the aha step lengthens the answers; keep the run's whole drift within +-20 % of its start
+        len_drift = float(np.clip(len_drift, -0.2, 1.2 / aha_len - 1.0))
     ell = len0 * (1.0 + len_drift * u) * ((1.0 + (aha_len - 1.0) * rise) if aha else 1.0)
     sig = sig0 * (1.0 + sig_drift * u)
     kl = kl_end * u**kl_pow
@@ -192,10 +199,16 @@ def build(ctx: Ctx, profile: str | None = None, gold: bool | None = None, n_prom
     elif path == "length_creep_up":
         ell = ell * (1.0 + pr.uniform(0.5, 1.0) * ctx.over_rest())
     elif path == "length_creep_down":
+        # the post: "the model is learning that short responses are safer" -- saying less to avoid penalties,
+        # not getting more concise while it learns (a healthy run may shorten with the reward rising)
         ell = ell * (1.0 - pr.uniform(0.35, 0.5) * ctx.over_rest())
+        acc, fmt = _stall(ctx, acc), _stall(ctx, fmt)
     elif path == "length_shift":
-        f = pr.uniform(1.35, 1.7) if pr.random() < 0.5 else pr.uniform(0.55, 0.7)
+        up = pr.random() < 0.5
+        f = pr.uniform(1.35, 1.7) if up else pr.uniform(0.55, 0.7)
         ell = ell * f ** smoothstep(ctx.ramp(0.02, 0.06, of_run=True))
+        if not up:
+            acc, fmt = _stall(ctx, acc), _stall(ctx, fmt)
     elif path == "truncation_gap":
         target = pr.uniform(0.08, 0.18)
         s_on = float(sig[ctx.i0])
@@ -204,7 +217,9 @@ def build(ctx: Ctx, profile: str | None = None, gold: bool | None = None, n_prom
         ell = ell * np.maximum(ell_t / ell, 1.0) ** ctx.ramp(0.4, 0.8)
     elif path in ("length_variance_collapse", "length_variance_shift"):
         if path == "length_variance_collapse":
+            # mode collapse onto a template: the answers stop exploring, so the reward stops improving
             new = sig * (1.0 - (1.0 - pr.uniform(0.12, 0.2)) * smoothstep(ctx.ramp(0.2, 0.4)))
+            acc, fmt = _stall(ctx, acc), _stall(ctx, fmt)
         else:
             new = sig * (1.0 + (pr.uniform(1.5, 1.9) - 1.0) * smoothstep(ctx.ramp(0.05, 0.15)))
         sig = new  # ``ell`` is the lognormal's mean: it stays where it was
