@@ -33,7 +33,8 @@ def build(make: Maker, n: int = N, seed: int = 0) -> list[Row]:
 
 
 def grpo(i: int, g: random.Random, *, reward: float | None = None, length: float = 200.0, spread: float = 1.2,
-         entropy: float | None = None, kl: float | None = None, zero_std: float = 0.1, lr: float = 1e-6) -> Row:
+         entropy: float | None = None, kl: float | None = None, zero_std: float = 0.1, lr: float = 1e-6,
+         spread_noise: float = 0.05) -> Row:
     """A healthy GRPO row (beta > 0 when ``kl`` is given): reward creeping up, entropy easing down."""
     L = length * (1 + g.gauss(0, 0.03))
     row = {
@@ -42,8 +43,8 @@ def grpo(i: int, g: random.Random, *, reward: float | None = None, length: float
         "reward_std": abs(0.3 + g.gauss(0, 0.02)),
         "frac_reward_zero_std": min(1.0, max(0.0, zero_std + g.gauss(0, 0.03))),
         "completions/mean_length": L,
-        "completions/min_length": max(1.0, L * (1 - spread / 2) * (1 + g.gauss(0, 0.05))),
-        "completions/max_length": L * (1 + spread / 2) * (1 + g.gauss(0, 0.05)),
+        "completions/min_length": max(1.0, L * (1 - spread / 2) * (1 + g.gauss(0, spread_noise))),
+        "completions/max_length": L * (1 + spread / 2) * (1 + g.gauss(0, spread_noise)),
         "completions/clipped_ratio": 0.02, "completions/mean_terminated_length": L * 0.99,
         "entropy": (1.2 * (1 - 0.2 * i / N) if entropy is None else entropy) * (1 + g.gauss(0, 0.02)),
     }
@@ -153,11 +154,14 @@ CASES: list[tuple[str, str, str, str, Maker, Maker, dict[str, object]]] = [
     ("length-shrank", "length", "warn", "grpo",
      lambda i, g: grpo(i, g, reward=0.4, length=200 * (1 - 0.4 * ramp(i, span=40))),
      lambda i, g: grpo(i, g, reward=0.4), {}),
+    # a steady creep to +/-50 % by the end (max_steps known, as live): caught while still under the 30 % line;
+    # the healthy control drifts +15 % over the whole run
     ("length-trend-up", "length", "warn", "grpo",
-     lambda i, g: grpo(i, g, length=200 * (1 + 0.25 * ramp(i, span=150))), lambda i, g: grpo(i, g), {}),
+     lambda i, g: grpo(i, g, length=200 * (1 + 0.5 * ramp(i, span=150))),
+     lambda i, g: grpo(i, g, length=200 * (1 + 0.15 * i / N)), {"max_steps": N}),
     ("length-trend-down", "length", "warn", "grpo",
-     lambda i, g: grpo(i, g, reward=0.4, length=200 * (1 - 0.25 * ramp(i, span=150))),
-     lambda i, g: grpo(i, g, reward=0.4), {}),
+     lambda i, g: grpo(i, g, reward=0.4, length=200 * (1 - 0.45 * ramp(i, span=150))),
+     lambda i, g: grpo(i, g, reward=0.4, length=200 * (1 - 0.15 * i / N)), {"max_steps": N}),
     ("length-variance-change", "length", "warn", "grpo",
      lambda i, g: grpo(i, g, spread=1.2 + 0.8 * ramp(i, span=30)), lambda i, g: grpo(i, g), {}),
     ("length-variance-collapse", "length", "warn", "grpo",
@@ -198,6 +202,13 @@ def test_rule_fires_after_onset_and_not_on_healthy(rule, gauge, severity, traine
 # --- rules with a second condition worth showing ---------------------------------------------------------------
 
 
+def test_length_trend_caught_before_the_thirty_percent_line():
+    rows = build(lambda i, g: grpo(i, g, length=200 * (1 + 0.5 * ramp(i, span=150))))
+    f = found(rows, "grpo", "length-trend-up", max_steps=N)[0]
+    assert f.value < 200 * 1.3 and "on course for" in f.message
+    assert not found(rows[:ONSET + 40], "grpo", "length-grew", max_steps=N)
+
+
 def test_kl_growing_fires_before_the_level_line():
     rows = build(lambda i, g: grpo(i, g, kl=0.03 * math.exp(max(0, i - ONSET) / 25) + g.gauss(0, 0.003)))
     grow = found(rows, "grpo", "kl-growing")[0]
@@ -217,9 +228,9 @@ def test_single_kl_spike_is_info_and_repeated_spikes_warn():
     one = build(lambda i, g: grpo(i, g, kl=0.05 + g.gauss(0, 0.003) + (0.8 if i == 160 else 0)))
     assert [(f.rule, f.severity) for f in analyze_rows(one, trainer="grpo").findings if f.gauge == "kl"] == [
         ("kl-spike", "info")]
-    many = build(lambda i, g: grpo(i, g, kl=0.05 + g.gauss(0, 0.003) + (0.8 if i in (160, 180, 200) else 0)))
+    many = build(lambda i, g: grpo(i, g, kl=0.05 + g.gauss(0, 0.003) + (0.8 if i in (160, 170, 180) else 0)))
     hits = found(many, "grpo", "kl-spike-repeated")
-    assert hits and hits[0].step == 200 and hits[0].severity == "warn"
+    assert hits and hits[0].step == 180 and hits[0].severity == "warn"
 
 
 def test_clip_growing_caught_before_thirty_percent():
@@ -255,10 +266,12 @@ def test_length_shorter_with_rising_reward_is_concise_not_a_warning():
     assert not [a for a in alarms(rows, "grpo") if a[0] == "length" and a[1] != "length-collapse"]
 
 
-def test_length_spread_narrowing_with_rising_reward_is_info():
-    rows = build(lambda i, g: grpo(i, g, spread=1.2 - 1.0 * ramp(i, span=40)))
+def test_length_spread_narrowing_with_rising_reward_is_info_unless_deep():
+    rows = build(lambda i, g: grpo(i, g, spread=1.2 * (1 - 0.8 * ramp(i, span=40)), spread_noise=0.01))  # to 0.2x
     assert [f.severity for f in found(rows, "grpo", "length-spread-narrowing")] == ["info"]
     assert not found(rows, "grpo", "length-variance-collapse")
+    deep = build(lambda i, g: grpo(i, g, spread=1.2 * (1 - 0.92 * ramp(i, span=40))))  # to 0.08x: one template
+    assert found(deep, "grpo", "length-variance-collapse")
 
 
 def test_user_baseline_is_the_sft_models_length():

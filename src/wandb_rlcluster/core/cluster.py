@@ -116,8 +116,7 @@ class InstrumentCluster:
         diagnoser = Diagnoser(self.family, self.params.get(DIAGNOSIS_ID))
         self.gauges[DIAGNOSIS_ID] = diagnoser
         publish(self.gauges, diagnoser)
-        lr = self.gauges["learning_rate"]
-        lr.max_steps = self.max_steps  # type: ignore[attr-defined]
+        self.set_max_steps(self.max_steps)
 
     def set_family(self, trainer: str) -> None:
         """Fix the family before any row arrives (e.g. from the trainer's config class)."""
@@ -127,8 +126,9 @@ class InstrumentCluster:
 
     def set_max_steps(self, max_steps: int) -> None:
         self.max_steps = max_steps
-        if self.gauges:
-            self.gauges["learning_rate"].max_steps = max_steps  # type: ignore[attr-defined]
+        for g in self.gauges.values():  # the gauges that judge a run against its planned length
+            if hasattr(g, "max_steps"):
+                g.max_steps = max_steps
 
     # -- streaming -------------------------------------------------------------
     def update(self, raw: Mapping[str, object]) -> list[Finding]:

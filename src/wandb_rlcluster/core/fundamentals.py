@@ -6,7 +6,7 @@ import math
 
 from .gauge import Gauge, finite
 from .keys import Row
-from .stats import Baseline, Ewma, RollingSlope, RollingWindow, robust_z
+from .stats import Baseline, Ewma, OctaveMean, RollingSlope, RollingWindow, robust_z
 
 # Families whose "loss" is a surrogate or an RL objective: near zero, signed,
 # and free to rise while the model improves. A loss-spike rule means nothing there.
@@ -39,14 +39,19 @@ class LossGauge(Gauge):
 
     A spike must hold ``spike_for`` logged rows to be a warning; a single row, however high, that is
     gone the next row is ``info`` (a bad batch), unless such rows repeat (``loss-spike-repeated``).
+    ``loss-oscillating`` is convergence oscillation read from the train loss: its swing around a
+    9-row running median (robust to spikes and to the drop at an epoch boundary) grown well past the
+    swing over the run's previous octave, rows n/4 .. n/2 (a falling loss's relative noise grows slowly;
+    an oscillation sets in within a few periods).
     """
 
     id = "loss"
     title = "Loss landscape"
     inputs = ("loss", "eval_loss")
-    outputs = ("loss", "loss_ewma", "loss_trend", "spike_ratio", "volatility_ratio", "eval_loss")
+    outputs = ("loss", "loss_ewma", "loss_trend", "spike_ratio", "volatility_ratio", "eval_loss", "oscillation")
     defaults = {"window": 20, "spike_ratio": 2.0, "spike_ratio_now": 5.0, "spike_for": 2, "spike_min_rows": 10,
-                "nonfinite_for": 3, "var_ratio": 4.0, "spike_repeat": 3, "spike_repeat_rows": 50}
+                "nonfinite_for": 3, "var_ratio": 4.0, "spike_repeat": 3, "spike_repeat_rows": 50, "osc_ratio": 2.2,
+                "osc_min": 0.12, "osc_for": 5}
 
     def setup(self) -> None:
         self.hist = RollingWindow(self.p["window"])
@@ -55,6 +60,9 @@ class LossGauge(Gauge):
         self.trend = RollingSlope(50)
         self.long_var = RollingWindow(5 * self.p["window"])
         self.spike_rows: list[int] = []
+        self.local = RollingWindow(9)
+        self.swing = RollingWindow(20)
+        self.swing_ref = OctaveMean()  # the swing earlier in the run: a falling loss's relative noise grows slowly
 
     def observe(self, row: Row) -> None:
         loss = row.values.get("loss")
@@ -102,6 +110,7 @@ class LossGauge(Gauge):
                 f"in the last {self.p['spike_repeat_rows']} logged steps: not one bad batch but unstable training. "
                 "Lower the learning rate or tighten gradient clipping.", clear=10,
             )
+        self._oscillation(loss)
         if not spiky:  # keep the spike out of the reference it is judged against
             self.hist.push(loss)
         self.recent.push(loss)
@@ -115,6 +124,31 @@ class LossGauge(Gauge):
                 "getting noisier.",
                 for_=3,
             )
+
+
+    def _oscillation(self, loss: float) -> None:
+        """The loss swinging around its level (convergence oscillation), against its own early swing."""
+        p = self.p
+        d = self.derived
+        self.local.push(loss)
+        if not self.local.full:
+            return
+        med = self.local.median()
+        self.swing.push(loss - med)
+        if not self.swing.full:
+            return
+        # in loss units against its own earlier swing (a loss converging to its floor gets relatively noisier,
+        # not absolutely), and at least osc_min of the current level
+        sw = self.swing.robust()[1]
+        rel = sw / max(abs(med), 1e-12)
+        d["oscillation"] = rel
+        base = self.swing_ref.value
+        self.swing_ref.push(sw)
+        osc = base == base and self.swing_ref.n >= 16 and rel >= p["osc_min"] and sw >= p["osc_ratio"] * base
+        self.check("loss-oscillating", osc, "warn", "loss", loss,
+                   lambda: f"the loss swings {rel:.0%} around its running level, {sw / max(base, 1e-12):.1f}x its "
+                   "swing earlier in the run: it oscillates instead of converging (learning rate too high for this "
+                   "stage). Lower the learning rate or decay it sooner.", for_=p["osc_for"], clear=10)
 
 
 class GradientGauge(Gauge):

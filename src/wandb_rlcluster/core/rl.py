@@ -20,6 +20,7 @@ from .stats import (
     DiffNoise,
     Ewma,
     HalfRunTrend,
+    OctaveMean,
     RollingCorrelation,
     RollingSlope,
     RollingWindow,
@@ -47,11 +48,12 @@ class RewardProgress:
     gauges stay independent and the batch path (gauge by gauge) sees what the live path sees.
     """
 
-    __slots__ = ("reg", "recent", "gold_keys", "gold_reg", "n")
+    __slots__ = ("reg", "recent", "half", "gold_keys", "gold_reg", "n")
 
     def __init__(self, gold: Iterable[str] = (), recent: int = 30) -> None:
         self.reg = RunningRegression()
         self.recent = RollingWindow(recent)
+        self.half = HalfRunTrend()
         self.gold_keys = tuple(f"rewards/{g}/mean" for g in gold)
         self.gold_reg = RunningRegression()
         self.n = 0
@@ -65,6 +67,7 @@ class RewardProgress:
         self.n += 1
         self.reg.push(float(self.n), r)
         self.recent.push(r)
+        self.half.push(r)
         if self.gold_keys:
             gs = [v[k] for k in self.gold_keys if k in v and finite(v[k])]
             if gs:
@@ -74,22 +77,29 @@ class RewardProgress:
         """Enough reward rows to say anything (a log without a reward has no context)."""
         return self.n >= 10
 
-    def improving(self, min_t: float = 1.0) -> bool:
+    def improving(self, min_t: float = 1.0, now: bool = False) -> bool:
         """Rising over the run (trend t >= ``min_t``: rewards are noisy), not back below its own average, and the
-        gold reward, when one is logged, not falling (a noisy held-out check rarely shows a clear rise)."""
+        gold reward, when one is logged, not falling (a noisy held-out check rarely shows a clear rise).
+
+        ``now``: also still rising over the second half of the run so far; a reward that climbed early and
+        then stalled stays "up over the run" long after it stopped improving.
+        """
         if self.n < 10 or self.reg.t_stat() < min_t:
+            return False
+        if now and self.half.rows() >= 10 and self.half.t_stat() < min_t:
             return False
         if self.recent.mean() < self.reg.sy / self.reg.n:
             return False
         return not self.gold_keys or self.gold_reg.n < 10 or self.gold_reg.t_stat() >= 0.0
 
     def state_dict(self) -> dict[str, Any]:
-        return {"reg": self.reg.state_dict(), "recent": self.recent.state_dict(),
+        return {"reg": self.reg.state_dict(), "recent": self.recent.state_dict(), "half": self.half.state_dict(),
                 "gold_reg": self.gold_reg.state_dict(), "n": self.n}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.reg.load_state_dict(state["reg"])
         self.recent.load_state_dict(state["recent"])
+        self.half.load_state_dict(state["half"])
         self.gold_reg.load_state_dict(state["gold_reg"])
         self.n = int(state["n"])
 
@@ -158,15 +168,16 @@ class RewardGauge(Gauge):
               "rewards/accuracies", "accuracy", "margin")
     outputs = ("reward", "reward_ewma", "trend_t", "length_corr", "accuracy_ewma", "margin", "margin_ewma",
                "margin_peak", "chosen_ewma", "reward_noise", "volatility_ratio", "shift_up", "shift_down", "gold",
-               "gold_ewma", "gold_peak", "proxy_gold_gap", "proxy_gain_since_gold_peak", "gold_trend_t",
+               "gold_ewma", "gold_peak", "proxy_gold_gap", "proxy_gain_since_gold_peak", "gold_trend_t", "gold_half_t",
                "margin_recent_t", "margin_trend_t")
     defaults = {
         "window": 15, "min_rows": 50, "plateau_t": 1.0, "plateau_for": 20,
         "flat_span": 1e-2, "flat_rows": 20, "flat_stop_rows": 50,
         "hack_length_ratio": 1.5, "hack_corr": 0.6, "hack_gain_sigma": 3.0,
-        "volatile_ratio": 3.0, "volatile_for": 5,
+        "volatile_ratio": 2.2, "volatile_for": 5, "volatile_warmup": 30,
         "shift_k": 1.0, "shift_h": 12.0, "shift_alpha": 0.05,
-        "gold": [], "gold_stall_rows": 15, "gold_gap_sigma": 3.0, "gold_for": 5, "gold_stall_t": 0.5,
+        "gold": [], "gold_stall_rows": 15, "gold_gap_sigma": 3.0, "gold_for": 5, "gold_stall_t": 0.5, "gold_half": 0,
+        "gold_alpha": 0.1,
         "component_gain_sigma": 4.0, "component_flat_sigma": 1.0, "component_for": 10, "component_dead": 0.01,
         "saturated_for": 50,
         "margin_collapse": 0.5, "margin_peak_min": 0.2, "accuracy_chance": 0.55, "dpo_min_rows": 30,
@@ -186,7 +197,7 @@ class RewardGauge(Gauge):
         self.len_base = Baseline(10)
         self.rl = RollingCorrelation(30)  # (reward, length) pairs
         self.noise = DiffNoise(20)
-        self.noise_base = Baseline(10)
+        self.noise_ref = OctaveMean()  # the reward's (DPO: margin's relative) noise earlier in the run
         self.shift = ShiftDetector(k=self.p["shift_k"], h=self.p["shift_h"], alpha=self.p["shift_alpha"], warmup=w)
         self.up_since = 0
         self.down_since = 0
@@ -194,7 +205,7 @@ class RewardGauge(Gauge):
         # gold: the held-out reward functions, averaged into one series
         self.gold_keys = tuple(f"rewards/{g}/mean" for g in self.p["gold"])
         self.gold_names = ", ".join(f"'{g}'" for g in self.p["gold"])
-        self.gold_e = Ewma(0.1)
+        self.gold_e = Ewma(self.p["gold_alpha"])
         self.gold_first = RollingWindow(w)
         self.gold_peak = -math.inf
         self.gold_peak_step = 0
@@ -202,6 +213,10 @@ class RewardGauge(Gauge):
         self.proxy_at_gold_peak = math.nan
         self.proxy_trend = RollingCorrelation(30)
         self.gold_trend = RollingCorrelation(60)  # long: a slowly rising, noisy gold must not look stalled
+        self.gold_half = HalfRunTrend()  # gold and proxy over the same second half of the run so far
+        self.proxy_half = HalfRunTrend()
+        self.half_from = [0, 0]  # steps where the half-run spans (previous, current) began
+        self.half_levels = [0.0, 0.0, 0.0, 0.0]  # proxy and gold EWMAs there: (prev proxy, prev gold, cur ...)
         self.components: dict[str, _Component] = {}
         self._comp_keys: tuple[tuple[str, str, str], ...] = ()
         self._row_width = -1
@@ -337,18 +352,7 @@ class RewardGauge(Gauge):
         d = self.derived
         self.noise.push(r)
         if len(self.noise) >= 10:
-            sig = self.noise.sigma()
-            d["reward_noise"] = sig
-            if self.first.full:
-                self.noise_base.push(sig)
-            base = self.noise_base.value
-            if base == base:
-                vr = sig / max(base, _floor(self.first.mean()))
-                d["volatility_ratio"] = vr
-                self.check("reward-volatile", vr > p["volatile_ratio"], "warn", key, r,
-                           lambda: f"{key} now swings {vr:.1f}x as much from row to row as early in the run "
-                           f"(noise {sig:.3g} vs {base:.3g}): unstable optimisation. Lower the learning rate or "
-                           "raise the KL penalty (beta).", for_=p["volatile_for"], clear=10)
+            self._volatility(key, r, self.noise.sigma(), self.noise_ref)
         det = self.shift
         up_from = self.step if det.up <= 0 else self.up_since
         down_from = self.step if det.down <= 0 else self.down_since
@@ -367,6 +371,27 @@ class RewardGauge(Gauge):
                    f"{det.z:+.1f} sigma of its own noise): the policy lost something it had (forgetting, a "
                    "collapse, or a harder slice of prompts). Check KL, entropy and samples at that step.", clear=10)
 
+    def _volatility(self, key: str, x: float, sig: float, ref: OctaveMean) -> None:
+        """High reward (DPO: margin) variance: row-to-row noise far above its level earlier in the run.
+
+        The reference is the noise over the run's previous octave (rows n/4 .. n/2), not its first rows:
+        early, fast learning is noisy, and a binary reward's noise moves with its success rate; noise
+        that grows 2-3x within the last quarter of the run is what unstable optimisation looks like.
+        """
+        p = self.p
+        d = self.derived
+        d["reward_noise"] = sig
+        base = ref.value
+        ref.push(sig)
+        if base != base or ref.n < p["volatile_warmup"]:
+            return
+        vr = sig / max(base, 1e-12)
+        d["volatility_ratio"] = vr
+        self.check("reward-volatile", vr > p["volatile_ratio"], "warn", key, x,
+                   lambda: f"{key} now swings {vr:.1f}x as much from row to row as earlier in the run "
+                   f"(noise {sig:.3g} vs {base:.3g}): unstable optimisation. Lower the learning rate or raise the KL "
+                   "penalty (beta).", for_=p["volatile_for"], clear=10)
+
     def _gold(self, v: Mapping[str, float], key: str, e: float) -> None:
         """Proxy vs gold: the trained reward rising while a held-out reward stalls or falls."""
         gs = [v[k] for k in self.gold_keys if k in v and finite(v[k])]
@@ -377,6 +402,12 @@ class RewardGauge(Gauge):
         g = sum(gs) / len(gs)
         ge = self.gold_e.push(g)
         self.gold_trend.push(float(self.reward_rows), g)
+        self.gold_half.push(g)
+        self.proxy_half.push(v[key])
+        k = self.gold_half.n
+        if k >= 4 and k & (k - 1) == 0:
+            self.half_from = [self.half_from[1], self.step]
+            self.half_levels = [*self.half_levels[2:], e, ge]
         if not self.gold_first.full:
             self.gold_first.push(g)
         n = self.reward_rows
@@ -400,9 +431,21 @@ class RewardGauge(Gauge):
         t = self.proxy_trend.t_stat()
         gt = self.gold_trend.t_stat()
         d["gold_trend_t"] = gt
-        over = (n >= p["min_rows"] and stall >= p["gold_stall_rows"] and since >= p["gold_gap_sigma"] and t >= 2.0
-                and gt <= p["gold_stall_t"])
+        after_peak = (stall >= p["gold_stall_rows"] and since >= p["gold_gap_sigma"] and t >= 2.0
+                      and gt <= p["gold_stall_t"])
+        # the same over the second half of the run so far (a noisy gold's EWMA peak sits high by chance): the
+        # proxy's EWMA rose clearly, the gold's did not, and their trends agree
+        pht, ght = self.proxy_half.t_stat(), self.gold_half.t_stat()
+        d["gold_half_t"] = ght
+        se = _EWMA10_SD * math.sqrt(2.0)
+        proxy_rise = (e - self.half_levels[0]) / (proxy_sigma * se)
+        gold_rise = (ge - self.half_levels[1]) / (gold_sigma * se)
+        over_half = (self.gold_half.rows() >= 20 and pht >= 2.0 and ght <= p["gold_stall_t"]
+                     and proxy_rise >= p["gold_gap_sigma"] and gold_rise <= 0.0)
+        over = n >= p["min_rows"] and (after_peak or (over_half and p["gold_half"]))
         peak, pstep, p0 = self.gold_peak, self.gold_peak_step, self.proxy_at_gold_peak
+        if over_half and not after_peak:
+            pstep = self.half_from[0]
         self.check("proxy-gold-divergence", over, "warn", key, e,
                    lambda: f"over-optimisation: the proxy {key} rose from {p0:.3g} to {e:.3g} since step {pstep}, "
                    f"while the gold reward {self.gold_names} peaked there at {peak:.3g} and is now "
@@ -468,6 +511,9 @@ class RewardGauge(Gauge):
             self.margin_mark = [self.margin_mark[1], self.margin.mean]
         self.margin_recent.push(float(self.pref_rows), m)
         self.margin_noise.push(m)
+        if len(self.margin_noise) >= 10:  # relative to the margin's level: its noise grows as it grows
+            self._volatility("rewards/margins", m, self.margin_noise.sigma() / max(abs(self.margin.mean), 0.05),
+                             self.noise_ref)
         me = self.margin.push(m)
         d["margin"] = m
         d["margin_ewma"] = me
@@ -572,7 +618,7 @@ class KLGauge(Gauge):
                "kl_negative_share")
     defaults = {"warn": 0.5, "stop": 1.0, "for": 3, "clear": 10, "near_zero": 1e-4, "near_zero_rows": 50,
                 "negative": -0.01, "spike_z": 10.0, "spike_min": 0.1, "start_rows": 5, "spike_repeat": 3,
-                "spike_repeat_rows": 50, "grow_rows": 20, "grow_t": 4.0, "grow_min": 0.2, "grow_accel": 1.3,
+                "spike_repeat_rows": 25, "grow_rows": 20, "grow_t": 4.0, "grow_min": 0.2, "grow_accel": 1.3,
                 "grow_accel_max": 3.0, "grow_for": 3, "noisy_ratio": 3.0, "noisy_cv": 0.5, "noisy_negative": 0.2,
                 "noisy_for": 5, "noisy_min": 0.05}
     family_defaults = {
@@ -924,14 +970,15 @@ class LengthGauge(Gauge):
     title = "Generation length"
     inputs = ("completions/mean_length", "completions/clipped_ratio", "val/num_eos_tokens")
     outputs = ("mean_length", "truncation_gap", "vs_baseline", "spread", "clipped_ratio", "num_eos_tokens",
-               "length_trend_t", "spread_vs_start", "variance_vs_baseline")
+               "length_trend_t", "spread_vs_start", "variance_vs_baseline", "length_projected")
     # A 2x / 0.5x ratio is far outside healthy drift, so a light EWMA (0.5) held 3 rows is enough; heavier
     # smoothing only delayed detection (benchmarks/detection, tuning seeds) and bought no fewer false alarms.
     defaults = {"explode": 2.0, "collapse": 0.5, "drift": 0.3, "for": 3, "smooth": 0.5, "truncation": 0.2,
-                "truncation_for": 3, "spread_collapse": 0.25, "variance_change": 0.5, "baseline_rows": 10,
-                "drift_for": 5, "trend_rows": 60, "trend_t": 5.0, "trend_min": 0.15, "trend_for": 3,
-                "gap": 0.1, "baseline_mean": 0.0, "baseline_std": 0.0, "batch_completions": 0, "gold": [],
-                "significance": 3.0}
+                "truncation_for": 3, "spread_collapse": 0.25, "spread_deep": 0.15, "variance_change": 0.5,
+                "baseline_rows": 10, "drift_for": 5, "trend_rows": 60, "trend_t": 5.0, "trend_min": 0.25,
+                "trend_target": 0.45, "trend_now": 0.1,
+                "trend_for": 3, "gap": 0.1, "baseline_mean": 0.0, "baseline_std": 0.0, "batch_completions": 0,
+                "gold": [], "significance": 3.0}
 
     def setup(self) -> None:
         p = self.p
@@ -947,6 +994,7 @@ class LengthGauge(Gauge):
         self.trend = RollingCorrelation(p["trend_rows"])
         self.progress = RewardProgress(p["gold"])
         self.len_rows = 0
+        self.max_steps = 0  # set by the cluster when the planned run length is known
         self.len_noise = DiffNoise(20)
         self.spread_noise = DiffNoise(20)
 
@@ -1014,13 +1062,15 @@ class LengthGauge(Gauge):
         """Mean change vs the baseline (the post's > 30 %) and a steady trend, both with the reward as context."""
         p = self.p
         d = self.derived
-        improving = self.progress.improving()
+        improving = self.progress.improving(now=True)
         t = self.trend.t_stat() if self.trend.full else 0.0
         d["length_trend_t"] = t
         pct = ratio - 1.0
         # a 30 % move of a batch mean that swings 50 % from row to row is noise: the smoothed level must also
         # stand `significance` of its own standard errors away from the baseline
-        sd = self.len_noise.sigma() * _EWMA_SD if len(self.len_noise) >= 10 else math.inf
+        # the smoothed level and the 10-row baseline are both noisy estimates: only a move that stands
+        # `significance` of their combined standard errors away from the baseline counts
+        sd = self.len_noise.sigma() * _BASE_EWMA_SD if len(self.len_noise) >= 10 else math.inf
         if abs(slow - b) < p["significance"] * sd:
             pct = 0.0
         self.check("length-grew", pct > p["drift"], "warn", "completions/mean_length", L,
@@ -1036,15 +1086,26 @@ class LengthGauge(Gauge):
                    lambda: f"mean length is {pct:+.0%} vs the baseline while the reward keeps improving: the model "
                    "is getting more concise. Usually healthy; read a few samples to be sure nothing is cut.",
                    for_=p["drift_for"], clear=10)
-        steady = self.trend.full and abs(t) >= p["trend_t"] and abs(pct) >= p["trend_min"]
-        self.check("length-trend-up", steady and t > 0 and pct > 0, "warn", "completions/mean_length", L,
-                   lambda: f"length is steadily increasing ({pct:+.0%} vs the baseline, trend t={t:.0f} over the last "
-                   f"{self.trend.size} logged steps): a length bias in the reward is being learned. Add length "
-                   "normalisation or a brevity penalty before it explodes.", for_=p["trend_for"], clear=10)
-        self.check("length-trend-down", steady and t < 0 and pct < 0 and not improving, "warn",
+        # A steady trend, early: where the slope of the last `trend_rows` rows takes the mean by the end of the run
+        # (the callback knows max_steps); without it, the change so far must reach `trend_min`.
+        slope = self.trend.slope() / b if self.trend.full else 0.0
+        rows_left = 0.0
+        if self.max_steps > 0 and self.len_rows > 1 and self.step > 0:
+            rows_left = max(0.0, (self.max_steps - self.step) * self.len_rows / self.step)
+        projected = pct + slope * rows_left
+        d["length_projected"] = projected
+        far = (abs(projected) >= p["trend_target"] and abs(pct) >= p["trend_now"]) or abs(pct) >= p["trend_min"]
+        steady = self.trend.full and abs(t) >= p["trend_t"] and far and pct * t > 0
+        where = (f", on course for {projected:+.0%} by step {self.max_steps}" if abs(pct) < p["trend_min"]
+                 else "")
+        self.check("length-trend-up", steady and t > 0, "warn", "completions/mean_length", L,
+                   lambda: f"length is steadily increasing ({pct:+.0%} vs the baseline{where}, trend t={t:.0f} over "
+                   f"the last {self.trend.size} logged steps): a length bias in the reward is being learned. Add "
+                   "length normalisation or a brevity penalty before it explodes.", for_=p["trend_for"], clear=10)
+        self.check("length-trend-down", steady and t < 0 and not improving, "warn",
                    "completions/mean_length", L,
-                   lambda: f"length is steadily decreasing ({pct:+.0%} vs the baseline, trend t={t:.0f}) while the "
-                   "reward does not improve: the model learns to say less. Check which penalty it avoids.",
+                   lambda: f"length is steadily decreasing ({pct:+.0%} vs the baseline{where}, trend t={t:.0f}) while "
+                   "the reward does not improve: the model learns to say less. Check which penalty it avoids.",
                    for_=p["trend_for"], clear=10)
 
     def _spread(self, L: float, mn: float, mx: float, clipped: float | None) -> None:
@@ -1063,23 +1124,27 @@ class LengthGauge(Gauge):
             return
         sratio = se / sb
         # the range of a small batch is a noisy estimate of its spread: only a change that stands out counts
-        sd = self.spread_noise.sigma() * _EWMA_SD if len(self.spread_noise) >= 10 else math.inf
+        sd = self.spread_noise.sigma() * _BASE_EWMA_SD if len(self.spread_noise) >= 10 else math.inf
         significant = abs(se - sb) >= p["significance"] * sd
         var_ratio = sratio * sratio
         d["spread_vs_start"] = sratio
         d["variance_vs_baseline"] = var_ratio
-        improving = self.progress.improving()
+        improving = self.progress.improving(now=True)
         collapsed = sratio < p["spread_collapse"] and significant
-        self.check("length-variance-collapse", collapsed and not improving, "warn", "completions/max_length", spread,
+        deep = sratio < p["spread_deep"] and significant  # one template whatever the reward does
+        self.check("length-variance-collapse", collapsed and (deep or not improving), "warn", "completions/max_length",
+                   spread,
                    lambda: f"the length spread within a batch fell to {sratio:.2f}x its start ((max - min) / mean "
-                   f"{sb:.2f} -> {se:.2f}) while the reward is not improving: answers are converging on one "
-                   "template, a sign of mode collapse. Raise the temperature or add an entropy bonus.",
-                   for_=p["for"], clear=10)
-        self.check("length-spread-narrowing", collapsed and improving, "info", "completions/max_length", spread,
+                   f"{sb:.2f} -> {se:.2f}){'' if improving else ' while the reward is not improving'}: answers are "
+                   "converging on one template, a sign of mode collapse. Raise the temperature or add an entropy "
+                   "bonus.", for_=p["for"], clear=10)
+        self.check("length-spread-narrowing", collapsed and improving and not deep, "info", "completions/max_length",
+                   spread,
                    lambda: f"the length spread within a batch fell to {sratio:.2f}x its start while the reward keeps "
                    "improving: the policy is sharpening. Healthy unless samples look like one template.",
                    for_=p["for"], clear=10)
         vc = p["variance_change"]
+        improving = self.progress.improving()  # a milder narrowing: the reward having risen over the run is enough
         changed = significant and (var_ratio > 1 + vc or (var_ratio < 1 - vc and not improving)) and not collapsed
         self.check("length-variance-change", changed, "warn", "completions/max_length", spread,
                    lambda: f"the length variance is {var_ratio:.2f}x the baseline's (spread (max - min) / mean "
@@ -1091,6 +1156,8 @@ _EWMA_SD = math.sqrt(0.2 / (2 - 0.2))
 """Standard deviation of an EWMA(0.2) of independent noise, in units of the noise's own sigma."""
 _EWMA10_SD = math.sqrt(0.1 / (2 - 0.1))
 """The same for an EWMA(0.1)."""
+_BASE_EWMA_SD = math.sqrt(0.2 / (2 - 0.2) + 1.57 / 10)
+"""Standard error of an EWMA(0.2) minus the median of 10 earlier rows (pi/2 / n: a median's variance)."""
 
 
 def _expected_range(n: int) -> float:

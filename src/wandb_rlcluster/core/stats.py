@@ -94,12 +94,19 @@ class RollingWindow:
         return list(self.buf)
 
     def state_dict(self) -> dict[str, object]:
-        return {"size": self.size, "buf": list(self.buf)}
+        # the robust cache too: a resumed run must recompute its median on the same rows as an unbroken one
+        return {"size": self.size, "buf": list(self.buf), "pushes": self._pushes, "robust_at": self._robust_at,
+                "robust": list(self._robust)}
 
     def load_state_dict(self, state: dict[str, object]) -> None:
         self.__init__(int(state.get("size", self.size)))  # type: ignore[misc, arg-type]
         for v in state.get("buf", []):  # type: ignore[union-attr]
             self.push(float(v))
+        if "pushes" in state:
+            self._pushes = int(state["pushes"])  # type: ignore[call-overload]
+            self._robust_at = int(state["robust_at"])  # type: ignore[call-overload]
+            med, mad = state["robust"]  # type: ignore[misc]
+            self._robust = (float(med), float(mad))
 
 
 def median(values: Iterable[float]) -> float:
@@ -444,3 +451,37 @@ class HalfRunTrend:
         self.n = int(state["n"])  # type: ignore[call-overload]
         self.cur.load_state_dict(state["cur"])  # type: ignore[arg-type]
         self.prev.load_state_dict(state["prev"])  # type: ignore[arg-type]
+
+
+class OctaveMean:
+    """The mean of a series over its previous octave: values number n/4 .. n/2 when n have been seen.
+
+    A reference that moves with the run (the noise of a learning run drifts) yet always lies well
+    before the present, so a change that builds over the last quarter of the run stands out against it.
+    """
+
+    __slots__ = ("n", "_sum", "_count", "value")
+
+    def __init__(self) -> None:
+        self.n = 0
+        self._sum = 0.0
+        self._count = 0
+        self.value = math.nan
+
+    def push(self, x: float) -> None:
+        self.n += 1
+        if self.n >= 4 and self.n & (self.n - 1) == 0:  # a power of two closes the octave
+            if self._count:
+                self.value = self._sum / self._count
+            self._sum, self._count = 0.0, 0
+        self._sum += x
+        self._count += 1
+
+    def state_dict(self) -> dict[str, object]:
+        return {"n": self.n, "sum": self._sum, "count": self._count, "value": self.value}
+
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        self.n = int(state["n"])  # type: ignore[call-overload]
+        self._sum = float(state["sum"])  # type: ignore[arg-type]
+        self._count = int(state["count"])  # type: ignore[call-overload]
+        self.value = float(state["value"])  # type: ignore[arg-type]
