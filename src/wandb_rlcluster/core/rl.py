@@ -449,9 +449,10 @@ class RewardGauge(Gauge):
         self.check("proxy-gold-divergence", over, "warn", key, e,
                    lambda: f"over-optimisation: the proxy {key} rose from {p0:.3g} to {e:.3g} since step {pstep}, "
                    f"while the gold reward {self.gold_names} peaked there at {peak:.3g} and is now "
-                   f"{ge:.3g} ({'falling' if ge < peak - 0.5 * gold_sigma else 'stalled'}); proxy-gold gap "
-                   f"{gap:.1f} sigma since the start. The policy is learning the proxy's loopholes, not the task: "
-                   f"keep the checkpoint from step {pstep}, then raise beta, fix the proxy, or stop earlier.",
+                   f"{ge:.3g} ({'falling' if ge < peak - 0.5 * gold_sigma else 'stalled'}). Proxy-gold gap since "
+                   f"the start: proxy {e - self.first.mean():+.3g}, gold {ge - self.gold_first.mean():+.3g} "
+                   f"({gap:.1f} sigma of their early noise). The policy is learning the proxy's loopholes, not the "
+                   f"task: keep the checkpoint from step {pstep}, then raise beta, fix the proxy, or stop earlier.",
                    for_=p["gold_for"], clear=10)
 
     def _components(self, v: Mapping[str, float]) -> None:
