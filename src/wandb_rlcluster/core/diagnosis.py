@@ -116,15 +116,17 @@ class Diagnoser(Gauge):
         self.inbox: list[Transition] = []
         self.active: dict[str, list[Any]] = {}  # "gauge/rule" -> [step, severity, message]
         self._sorted = 0
+        self._dirty = False  # the firing set changed since the last evaluation
+        self._settling = False  # a diagnosis is firing while its pattern no longer holds (counting to resolve)
 
     def observe(self, row: Row) -> None:
         self._consume(row.index)
-        if self.active or self._rules:
+        if self._dirty or self._settling:  # otherwise nothing any pattern reads has changed
             self._evaluate()
 
     def finish(self) -> None:
         self._consume(None)
-        if self.active or self._rules:
+        if self._dirty or self._settling:
             self._evaluate()
 
     def _consume(self, upto: int | None) -> None:
@@ -147,6 +149,7 @@ class Diagnoser(Gauge):
         if used:
             del bus[:used]
             self._sorted = len(bus)
+            self._dirty = True
 
     def _holding(self, pattern: Pattern) -> list[str] | None:
         """The firing rules that make ``pattern`` hold now, or None."""
@@ -166,15 +169,19 @@ class Diagnoser(Gauge):
 
     def _evaluate(self) -> None:
         gold = bool(self.p["gold"])
+        self._dirty = False
+        settling = False
         for pat in PATTERNS:
             hits = self._holding(pat)
             if hits and pat.name == "reward-hacking" and gold and "reward/proxy-gold-divergence" not in self.active:
                 hits = None  # the gold reward rises with the proxy: the gains are real
             first = min((self.active[k][0] for k in hits), default=self.step) if hits else self.step
             lead = min(hits, key=lambda k: self.active[k][0]) if hits else ""
-            self.check(pat.name, hits is not None, "warn", lead, None,
-                       lambda pat=pat, hits=hits, first=first: self._message(pat, hits or [], first),
-                       clear=self.p["clear"])
+            firing = self.check(pat.name, hits is not None, "warn", lead, None,
+                                lambda pat=pat, hits=hits, first=first: self._message(pat, hits or [], first),
+                                clear=self.p["clear"])
+            settling = settling or (firing and hits is None)
+        self._settling = settling
         self.derived["active_findings"] = float(len(self.active))
         self.derived["diagnoses"] = float(len(self.firing()))
 

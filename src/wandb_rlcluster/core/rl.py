@@ -128,7 +128,7 @@ class _Component:
 
     def gain(self) -> float:
         """How far its smoothed level moved from its start, in units of its start's row-to-row spread."""
-        m0 = self.start.mean()
+        m0 = self.start.mean()  # the start window is frozen once full: O(1) running sums
         return (self.mean.mean - m0) / max(self.start.std(), 0.02 * max(1.0, abs(m0)))
 
     def state_dict(self) -> dict[str, Any]:
@@ -169,7 +169,7 @@ class RewardGauge(Gauge):
     outputs = ("reward", "reward_ewma", "trend_t", "length_corr", "accuracy_ewma", "margin", "margin_ewma",
                "margin_peak", "chosen_ewma", "reward_noise", "volatility_ratio", "shift_up", "shift_down", "gold",
                "gold_ewma", "gold_peak", "proxy_gold_gap", "proxy_gain_since_gold_peak", "gold_trend_t", "gold_half_t",
-               "margin_recent_t", "margin_trend_t")
+               "margin_recent_t")
     defaults = {
         "window": 15, "min_rows": 50, "plateau_t": 1.0, "plateau_for": 20,
         "flat_span": 1e-2, "flat_rows": 20, "flat_stop_rows": 50,
@@ -530,17 +530,18 @@ class RewardGauge(Gauge):
                    for_=5)
         # The same convergence, early: a steady fall from the peak, far beyond the EWMA's own noise (the peak of a
         # noisy EWMA sits high by itself), over the second half of the run so far or the last 30 rows.
-        ht = self.margin_half.t_stat() if self.margin_half.rows() >= 20 else 0.0
-        rt30 = self.margin_recent.t_stat() if self.margin_recent.full else 0.0
-        rt = min(ht, rt30 + 1.0)  # falling over the last 30 rows counts when it is one sigma clearer
-        d["margin_recent_t"] = rt
-        sd = self.margin_noise.sigma() * _EWMA10_SD if len(self.margin_noise) >= 10 else math.inf
         drop = (peak - me) / peak if peak > 0 else 0.0
-        # a quarter... or less, when the fall is steady: 15 % with t <= -2, 8 % with t <= -5
-        steady = (drop >= p["margin_shrink"] and rt <= p["margin_shrink_t"]) or (drop >= 0.5 * p["margin_shrink"]
-                                                                              and rt <= 2.5 * p["margin_shrink_t"])
-        shrinking = (warm and peak >= p["margin_peak_min"] and steady and peak - me >= p["margin_shrink_sd"] * sd
-                     and not collapsed)
+        rt = 0.0
+        shrinking = False
+        if warm and peak >= p["margin_peak_min"] and drop >= 0.5 * p["margin_shrink"] and not collapsed:
+            ht = self.margin_half.t_stat() if self.margin_half.rows() >= 20 else 0.0
+            rt30 = self.margin_recent.t_stat() if self.margin_recent.full else 0.0
+            rt = min(ht, rt30 + 1.0)  # falling over the last 30 rows counts when it is one sigma clearer
+            sd = self.margin_noise.sigma() * _EWMA10_SD if len(self.margin_noise) >= 10 else math.inf
+            # 15 % off the peak with t <= -2, or 8 % with t <= -5
+            steady = (drop >= p["margin_shrink"] and rt <= p["margin_shrink_t"]) or rt <= 2.5 * p["margin_shrink_t"]
+            shrinking = steady and peak - me >= p["margin_shrink_sd"] * sd
+        d["margin_recent_t"] = rt
         self.check("margin-shrinking", shrinking, "warn", "rewards/margins", m,
                    lambda: f"chosen and rejected rewards are converging: the margin fell {1 - me / peak:.0%} from its "
                    f"peak {peak:.3g} to {me:.3g} and keeps falling (trend t={rt:.1f}). The model is losing the "
@@ -553,8 +554,7 @@ class RewardGauge(Gauge):
             a = self.acc.push(acc)
             d["accuracy_ewma"] = a
             # Near chance while the margin still climbs is a slow start, not a failure to learn.
-            learning = self.margin_trend.t_stat() > p["margin_learning_t"]
-            chance = warm and a < p["accuracy_chance"] and not learning
+            chance = warm and a < p["accuracy_chance"] and not self.margin_trend.t_stat() > p["margin_learning_t"]
             self.check("accuracy-chance", chance, "warn", "rewards/accuracies", acc,
                        lambda: f"preference accuracy {a:.2f} is near chance after {self.pref_rows} steps: the model "
                        "is not learning the preference.", for_=10)
@@ -562,7 +562,6 @@ class RewardGauge(Gauge):
             half = self.margin_half
             grown = (me - self.margin_mark[0]) / max(abs(me), 1e-9) if half.rows() >= p["margin_plateau_rows"] \
                 else math.inf
-            d["margin_trend_t"] = half.t_stat()
             plateau = (warm and grown < p["margin_plateau_growth"] and me > 0
                        and p["accuracy_chance"] <= a < p["plateau_accuracy"] and not collapsed)
             self.check("margin-plateau", plateau, "warn", "rewards/margins", m,
@@ -584,12 +583,15 @@ class RewardGauge(Gauge):
             # Unbounded growth: chosen keeps climbing past +runaway_level while the rejected side does not fall.
             if rj is not None and finite(rj):
                 self.rejected.push(rj)
-            ct = self.chosen_recent.t_stat() if self.chosen_recent.full else 0.0
             if rj is not None and finite(rj):
                 self.rejected_recent.push(float(self.pref_rows), rj)
-            # over the same rows the chosen side climbed, the rejected side did not fall: the margin is not why
-            rej_holding = not self.rejected_recent.full or self.rejected_recent.t_stat() > -2.0
-            runaway = warm and ce > p["runaway_level"] and ct >= p["runaway_t"] and rej_holding
+            ct = 0.0
+            runaway = False
+            if warm and ce > p["runaway_level"] and self.chosen_recent.full:
+                ct = self.chosen_recent.t_stat()
+                # over the same rows the chosen side climbed, the rejected side did not fall: the margin is not why
+                rej_holding = not self.rejected_recent.full or self.rejected_recent.t_stat() > -2.0
+                runaway = ct >= p["runaway_t"] and rej_holding
             kl = v.get("objective/kl", v.get("kl"))
             kl_txt = f"; KL to the reference is {kl:.3g}" if kl is not None and finite(kl) else \
                 "; DPO logs no KL, but a chosen reward of +1 is already a large log-ratio to the reference"
