@@ -206,7 +206,7 @@ class Diagnoser(Gauge):
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         super().load_state_dict({k: v for k, v in state.items() if k != "inbox"})
-        self.inbox = []
+        self.inbox.clear()  # in place: every gauge publishes into this very list
         self._sorted = 0
 
 

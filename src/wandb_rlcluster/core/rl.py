@@ -1319,6 +1319,11 @@ class RewardSignalGauge(Gauge):
     def applies(self) -> bool:
         return self.family in GROUP_FAMILIES
 
+    def state_dict(self) -> dict[str, Any]:
+        out = super().state_dict()
+        out["_row_width"] = -1  # the component key cache is not saved: a resumed gauge must scan the next row
+        return out
+
     def observe(self, row: Row) -> None:
         if row.kind != "train" or not self.applies():
             return
