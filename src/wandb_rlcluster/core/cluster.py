@@ -48,7 +48,7 @@ REPORTING_CLASSES: tuple[type[Gauge], ...] = (*GAUGE_CLASSES, Diagnoser)
 _KNOWN_INPUTS = frozenset(k for g in GAUGE_CLASSES for k in g.inputs)
 GAUGE_TITLES: dict[str, str] = {g.id: g.title for g in GAUGE_CLASSES}
 #: Gauges whose rules change severity with the reward's progress: they read the gold reward too.
-GOLD_AWARE = ("reward", "entropy", "length", DIAGNOSIS_ID)
+GOLD_AWARE = ("reward", "entropy", "length", "reward_signal", DIAGNOSIS_ID)
 
 # Rows to buffer before guessing the family when it was not given.
 DETECT_ROWS = 8

@@ -19,6 +19,7 @@ from .stats import (
     Baseline,
     DiffNoise,
     Ewma,
+    HalfRunTrend,
     RollingCorrelation,
     RollingSlope,
     RollingWindow,
@@ -73,13 +74,14 @@ class RewardProgress:
         """Enough reward rows to say anything (a log without a reward has no context)."""
         return self.n >= 10
 
-    def improving(self) -> bool:
-        """Rising over the run (trend t >= 1: rewards are noisy), not back below its own average, gold rising too."""
-        if self.n < 10 or self.reg.t_stat() < 1.0:
+    def improving(self, min_t: float = 1.0) -> bool:
+        """Rising over the run (trend t >= ``min_t``: rewards are noisy), not back below its own average, and the
+        gold reward, when one is logged, not falling (a noisy held-out check rarely shows a clear rise)."""
+        if self.n < 10 or self.reg.t_stat() < min_t:
             return False
         if self.recent.mean() < self.reg.sy / self.reg.n:
             return False
-        return not self.gold_keys or self.gold_reg.n < 10 or self.gold_reg.t_stat() >= 1.0
+        return not self.gold_keys or self.gold_reg.n < 10 or self.gold_reg.t_stat() >= 0.0
 
     def state_dict(self) -> dict[str, Any]:
         return {"reg": self.reg.state_dict(), "recent": self.recent.state_dict(),
@@ -141,8 +143,9 @@ class RewardGauge(Gauge):
     a user can name held-out *gold* reward functions (TRL: weight 0 in ``reward_weights``, still
     logged as ``rewards/<fn>/mean``): the trained ``reward`` is the proxy, and the proxy rising while
     the gold stalls or falls is over-optimisation (Gao et al. 2023). Without gold, the per-function
-    rewards still show one component carrying the whole rise, or pinned at its ceiling, while the
-    others stay flat.
+    rewards still show one component carrying the whole rise (``info``: a format reward is usually
+    learned long before correctness), or pinned at its ceiling while the others stay flat for 50
+    logged steps (``warn``: that component gives no signal any more and nothing else is learned).
 
     DPO family: margin and accuracy together — never the chosen reward alone, which often falls in
     healthy runs; but a chosen reward climbing past +1 without the rejected side falling is the
@@ -155,20 +158,21 @@ class RewardGauge(Gauge):
               "rewards/accuracies", "accuracy", "margin")
     outputs = ("reward", "reward_ewma", "trend_t", "length_corr", "accuracy_ewma", "margin", "margin_ewma",
                "margin_peak", "chosen_ewma", "reward_noise", "volatility_ratio", "shift_up", "shift_down", "gold",
-               "gold_ewma", "gold_peak", "proxy_gold_gap", "proxy_gain_since_gold_peak", "margin_recent_t",
-               "margin_trend_t")
+               "gold_ewma", "gold_peak", "proxy_gold_gap", "proxy_gain_since_gold_peak", "gold_trend_t",
+               "margin_recent_t", "margin_trend_t")
     defaults = {
         "window": 15, "min_rows": 50, "plateau_t": 1.0, "plateau_for": 20,
         "flat_span": 1e-2, "flat_rows": 20, "flat_stop_rows": 50,
         "hack_length_ratio": 1.5, "hack_corr": 0.6, "hack_gain_sigma": 3.0,
         "volatile_ratio": 3.0, "volatile_for": 5,
         "shift_k": 1.0, "shift_h": 12.0, "shift_alpha": 0.05,
-        "gold": [], "gold_stall_rows": 15, "gold_gap_sigma": 3.0, "gold_for": 5,
+        "gold": [], "gold_stall_rows": 15, "gold_gap_sigma": 3.0, "gold_for": 5, "gold_stall_t": 0.5,
         "component_gain_sigma": 4.0, "component_flat_sigma": 1.0, "component_for": 10, "component_dead": 0.01,
+        "saturated_for": 50,
         "margin_collapse": 0.5, "margin_peak_min": 0.2, "accuracy_chance": 0.55, "dpo_min_rows": 30,
-        "margin_learning_t": 2.0, "margin_plateau_t": 1.0, "plateau_accuracy": 0.7, "margin_plateau_for": 10,
-        "margin_plateau_rows": 60,
-        "margin_shrink": 0.25, "margin_shrink_t": -3.0,
+        "margin_learning_t": 2.0, "margin_plateau_growth": 0.2, "plateau_accuracy": 0.7, "margin_plateau_for": 15,
+        "margin_plateau_rows": 20,
+        "margin_shrink": 0.15, "margin_shrink_t": -2.0, "margin_shrink_sd": 5.0, "margin_shrink_for": 10,
         "runaway_level": 1.0, "runaway_t": 3.0,
     }
 
@@ -197,6 +201,7 @@ class RewardGauge(Gauge):
         self.gold_peak_row = 0
         self.proxy_at_gold_peak = math.nan
         self.proxy_trend = RollingCorrelation(30)
+        self.gold_trend = RollingCorrelation(60)  # long: a slowly rising, noisy gold must not look stalled
         self.components: dict[str, _Component] = {}
         self._comp_keys: tuple[tuple[str, str, str], ...] = ()
         self._row_width = -1
@@ -204,14 +209,16 @@ class RewardGauge(Gauge):
         self.margin = Ewma(0.1)
         self.margin_peak = -math.inf
         self.margin_trend = RunningRegression()  # is the margin still rising? (slow learners sit near chance)
+        self.margin_noise = DiffNoise(20)
         self.margin_recent = RollingCorrelation(30)
-        self.margin_long = RollingCorrelation(self.p["margin_plateau_rows"])  # a slow learner's trend needs rows
+        self.margin_half = HalfRunTrend()  # a slow learner's trend needs the run's whole second half
+        self.margin_mark = [0.0, 0.0]  # the margin EWMA where margin_half's previous and current spans began
         self.acc = Ewma(0.1)
         self.chosen = Ewma(0.1)
         self.chosen_start = Baseline(5)
         self.chosen_recent = RollingCorrelation(30)
         self.rejected = Ewma(0.1)
-        self.rejected_start = Baseline(5)
+        self.rejected_recent = RollingCorrelation(30)
         self.pref_rows = 0
 
     # the per-function components are a dict of objects: serialise them by hand
@@ -369,6 +376,7 @@ class RewardGauge(Gauge):
         d = self.derived
         g = sum(gs) / len(gs)
         ge = self.gold_e.push(g)
+        self.gold_trend.push(float(self.reward_rows), g)
         if not self.gold_first.full:
             self.gold_first.push(g)
         n = self.reward_rows
@@ -385,15 +393,19 @@ class RewardGauge(Gauge):
         gold_gain = (ge - self.gold_first.mean()) / gold_sigma
         gap = proxy_gain - gold_gain
         d["proxy_gold_gap"] = gap
-        since = (e - self.proxy_at_gold_peak) / proxy_sigma
+        # the proxy's rise since the gold's peak, in standard errors of its EWMA (not of one noisy row)
+        since = (e - self.proxy_at_gold_peak) / (proxy_sigma * _EWMA10_SD * math.sqrt(2.0))
         d["proxy_gain_since_gold_peak"] = since
         stall = n - self.gold_peak_row
         t = self.proxy_trend.t_stat()
-        over = stall >= p["gold_stall_rows"] and since >= p["gold_gap_sigma"] and t >= 2.0
+        gt = self.gold_trend.t_stat()
+        d["gold_trend_t"] = gt
+        over = (n >= p["min_rows"] and stall >= p["gold_stall_rows"] and since >= p["gold_gap_sigma"] and t >= 2.0
+                and gt <= p["gold_stall_t"])
         peak, pstep, p0 = self.gold_peak, self.gold_peak_step, self.proxy_at_gold_peak
         self.check("proxy-gold-divergence", over, "warn", key, e,
-                   lambda: f"over-optimisation: the proxy {key} rose from {p0:.3g} to {e:.3g} (+{since:.1f} sigma) "
-                   f"since step {pstep}, while the gold reward {self.gold_names} peaked there at {peak:.3g} and is now "
+                   lambda: f"over-optimisation: the proxy {key} rose from {p0:.3g} to {e:.3g} since step {pstep}, "
+                   f"while the gold reward {self.gold_names} peaked there at {peak:.3g} and is now "
                    f"{ge:.3g} ({'falling' if ge < peak - 0.5 * gold_sigma else 'stalled'}); proxy-gold gap "
                    f"{gap:.1f} sigma since the start. The policy is learning the proxy's loopholes, not the task: "
                    f"keep the checkpoint from step {pstep}, then raise beta, fix the proxy, or stop earlier.",
@@ -430,8 +442,8 @@ class RewardGauge(Gauge):
                        f"ceiling ({level:.3g}, every completion scores alike; up {g:.1f} sigma since the start) while "
                        f"{others} stay flat: the policy has learned the easy part and gets no signal from it any more; "
                        "the task itself is not being learned. Check the other functions' scale and weights.",
-                       for_=p["component_for"], clear=10)
-            self.check(f"reward-component-dominant:{fn}", is_lead and not pinned, "warn", f"rewards/{fn}/mean", level,
+                       for_=p["saturated_for"], clear=10)
+            self.check(f"reward-component-dominant:{fn}", is_lead and not pinned, "info", f"rewards/{fn}/mean", level,
                        lambda fn=fn, g=g, level=level, others=others: f"reward function '{fn}' carries the whole "
                        f"reward rise (up {g:.1f} sigma since the start, now {level:.3g}) while {others} stay flat: "
                        "the policy optimises one component. If it is a format or length check, the task is not being "
@@ -451,8 +463,11 @@ class RewardGauge(Gauge):
             return
         self.pref_rows += 1
         self.margin_trend.push(float(self.pref_rows), m)
+        self.margin_half.push(m)
+        if self.pref_rows >= 4 and self.pref_rows & (self.pref_rows - 1) == 0:  # where margin_half's spans start
+            self.margin_mark = [self.margin_mark[1], self.margin.mean]
         self.margin_recent.push(float(self.pref_rows), m)
-        self.margin_long.push(float(self.pref_rows), m)
+        self.margin_noise.push(m)
         me = self.margin.push(m)
         d["margin"] = m
         d["margin_ewma"] = me
@@ -466,16 +481,24 @@ class RewardGauge(Gauge):
                    lambda: f"reward margin fell to {me:.3g} from a peak of {peak:.3g}: chosen and rejected are "
                    "converging and the preference signal is being undone (LR too high, noisy pairs, beta too low).",
                    for_=5)
-        # The same convergence, early: a clear downward trend that has already taken a quarter off the peak.
-        rt = self.margin_recent.t_stat() if self.margin_recent.full else 0.0
+        # The same convergence, early: a steady fall from the peak, far beyond the EWMA's own noise (the peak of a
+        # noisy EWMA sits high by itself), over the second half of the run so far or the last 30 rows.
+        ht = self.margin_half.t_stat() if self.margin_half.rows() >= 20 else 0.0
+        rt30 = self.margin_recent.t_stat() if self.margin_recent.full else 0.0
+        rt = min(ht, rt30 + 1.0)  # falling over the last 30 rows counts when it is one sigma clearer
         d["margin_recent_t"] = rt
-        shrinking = (warm and peak >= p["margin_peak_min"] and me < (1 - p["margin_shrink"]) * peak
-                     and rt <= p["margin_shrink_t"] and not collapsed)
+        sd = self.margin_noise.sigma() * _EWMA10_SD if len(self.margin_noise) >= 10 else math.inf
+        drop = (peak - me) / peak if peak > 0 else 0.0
+        # a quarter... or less, when the fall is steady: 15 % with t <= -2, 8 % with t <= -5
+        steady = (drop >= p["margin_shrink"] and rt <= p["margin_shrink_t"]) or (drop >= 0.5 * p["margin_shrink"]
+                                                                              and rt <= 2.5 * p["margin_shrink_t"])
+        shrinking = (warm and peak >= p["margin_peak_min"] and steady and peak - me >= p["margin_shrink_sd"] * sd
+                     and not collapsed)
         self.check("margin-shrinking", shrinking, "warn", "rewards/margins", m,
                    lambda: f"chosen and rejected rewards are converging: the margin fell {1 - me / peak:.0%} from its "
                    f"peak {peak:.3g} to {me:.3g} and keeps falling (trend t={rt:.1f}). The model is losing the "
                    "preference it learned: lower the learning rate, check for noisy pairs, keep the best checkpoint.",
-                   for_=3)
+                   for_=p["margin_shrink_for"], clear=10)
         self.check("margin-negative", warm and me < 0, "warn", "rewards/margins", m,
                    lambda: f"reward margin is negative ({me:.3g}): the policy now prefers the rejected answers. "
                    "Check that chosen/rejected are not swapped.", for_=5)
@@ -489,14 +512,16 @@ class RewardGauge(Gauge):
                        lambda: f"preference accuracy {a:.2f} is near chance after {self.pref_rows} steps: the model "
                        "is not learning the preference.", for_=10)
             # Plateau: the margin stopped rising while accuracy is still far from where a learned preference sits.
-            lt = self.margin_long.t_stat() if self.margin_long.full else math.inf
-            d["margin_trend_t"] = lt if lt != math.inf else 0.0
-            plateau = (warm and lt < p["margin_plateau_t"] and me > 0
+            half = self.margin_half
+            grown = (me - self.margin_mark[0]) / max(abs(me), 1e-9) if half.rows() >= p["margin_plateau_rows"] \
+                else math.inf
+            d["margin_trend_t"] = half.t_stat()
+            plateau = (warm and grown < p["margin_plateau_growth"] and me > 0
                        and p["accuracy_chance"] <= a < p["plateau_accuracy"] and not collapsed)
             self.check("margin-plateau", plateau, "warn", "rewards/margins", m,
-                       lambda: f"the reward margin has stopped growing at {me:.3g} (trend t={lt:.1f} over the last "
-                       f"{self.margin_long.size} steps) with accuracy only {a:.2f}: the model stopped learning from "
-                       "the preference data early. The learning rate may be too low, or the data's signal is "
+                       lambda: f"the reward margin has stopped growing at {me:.3g} ({grown:+.0%} over the last "
+                       f"{half.rows()} steps, half the run) with accuracy only {a:.2f}: the model stopped learning "
+                       "from the preference data early. The learning rate may be too low, or the data's signal is "
                        "exhausted (people overestimate it).", for_=p["margin_plateau_for"], clear=10)
         if c is not None and finite(c):
             ce = self.chosen.push(c)
@@ -510,12 +535,13 @@ class RewardGauge(Gauge):
                        lambda: f"chosen reward drifts down ({ce:.3g}) while the margin grows ({me:.3g}): likelihood "
                        "displacement, common in DPO and usually harmless. Watch logps/chosen.", for_=10, clear=20)
             # Unbounded growth: chosen keeps climbing past +runaway_level while the rejected side does not fall.
-            re_ = self.rejected.push(rj) if rj is not None and finite(rj) else self.rejected.mean
             if rj is not None and finite(rj):
-                self.rejected_start.push(rj)
+                self.rejected.push(rj)
             ct = self.chosen_recent.t_stat() if self.chosen_recent.full else 0.0
-            rs = self.rejected_start.value
-            rej_holding = re_ != re_ or rs != rs or re_ >= rs - 0.1 * abs(ce)
+            if rj is not None and finite(rj):
+                self.rejected_recent.push(float(self.pref_rows), rj)
+            # over the same rows the chosen side climbed, the rejected side did not fall: the margin is not why
+            rej_holding = not self.rejected_recent.full or self.rejected_recent.t_stat() > -2.0
             runaway = warm and ce > p["runaway_level"] and ct >= p["runaway_t"] and rej_holding
             kl = v.get("objective/kl", v.get("kl"))
             kl_txt = f"; KL to the reference is {kl:.3g}" if kl is not None and finite(kl) else \
@@ -903,7 +929,7 @@ class LengthGauge(Gauge):
     # smoothing only delayed detection (benchmarks/detection, tuning seeds) and bought no fewer false alarms.
     defaults = {"explode": 2.0, "collapse": 0.5, "drift": 0.3, "for": 3, "smooth": 0.5, "truncation": 0.2,
                 "truncation_for": 3, "spread_collapse": 0.25, "variance_change": 0.5, "baseline_rows": 10,
-                "drift_for": 5, "trend_rows": 30, "trend_t": 5.0, "trend_min": 0.15, "trend_for": 3,
+                "drift_for": 5, "trend_rows": 60, "trend_t": 5.0, "trend_min": 0.15, "trend_for": 3,
                 "gap": 0.1, "baseline_mean": 0.0, "baseline_std": 0.0, "batch_completions": 0, "gold": [],
                 "significance": 3.0}
 
@@ -1063,6 +1089,8 @@ class LengthGauge(Gauge):
 
 _EWMA_SD = math.sqrt(0.2 / (2 - 0.2))
 """Standard deviation of an EWMA(0.2) of independent noise, in units of the noise's own sigma."""
+_EWMA10_SD = math.sqrt(0.1 / (2 - 0.1))
+"""The same for an EWMA(0.1)."""
 
 
 def _expected_range(n: int) -> float:
@@ -1207,9 +1235,10 @@ class RewardSignalGauge(Gauge):
     inputs = ("frac_reward_zero_std", "reward_std")
     outputs = ("reward_std", "frac_zero_std", "frac_zero_std_ewma", "dead_components", "length_reward_corr")
     defaults = {"zero_std_warn": 0.5, "zero_std_stop": 0.99, "for": 5, "stop_for": 10, "smooth": 0.3,
-                "std_low": 0.05, "component_dead": 0.01, "component_for": 10}
+                "std_low": 0.05, "component_dead": 0.01, "component_for": 10, "gold": []}
 
     def setup(self) -> None:
+        self.progress = RewardProgress(self.p["gold"])
         self.zero = Ewma(self.p["smooth"])
         self.std_ewma = Ewma(self.p["smooth"])
         self.comp_fns: list[str] = []
@@ -1226,6 +1255,7 @@ class RewardSignalGauge(Gauge):
         v = row.values
         p = self.p
         d = self.derived
+        self.progress.push(v)
         f = v.get("frac_reward_zero_std")
         std = v.get("reward_std")
         if std is not None and finite(std):
@@ -1239,9 +1269,15 @@ class RewardSignalGauge(Gauge):
                        lambda: f"every group has identical rewards for {p['stop_for']} logged steps: advantages "
                        "are all zero and the policy receives no gradient. The task is either solved or "
                        "impossible for this model: change the prompts or the reward.", for_=p["stop_for"])
-            self.check("zero-std-high", ze > p["zero_std_warn"], "warn", "frac_reward_zero_std", f,
+            # while the reward climbs clearly, groups losing their spread are mostly prompts being solved
+            solved = self.progress.improving(min_t=3.0)
+            self.check("zero-std-high", ze > p["zero_std_warn"] and not solved, "warn", "frac_reward_zero_std", f,
                        lambda: f"{ze:.0%} of groups have zero reward variance: the learning signal is vanishing "
                        "(prompts too easy or too hard). Filter prompts by difficulty or raise num_generations.",
+                       for_=p["for"], clear=5)
+            self.check("zero-std-solved", ze > p["zero_std_warn"] and solved, "info", "frac_reward_zero_std", f,
+                       lambda: f"{ze:.0%} of groups have zero reward variance while the reward keeps climbing: "
+                       "prompts are being solved and stop teaching anything. Add harder prompts when it nears 100 %.",
                        for_=p["for"], clear=5)
         # One unambiguous row: no group had any reward spread and the optimizer got a zero gradient —
         # the step changed nothing (the seed's dead-run signal, made specific to group-relative training).

@@ -407,3 +407,40 @@ class ShiftDetector:
                 self.resid.load_state_dict(state.get("resid", {}))  # type: ignore[arg-type]
             elif k in state:
                 setattr(self, k, state[k])
+
+
+class HalfRunTrend:
+    """The trend of a series over (at least) the last half of the values seen so far, O(1) per value.
+
+    A fixed window is too short for a slow learner in a long run and too long for a short one. A new
+    regression starts at every power-of-two count; the one started at the previous power of two always
+    covers between the last half and the last three quarters of the run, whatever its length.
+    """
+
+    __slots__ = ("n", "cur", "prev")
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.cur = RunningRegression()
+        self.prev = RunningRegression()
+
+    def push(self, y: float) -> None:
+        self.n += 1
+        if self.n >= 4 and self.n & (self.n - 1) == 0:  # a power of two: the current span becomes the previous
+            self.prev, self.cur = self.cur, RunningRegression()
+        self.cur.push(float(self.n), y)
+        self.prev.push(float(self.n), y)
+
+    def t_stat(self) -> float:
+        return self.prev.t_stat()
+
+    def rows(self) -> int:
+        return self.prev.n
+
+    def state_dict(self) -> dict[str, object]:
+        return {"n": self.n, "cur": self.cur.state_dict(), "prev": self.prev.state_dict()}
+
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        self.n = int(state["n"])  # type: ignore[call-overload]
+        self.cur.load_state_dict(state["cur"])  # type: ignore[arg-type]
+        self.prev.load_state_dict(state["prev"])  # type: ignore[arg-type]
