@@ -205,12 +205,14 @@ PATHOLOGIES: dict[str, Pathology] = {
                   "KL's slope jumps 5-20x at onset (linear to accelerating) and reaches the warn line (0.5 per token "
                   "/ 6 per sequence) only near the end: marks['kl_crosses_warn']."),
         Pathology("length_creep_up", _GRPOS, ("length",), "trend",
-                  "Mean length creeps up linearly, +50-100 % by the end of the run (verbosity is being paid for)."),
+                  "Mean length creeps up linearly, +70-110 % by the end of the run (verbosity is being paid for: a "
+                  "logged gold reward stops rising)."),
         Pathology("length_creep_down", _GRPOS, ("length",), "trend",
-                  "Mean length creeps down linearly, -35-50 % by the end of the run, and the reward stops "
+                  "Mean length creeps down linearly, -40-55 % by the end of the run, and the reward stops "
                   "improving (short answers avoid penalties; a run that gets concise while learning is healthy)."),
         Pathology("length_shift", _GRPOS, ("length",), "trend",
-                  "Mean length moves 35-70 % up or 30-45 % down (then the reward stops improving) within 2-6 % "
+                  "Mean length moves 45-80 % up (a gold reward stops rising) or 35-50 % down (the reward stops "
+                  "improving) within 2-6 % "
                   "of the run, then stays: the post's '> 30 % change in mean vs baseline'."),
         Pathology("truncation_gap", _GRPOS, ("length",), "trend",
                   "The gap between mean_length and mean_terminated_length opens: clipped_ratio creeps to 8-18 % "

@@ -121,7 +121,7 @@ def build(ctx: Ctx, profile: str | None = None, gold: bool | None = None, n_prom
     true_acc: np.ndarray | None = None  # what the gold reward measures, where the proxy is being gamed
 
     if path == "reward_hacking":
-        true_acc = acc.copy()
+        true_acc = ctx.freeze(acc)  # the gold reward, where logged, stops rising: the gains are not real
         d = ctx.ramp(0.3, 0.5)
         acc = acc + (pr.uniform(0.85, 0.97) - acc) * smoothstep(d)
         fmt = fmt + (0.99 - fmt) * d
@@ -197,17 +197,21 @@ def build(ctx: Ctx, profile: str | None = None, gold: bool | None = None, n_prom
     elif path == "kl_noise_ramp":
         kl_sd_t = kl_sd_t + (pr.uniform(1.5, 2.0) - kl_sd) * ctx.over_rest()
     elif path == "length_creep_up":
-        ell = ell * (1.0 + pr.uniform(0.5, 1.0) * ctx.over_rest())
+        # verbosity is being paid for: the proxy keeps its rise, a logged gold reward stops following it
+        ell = ell * (1.0 + pr.uniform(0.7, 1.1) * ctx.over_rest())
+        true_acc = ctx.freeze(acc)
     elif path == "length_creep_down":
         # the post: "the model is learning that short responses are safer" -- saying less to avoid penalties,
         # not getting more concise while it learns (a healthy run may shorten with the reward rising)
-        ell = ell * (1.0 - pr.uniform(0.35, 0.5) * ctx.over_rest())
+        ell = ell * (1.0 - pr.uniform(0.4, 0.55) * ctx.over_rest())
         acc, fmt = _stall(ctx, acc), _stall(ctx, fmt)
     elif path == "length_shift":
         up = pr.random() < 0.5
-        f = pr.uniform(1.35, 1.7) if up else pr.uniform(0.55, 0.7)
+        f = pr.uniform(1.45, 1.8) if up else pr.uniform(0.5, 0.65)
         ell = ell * f ** smoothstep(ctx.ramp(0.02, 0.06, of_run=True))
-        if not up:
+        if up:
+            true_acc = ctx.freeze(acc)
+        else:
             acc, fmt = _stall(ctx, acc), _stall(ctx, fmt)
     elif path == "truncation_gap":
         target = pr.uniform(0.08, 0.18)
@@ -224,7 +228,7 @@ def build(ctx: Ctx, profile: str | None = None, gold: bool | None = None, n_prom
             new = sig * (1.0 + (pr.uniform(1.5, 1.9) - 1.0) * smoothstep(ctx.ramp(0.05, 0.15)))
         sig = new  # ``ell`` is the lognormal's mean: it stays where it was
     elif path == "reward_shift_up":
-        true_acc = acc.copy()
+        true_acc = ctx.freeze(acc)
         s = smoothstep(ctx.ramp(0.02, 0.08, of_run=True))
         acc = acc + min(pr.uniform(0.15, 0.3), 0.97 - float(acc[ctx.i0])) * s
         if with_kl:
@@ -271,7 +275,7 @@ def build(ctx: Ctx, profile: str | None = None, gold: bool | None = None, n_prom
     gold_o = np.clip(gold_lat + gold_scale * (acc_o - np.clip(acc, 0.0, 1.0)) + gold_sd * sd_acc * z_gold, 0.0, 1.0)
 
     # ---- lengths: lognormal lengths (log-sd ``sig``) cut at ``cap``
-    ell = ell * np.exp(0.04 * w_len)
+    ell = ell * np.exp(0.02 * w_len)
     zc = (math.log(cap) - np.log(ell) + sig**2 / 2) / sig
     p_clip = 1.0 - phi_cdf(zc)
     clipped = count_noise(p_clip, batch, z_clip)

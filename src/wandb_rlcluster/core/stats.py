@@ -94,17 +94,18 @@ class RollingWindow:
         return list(self.buf)
 
     def state_dict(self) -> dict[str, object]:
-        # the robust cache too: a resumed run must recompute its median on the same rows as an unbroken one
-        return {"size": self.size, "buf": list(self.buf), "pushes": self._pushes, "robust_at": self._robust_at,
-                "robust": list(self._robust)}
+        # the running sums and the robust cache's phase too: a resumed run must judge each row exactly as an
+        # unbroken one (re-pushing the window gives sums a few ulps off and refreshes the median at other rows)
+        return {"size": self.size, "buf": list(self.buf), "sum": self._sum, "sumsq": self._sumsq,
+                "pushes": self._pushes, "robust": list(self._robust), "robust_at": self._robust_at}
 
     def load_state_dict(self, state: dict[str, object]) -> None:
         self.__init__(int(state.get("size", self.size)))  # type: ignore[misc, arg-type]
         for v in state.get("buf", []):  # type: ignore[union-attr]
             self.push(float(v))
-        if "pushes" in state:
-            self._pushes = int(state["pushes"])  # type: ignore[call-overload]
-            self._robust_at = int(state["robust_at"])  # type: ignore[call-overload]
+        if "pushes" in state:  # checkpoints written before these keys existed resume from the values alone
+            self._sum, self._sumsq = float(state["sum"]), float(state["sumsq"])  # type: ignore[arg-type]
+            self._pushes, self._robust_at = int(state["pushes"]), int(state["robust_at"])  # type: ignore[arg-type]
             med, mad = state["robust"]  # type: ignore[misc]
             self._robust = (float(med), float(mad))
 
@@ -314,12 +315,15 @@ class RollingCorrelation:
         return self.sy / len(self.pts) if self.pts else math.nan
 
     def state_dict(self) -> dict[str, object]:
-        return {"size": self.size, "pts": [list(p) for p in self.pts]}
+        return {"size": self.size, "pts": [list(p) for p in self.pts],
+                "sums": [self.sx, self.sy, self.sxx, self.syy, self.sxy]}
 
     def load_state_dict(self, state: dict[str, object]) -> None:
         self.__init__(int(state.get("size", self.size)))  # type: ignore[misc, arg-type]
         for x, y in state.get("pts", []):  # type: ignore[union-attr]
             self.push(float(x), float(y))
+        if "sums" in state:  # the exact running sums (re-pushing gives them a few ulps off)
+            self.sx, self.sy, self.sxx, self.syy, self.sxy = (float(v) for v in state["sums"])  # type: ignore[union-attr]
 
 
 #: A rolling least-squares slope is the same running sums; one class serves both.
