@@ -622,8 +622,8 @@ class KLGauge(Gauge):
     defaults = {"warn": 0.5, "stop": 1.0, "for": 3, "clear": 10, "near_zero": 1e-4, "near_zero_rows": 50,
                 "negative": -0.01, "spike_z": 10.0, "spike_min": 0.1, "start_rows": 5, "spike_repeat": 3,
                 "spike_repeat_rows": 25, "grow_rows": 20, "grow_t": 4.0, "grow_min": 0.2, "grow_accel": 1.3,
-                "grow_accel_max": 3.0, "grow_for": 3, "noisy_ratio": 3.0, "noisy_cv": 0.5, "noisy_negative": 0.2,
-                "noisy_for": 5, "noisy_min": 0.05}
+                "grow_accel_max": 3.0, "grow_for": 3, "noisy_ratio": 3.0, "noisy_cv": 0.3, "noisy_negative": 0.2,
+                "noisy_for": 5, "noisy_min": 0.01}
     family_defaults = {
         # per-sequence sums: values scale with completion length
         "ppo": {"warn": 6.0, "stop": 20.0, "near_zero": 1e-3, "negative": -0.5, "spike_min": 2.0},
@@ -642,6 +642,7 @@ class KLGauge(Gauge):
         self.level = RollingWindow(20)
         self.negatives = RollingWindow(20)
         self.cv_base = Baseline(10)
+        self.cv_ref = OctaveMean()
         self.neg_base = Baseline(10)
         self.spike_rows: list[int] = []
         self.start_checked = False
@@ -738,7 +739,8 @@ class KLGauge(Gauge):
                    "in PPO check that clipping is working.", for_=p["grow_for"], clear=p["clear"])
 
     def _noise(self, key: str, kl: float) -> None:
-        """KL noisy with high variance: row-to-row noise large against its own level and its own start."""
+        """KL noisy with high variance: row-to-row noise large against its own level and against the same ratio
+        over the run's previous octave (KL near 0 at the start says little about its noise later)."""
         p = self.p
         d = self.derived
         self.noise.push(kl)
@@ -755,14 +757,18 @@ class KLGauge(Gauge):
         self.cv_base.push(cv)
         self.neg_base.push(neg)
         cb, nb = self.cv_base.value, self.neg_base.value
+        ref = self.cv_ref.value  # the noise ratio over the run's previous octave: KL near 0 early says little
+        self.cv_ref.push(cv)
         if cb != cb:
             return
+        if ref == ref:
+            cb = ref
         relevant = sig >= p["noisy_min"] * p["warn"]  # noise on a KL of 1e-3 moves nothing
         noisy_cv = relevant and cv >= max(p["noisy_cv"], p["noisy_ratio"] * cb)
         noisy_neg = neg >= p["noisy_negative"] and neg >= nb + p["noisy_negative"]
         self.check("kl-noisy", noisy_cv or noisy_neg, "warn", key, kl,
                    lambda: f"{key} has turned noisy: row-to-row noise {sig:.3g} is {cv:.1f}x its level {level:.3g} "
-                   f"(early in the run {cb:.2f}x)" + (f", and {neg:.0%} of the recent estimates are negative"
+                   f"(earlier in the run {cb:.2f}x)" + (f", and {neg:.0%} of the recent estimates are negative"
                                                       if neg > 0 else "")
                    + ": unstable optimisation. The learning rate is probably too high for this KL penalty.",
                    for_=p["noisy_for"], clear=p["clear"])
