@@ -48,12 +48,13 @@ class RewardProgress:
     gauges stay independent and the batch path (gauge by gauge) sees what the live path sees.
     """
 
-    __slots__ = ("reg", "recent", "half", "gold_keys", "gold_reg", "n")
+    __slots__ = ("reg", "recent", "half", "last30", "gold_keys", "gold_reg", "n")
 
     def __init__(self, gold: Iterable[str] = (), recent: int = 30) -> None:
         self.reg = RunningRegression()
         self.recent = RollingWindow(recent)
         self.half = HalfRunTrend()
+        self.last30 = RollingCorrelation(45)
         self.gold_keys = tuple(f"rewards/{g}/mean" for g in gold)
         self.gold_reg = RunningRegression()
         self.n = 0
@@ -68,6 +69,7 @@ class RewardProgress:
         self.reg.push(float(self.n), r)
         self.recent.push(r)
         self.half.push(r)
+        self.last30.push(float(self.n), r)
         if self.gold_keys:
             gs = [v[k] for k in self.gold_keys if k in v and finite(v[k])]
             if gs:
@@ -81,12 +83,12 @@ class RewardProgress:
         """Rising over the run (trend t >= ``min_t``: rewards are noisy), not back below its own average, and the
         gold reward, when one is logged, not falling (a noisy held-out check rarely shows a clear rise).
 
-        ``now``: also still rising over the second half of the run so far; a reward that climbed early and
+        ``now``: also still clearly rising over the last 45 rows (t >= 1.5); a reward that climbed early and
         then stalled stays "up over the run" long after it stopped improving.
         """
         if self.n < 10 or self.reg.t_stat() < min_t:
             return False
-        if now and self.half.rows() >= 10 and self.half.t_stat() < min_t:
+        if now and self.last30.full and self.last30.t_stat() < 1.5:
             return False
         if self.recent.mean() < self.reg.sy / self.reg.n:
             return False
@@ -94,12 +96,13 @@ class RewardProgress:
 
     def state_dict(self) -> dict[str, Any]:
         return {"reg": self.reg.state_dict(), "recent": self.recent.state_dict(), "half": self.half.state_dict(),
-                "gold_reg": self.gold_reg.state_dict(), "n": self.n}
+                "last30": self.last30.state_dict(), "gold_reg": self.gold_reg.state_dict(), "n": self.n}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.reg.load_state_dict(state["reg"])
         self.recent.load_state_dict(state["recent"])
         self.half.load_state_dict(state["half"])
+        self.last30.load_state_dict(state["last30"])
         self.gold_reg.load_state_dict(state["gold_reg"])
         self.n = int(state["n"])
 
@@ -176,7 +179,7 @@ class RewardGauge(Gauge):
         "hack_length_ratio": 1.5, "hack_corr": 0.6, "hack_gain_sigma": 3.0,
         "volatile_ratio": 2.2, "volatile_for": 5, "volatile_warmup": 30,
         "shift_k": 1.0, "shift_h": 12.0, "shift_alpha": 0.05,
-        "gold": [], "gold_stall_rows": 15, "gold_gap_sigma": 3.0, "gold_for": 5, "gold_stall_t": 0.5, "gold_half": 0,
+        "gold": [], "gold_stall_rows": 15, "gold_gap_sigma": 3.0, "gold_for": 10, "gold_stall_t": 0.5, "gold_half": 0,
         "gold_alpha": 0.1,
         "component_gain_sigma": 4.0, "component_flat_sigma": 1.0, "component_for": 10, "component_dead": 0.01,
         "saturated_for": 50,
@@ -985,9 +988,9 @@ class LengthGauge(Gauge):
     defaults = {"explode": 2.0, "collapse": 0.5, "drift": 0.3, "for": 3, "smooth": 0.5, "truncation": 0.2,
                 "truncation_for": 3, "spread_collapse": 0.25, "spread_deep": 0.15, "variance_change": 0.5,
                 "baseline_rows": 10, "drift_for": 5, "trend_rows": 60, "trend_t": 5.0, "trend_min": 0.25,
-                "trend_target": 0.45, "trend_now": 0.1,
+                "trend_target": 0.45, "trend_now": 0.15,
                 "trend_for": 3, "gap": 0.1, "baseline_mean": 0.0, "baseline_std": 0.0, "batch_completions": 0,
-                "gold": [], "significance": 3.0}
+                "gold": [], "significance": 4.0}
 
     def setup(self) -> None:
         p = self.p
