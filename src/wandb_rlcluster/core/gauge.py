@@ -51,6 +51,7 @@ class Gauge:
         self.bus: list[Any] | None = None
         self.bus_pos = 0
         self.row_index = 0
+        self._nfiring = 0  # rules firing now: status and firing() are read on every row
         self.setup()
 
     # -- subclass API ---------------------------------------------------------
@@ -107,6 +108,7 @@ class Gauge:
             st[2] = 0
             if not st[1] and st[0] >= max(1, for_):
                 st[1] = 1
+                self._nfiring += 1
                 text = message() if callable(message) else message
                 finding = Finding(self.id, rule, severity, self.step, metric, value, text)
                 self._out.append(finding)
@@ -120,11 +122,14 @@ class Gauge:
                 st[2] += 1
                 if st[2] >= clear:
                     st[1] = 0
+                    self._nfiring -= 1
                     if self.bus is not None:
                         self.bus.append((self.row_index, self.bus_pos, self.id, rule, None))
         return bool(st[1])
 
     def firing(self) -> list[str]:
+        if not self._nfiring:
+            return []
         return [r for r, st in self._rules.items() if st[1]]
 
     @property
@@ -132,6 +137,8 @@ class Gauge:
         """Current status: the worst severity among rules firing now."""
         if not self.rows_seen:
             return "no-data"
+        if not self._nfiring:
+            return "ok"
         rank = max((st[3] for st in self._rules.values() if st[1]), default=0)
         return {0: "ok", 1: "warn", 2: "stop"}[rank]
 
@@ -177,6 +184,7 @@ class Gauge:
                 cur.load_state_dict(v["__state__"])
             elif not hasattr(cur, "load_state_dict"):
                 setattr(self, k, v)
+        self._nfiring = sum(1 for st in self._rules.values() if st[1])
 
 
 def finite(x: float | None) -> bool:

@@ -48,13 +48,11 @@ class RewardProgress:
     gauges stay independent and the batch path (gauge by gauge) sees what the live path sees.
     """
 
-    __slots__ = ("reg", "recent", "half", "last30", "gold_keys", "gold_reg", "n")
+    __slots__ = ("reg", "recent", "gold_keys", "gold_reg", "n")
 
-    def __init__(self, gold: Iterable[str] = (), recent: int = 30) -> None:
+    def __init__(self, gold: Iterable[str] = (), recent: int = 45) -> None:
         self.reg = RunningRegression()
-        self.recent = RollingWindow(recent)
-        self.half = HalfRunTrend()
-        self.last30 = RollingCorrelation(45)
+        self.recent = RollingCorrelation(recent)  # (row, reward): its mean and its trend over the last rows
         self.gold_keys = tuple(f"rewards/{g}/mean" for g in gold)
         self.gold_reg = RunningRegression()
         self.n = 0
@@ -67,9 +65,7 @@ class RewardProgress:
             return
         self.n += 1
         self.reg.push(float(self.n), r)
-        self.recent.push(r)
-        self.half.push(r)
-        self.last30.push(float(self.n), r)
+        self.recent.push(float(self.n), r)
         if self.gold_keys:
             gs = [v[k] for k in self.gold_keys if k in v and finite(v[k])]
             if gs:
@@ -88,21 +84,19 @@ class RewardProgress:
         """
         if self.n < 10 or self.reg.t_stat() < min_t:
             return False
-        if now and self.last30.full and self.last30.t_stat() < 1.5:
+        if now and self.recent.full and self.recent.t_stat() < 1.5:
             return False
-        if self.recent.mean() < self.reg.sy / self.reg.n:
+        if self.recent.mean_y() < self.reg.sy / self.reg.n:
             return False
         return not self.gold_keys or self.gold_reg.n < 10 or self.gold_reg.t_stat() >= 0.0
 
     def state_dict(self) -> dict[str, Any]:
-        return {"reg": self.reg.state_dict(), "recent": self.recent.state_dict(), "half": self.half.state_dict(),
-                "last30": self.last30.state_dict(), "gold_reg": self.gold_reg.state_dict(), "n": self.n}
+        return {"reg": self.reg.state_dict(), "recent": self.recent.state_dict(),
+                "gold_reg": self.gold_reg.state_dict(), "n": self.n}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.reg.load_state_dict(state["reg"])
         self.recent.load_state_dict(state["recent"])
-        self.half.load_state_dict(state["half"])
-        self.last30.load_state_dict(state["last30"])
         self.gold_reg.load_state_dict(state["gold_reg"])
         self.n = int(state["n"])
 
@@ -331,8 +325,8 @@ class RewardGauge(Gauge):
                            f"(corr {corr:.2f}): the policy may be paying for length, not quality. Read samples; "
                            "check KL; add a length penalty.",
                            for_=3)
-        self.proxy_trend.push(float(n), r)
         if self.gold_keys:
+            self.proxy_trend.push(float(n), r)
             self._gold(v, key, e)
             if self.gold_peak == -math.inf and n >= 5:  # a typo in the name must not look like a silent gold
                 self.note = (f"gold reward {self.gold_names} not in the log (expected "
@@ -642,7 +636,6 @@ class KLGauge(Gauge):
         self.recent = RollingCorrelation(w)  # (row, kl): the slope now and how far it stands out of the noise
         self.longer = RollingCorrelation(2 * w)  # the slope over twice as long: is it accelerating?
         self.noise = DiffNoise(20)
-        self.level = RollingWindow(20)
         self.negatives = RollingWindow(20)
         self.cv_base = Baseline(10)
         self.cv_ref = OctaveMean()
@@ -724,7 +717,8 @@ class KLGauge(Gauge):
         d = self.derived
         self.recent.push(n, kl)
         self.longer.push(n, kl)
-        if not self.longer.full:
+        if not self.longer.full or e < p["grow_min"] * p["warn"]:  # far below the line: nothing to project
+            self.check("kl-growing", False, "warn", key, kl, "")
             return
         w = self.recent.size
         s1, s2, t = self.recent.slope(), self.longer.slope(), self.recent.t_stat()
@@ -747,11 +741,10 @@ class KLGauge(Gauge):
         p = self.p
         d = self.derived
         self.noise.push(kl)
-        self.level.push(kl)
         self.negatives.push(1.0 if kl < 0 else 0.0)
-        if not self.level.full:
+        if not self.recent.full:  # the growth rule's last 20 (row, kl) pairs: their mean is the level
             return
-        level = self.level.mean()
+        level = self.recent.mean_y()
         sig = self.noise.sigma(robust=True)
         cv = sig / max(abs(level), 1e-3 * p["warn"])
         neg = self.negatives.mean()
@@ -1074,12 +1067,12 @@ class LengthGauge(Gauge):
         """Mean change vs the baseline (the post's > 30 %) and a steady trend, both with the reward as context."""
         p = self.p
         d = self.derived
-        improving = self.progress.improving(now=True)
-        t = self.trend.t_stat() if self.trend.full else 0.0
-        d["length_trend_t"] = t
         pct = ratio - 1.0
-        # a 30 % move of a batch mean that swings 50 % from row to row is noise: the smoothed level must also
-        # stand `significance` of its own standard errors away from the baseline
+        # the reward's context and the trend's t-statistic only where a rule could use them (they cost a row)
+        moved = abs(pct) >= min(p["trend_now"], p["drift"])
+        improving = self.progress.improving(now=True) if moved and pct < 0 else True
+        t = self.trend.t_stat() if moved and self.trend.full else 0.0
+        d["length_trend_t"] = t
         # the smoothed level and the 10-row baseline are both noisy estimates: only a move that stands
         # `significance` of their combined standard errors away from the baseline counts
         sd = self.len_noise.sigma() * _BASE_EWMA_SD if len(self.len_noise) >= 10 else math.inf
@@ -1141,8 +1134,8 @@ class LengthGauge(Gauge):
         var_ratio = sratio * sratio
         d["spread_vs_start"] = sratio
         d["variance_vs_baseline"] = var_ratio
-        improving = self.progress.improving(now=True)
         collapsed = sratio < p["spread_collapse"] and significant
+        improving = self.progress.improving(now=True) if collapsed else True
         deep = sratio < p["spread_deep"] and significant  # one template whatever the reward does
         self.check("length-variance-collapse", collapsed and (deep or not improving), "warn", "completions/max_length",
                    spread,
@@ -1156,8 +1149,9 @@ class LengthGauge(Gauge):
                    "improving: the policy is sharpening. Healthy unless samples look like one template.",
                    for_=p["for"], clear=10)
         vc = p["variance_change"]
-        improving = self.progress.improving()  # a milder narrowing: the reward having risen over the run is enough
-        changed = significant and (var_ratio > 1 + vc or (var_ratio < 1 - vc and not improving)) and not collapsed
+        # a milder narrowing: the reward having risen over the run is enough to call it sharpening
+        narrower = significant and var_ratio < 1 - vc and not collapsed and not self.progress.improving()
+        changed = (significant and var_ratio > 1 + vc and not collapsed) or narrower
         self.check("length-variance-change", changed, "warn", "completions/max_length", spread,
                    lambda: f"the length variance is {var_ratio:.2f}x the baseline's (spread (max - min) / mean "
                    f"{sb:.2f} -> {se:.2f}), past the {vc:.0%} change that deserves a look: the output distribution "
