@@ -48,11 +48,12 @@ class RewardProgress:
     gauges stay independent and the batch path (gauge by gauge) sees what the live path sees.
     """
 
-    __slots__ = ("reg", "recent", "gold_keys", "gold_reg", "n")
+    __slots__ = ("reg", "recent", "now", "gold_keys", "gold_reg", "n")
 
-    def __init__(self, gold: Iterable[str] = (), recent: int = 45) -> None:
+    def __init__(self, gold: Iterable[str] = (), recent: int = 30) -> None:
         self.reg = RunningRegression()
-        self.recent = RollingCorrelation(recent)  # (row, reward): its mean and its trend over the last rows
+        self.recent = RollingWindow(recent)
+        self.now = RollingCorrelation(45)  # (row, reward): is it still rising?
         self.gold_keys = tuple(f"rewards/{g}/mean" for g in gold)
         self.gold_reg = RunningRegression()
         self.n = 0
@@ -65,7 +66,8 @@ class RewardProgress:
             return
         self.n += 1
         self.reg.push(float(self.n), r)
-        self.recent.push(float(self.n), r)
+        self.recent.push(r)
+        self.now.push(float(self.n), r)
         if self.gold_keys:
             gs = [v[k] for k in self.gold_keys if k in v and finite(v[k])]
             if gs:
@@ -84,19 +86,20 @@ class RewardProgress:
         """
         if self.n < 10 or self.reg.t_stat() < min_t:
             return False
-        if now and self.recent.full and self.recent.t_stat() < 1.5:
+        if now and self.now.full and self.now.t_stat() < 1.5:
             return False
-        if self.recent.mean_y() < self.reg.sy / self.reg.n:
+        if self.recent.mean() < self.reg.sy / self.reg.n:
             return False
         return not self.gold_keys or self.gold_reg.n < 10 or self.gold_reg.t_stat() >= 0.0
 
     def state_dict(self) -> dict[str, Any]:
-        return {"reg": self.reg.state_dict(), "recent": self.recent.state_dict(),
+        return {"reg": self.reg.state_dict(), "recent": self.recent.state_dict(), "now": self.now.state_dict(),
                 "gold_reg": self.gold_reg.state_dict(), "n": self.n}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.reg.load_state_dict(state["reg"])
         self.recent.load_state_dict(state["recent"])
+        self.now.load_state_dict(state["now"])
         self.gold_reg.load_state_dict(state["gold_reg"])
         self.n = int(state["n"])
 

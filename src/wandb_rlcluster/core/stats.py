@@ -352,7 +352,7 @@ class DiffNoise:
         """Std of the differences / sqrt(2); ``robust`` uses their MAD, which one spike cannot inflate."""
         if len(self.win) < 2:
             return math.nan
-        return (self.win.robust(refresh=8)[1] if robust else self.win.std()) / math.sqrt(2.0)
+        return (self.win.robust()[1] if robust else self.win.std()) / math.sqrt(2.0)
 
     def __len__(self) -> int:
         return len(self.win)
@@ -394,7 +394,7 @@ class ShiftDetector:
             return
         r = x - self.ref
         if self.n > self.warmup:
-            sigma = max(self.resid.robust(refresh=8)[1], floor)  # a noise scale a few rows stale is as good
+            sigma = max(self.resid.robust()[1], floor)
             z = r / sigma
             self.z = z
             if self.up <= 0.0:
