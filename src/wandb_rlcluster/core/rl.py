@@ -48,12 +48,13 @@ class RewardProgress:
     gauges stay independent and the batch path (gauge by gauge) sees what the live path sees.
     """
 
-    __slots__ = ("reg", "recent", "half", "gold_keys", "gold_reg", "n")
+    __slots__ = ("reg", "recent", "half", "last30", "gold_keys", "gold_reg", "n")
 
     def __init__(self, gold: Iterable[str] = (), recent: int = 30) -> None:
         self.reg = RunningRegression()
         self.recent = RollingWindow(recent)
         self.half = HalfRunTrend()
+        self.last30 = RollingCorrelation(45)
         self.gold_keys = tuple(f"rewards/{g}/mean" for g in gold)
         self.gold_reg = RunningRegression()
         self.n = 0
@@ -68,6 +69,7 @@ class RewardProgress:
         self.reg.push(float(self.n), r)
         self.recent.push(r)
         self.half.push(r)
+        self.last30.push(float(self.n), r)
         if self.gold_keys:
             gs = [v[k] for k in self.gold_keys if k in v and finite(v[k])]
             if gs:
@@ -81,12 +83,12 @@ class RewardProgress:
         """Rising over the run (trend t >= ``min_t``: rewards are noisy), not back below its own average, and the
         gold reward, when one is logged, not falling (a noisy held-out check rarely shows a clear rise).
 
-        ``now``: also still rising over the second half of the run so far; a reward that climbed early and
+        ``now``: also still clearly rising over the last 45 rows (t >= 1.5); a reward that climbed early and
         then stalled stays "up over the run" long after it stopped improving.
         """
         if self.n < 10 or self.reg.t_stat() < min_t:
             return False
-        if now and self.half.rows() >= 10 and self.half.t_stat() < min_t:
+        if now and self.last30.full and self.last30.t_stat() < 1.5:
             return False
         if self.recent.mean() < self.reg.sy / self.reg.n:
             return False
@@ -94,12 +96,13 @@ class RewardProgress:
 
     def state_dict(self) -> dict[str, Any]:
         return {"reg": self.reg.state_dict(), "recent": self.recent.state_dict(), "half": self.half.state_dict(),
-                "gold_reg": self.gold_reg.state_dict(), "n": self.n}
+                "last30": self.last30.state_dict(), "gold_reg": self.gold_reg.state_dict(), "n": self.n}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.reg.load_state_dict(state["reg"])
         self.recent.load_state_dict(state["recent"])
         self.half.load_state_dict(state["half"])
+        self.last30.load_state_dict(state["last30"])
         self.gold_reg.load_state_dict(state["gold_reg"])
         self.n = int(state["n"])
 
@@ -176,7 +179,7 @@ class RewardGauge(Gauge):
         "hack_length_ratio": 1.5, "hack_corr": 0.6, "hack_gain_sigma": 3.0,
         "volatile_ratio": 2.2, "volatile_for": 5, "volatile_warmup": 30,
         "shift_k": 1.0, "shift_h": 12.0, "shift_alpha": 0.05,
-        "gold": [], "gold_stall_rows": 15, "gold_gap_sigma": 3.0, "gold_for": 5, "gold_stall_t": 0.5, "gold_half": 0,
+        "gold": [], "gold_stall_rows": 15, "gold_gap_sigma": 3.0, "gold_for": 10, "gold_stall_t": 0.5, "gold_half": 0,
         "gold_alpha": 0.1,
         "component_gain_sigma": 4.0, "component_flat_sigma": 1.0, "component_for": 10, "component_dead": 0.01,
         "saturated_for": 50,
@@ -622,8 +625,8 @@ class KLGauge(Gauge):
     defaults = {"warn": 0.5, "stop": 1.0, "for": 3, "clear": 10, "near_zero": 1e-4, "near_zero_rows": 50,
                 "negative": -0.01, "spike_z": 10.0, "spike_min": 0.1, "start_rows": 5, "spike_repeat": 3,
                 "spike_repeat_rows": 25, "grow_rows": 20, "grow_t": 4.0, "grow_min": 0.2, "grow_accel": 1.3,
-                "grow_accel_max": 3.0, "grow_for": 3, "noisy_ratio": 3.0, "noisy_cv": 0.5, "noisy_negative": 0.2,
-                "noisy_for": 5, "noisy_min": 0.05}
+                "grow_accel_max": 3.0, "grow_for": 3, "noisy_ratio": 3.0, "noisy_cv": 0.3, "noisy_negative": 0.2,
+                "noisy_for": 5, "noisy_min": 0.01}
     family_defaults = {
         # per-sequence sums: values scale with completion length
         "ppo": {"warn": 6.0, "stop": 20.0, "near_zero": 1e-3, "negative": -0.5, "spike_min": 2.0},
@@ -642,6 +645,7 @@ class KLGauge(Gauge):
         self.level = RollingWindow(20)
         self.negatives = RollingWindow(20)
         self.cv_base = Baseline(10)
+        self.cv_ref = OctaveMean()
         self.neg_base = Baseline(10)
         self.spike_rows: list[int] = []
         self.start_checked = False
@@ -738,7 +742,8 @@ class KLGauge(Gauge):
                    "in PPO check that clipping is working.", for_=p["grow_for"], clear=p["clear"])
 
     def _noise(self, key: str, kl: float) -> None:
-        """KL noisy with high variance: row-to-row noise large against its own level and its own start."""
+        """KL noisy with high variance: row-to-row noise large against its own level and against the same ratio
+        over the run's previous octave (KL near 0 at the start says little about its noise later)."""
         p = self.p
         d = self.derived
         self.noise.push(kl)
@@ -755,14 +760,18 @@ class KLGauge(Gauge):
         self.cv_base.push(cv)
         self.neg_base.push(neg)
         cb, nb = self.cv_base.value, self.neg_base.value
+        ref = self.cv_ref.value  # the noise ratio over the run's previous octave: KL near 0 early says little
+        self.cv_ref.push(cv)
         if cb != cb:
             return
+        if ref == ref:
+            cb = ref
         relevant = sig >= p["noisy_min"] * p["warn"]  # noise on a KL of 1e-3 moves nothing
         noisy_cv = relevant and cv >= max(p["noisy_cv"], p["noisy_ratio"] * cb)
         noisy_neg = neg >= p["noisy_negative"] and neg >= nb + p["noisy_negative"]
         self.check("kl-noisy", noisy_cv or noisy_neg, "warn", key, kl,
                    lambda: f"{key} has turned noisy: row-to-row noise {sig:.3g} is {cv:.1f}x its level {level:.3g} "
-                   f"(early in the run {cb:.2f}x)" + (f", and {neg:.0%} of the recent estimates are negative"
+                   f"(earlier in the run {cb:.2f}x)" + (f", and {neg:.0%} of the recent estimates are negative"
                                                       if neg > 0 else "")
                    + ": unstable optimisation. The learning rate is probably too high for this KL penalty.",
                    for_=p["noisy_for"], clear=p["clear"])
@@ -979,9 +988,9 @@ class LengthGauge(Gauge):
     defaults = {"explode": 2.0, "collapse": 0.5, "drift": 0.3, "for": 3, "smooth": 0.5, "truncation": 0.2,
                 "truncation_for": 3, "spread_collapse": 0.25, "spread_deep": 0.15, "variance_change": 0.5,
                 "baseline_rows": 10, "drift_for": 5, "trend_rows": 60, "trend_t": 5.0, "trend_min": 0.25,
-                "trend_target": 0.45, "trend_now": 0.1,
+                "trend_target": 0.45, "trend_now": 0.15,
                 "trend_for": 3, "gap": 0.1, "baseline_mean": 0.0, "baseline_std": 0.0, "batch_completions": 0,
-                "gold": [], "significance": 3.0}
+                "gold": [], "significance": 4.0}
 
     def setup(self) -> None:
         p = self.p
