@@ -85,6 +85,11 @@ class RLClusterCallback(TrainerCallback, ExportableState):
             alerts file, else the defaults: a ``stall`` alert after max(10 x median step time, 10m) without a
             completed step (30m before the cadence is known, the first 3 steps left out), checked every 5s;
             a ``crash`` alert within 10s; a guardian process for hard deaths. Off with ``alerts=False``.
+        gold_rewards: names of held-out reward functions (TRL: in ``reward_funcs`` with weight 0 in
+            ``reward_weights``; logged as ``rewards/<name>/mean``). The trained ``reward`` is then the
+            proxy, and the reward gauge reports the proxy-gold gap and fires when the proxy keeps rising
+            while the gold stalls or falls (over-optimisation). Also settable in alerts.yaml
+            (``gold_rewards: [...]``); this argument wins.
 
     Stopping is decided on every rank from the same log row and then reduced across
     ranks, so all processes stop at the same step; logging happens on the main
@@ -120,6 +125,7 @@ class RLClusterCallback(TrainerCallback, ExportableState):
         crash_alert: bool | None = None,
         crash_timeout: float | str | None = None,
         guardian: bool | None = None,
+        gold_rewards: str | list[str] | tuple[str, ...] | None = None,
     ) -> None:
         if stop_on not in (None, "stop", "warn"):
             raise ValueError(f"stop_on must be 'stop', 'warn' or None, not {stop_on!r}")
@@ -164,6 +170,9 @@ class RLClusterCallback(TrainerCallback, ExportableState):
         gauge_params = {k: dict(v) for k, v in (self.alert_config.gauge_params if self.alert_config else {}).items()}
         for gid, ps in self.params.items():
             gauge_params.setdefault(gid, {}).update(ps)
+        self.gold_rewards = [gold_rewards] if isinstance(gold_rewards, str) else list(gold_rewards or [])
+        if self.gold_rewards:
+            gauge_params.setdefault("reward", {})["gold"] = self.gold_rewards
         self.cluster = InstrumentCluster(trainer=self.trainer, params=gauge_params, detect_rows=1)  # validates
         self.engine = AlertEngine(self.alert_config) if self.alert_config else None
         self.liveness_args = {k: v for k, v in dict(
@@ -202,7 +211,8 @@ class RLClusterCallback(TrainerCallback, ExportableState):
                 "attention_every": self.attention_every, "lora_every": self.lora_every,
                 "sample_every": self.sample_every, "sample_tokens": self.sample_tokens,
                 "log_to_wandb": self.log_to_wandb, "wandb_min_interval": self.wandb_min_interval,
-                "prefix": self.prefix, "channel_wait": self.channel_wait, **self.liveness_args,
+                "prefix": self.prefix, "channel_wait": self.channel_wait, "gold_rewards": self.gold_rewards,
+                **self.liveness_args,
             },
             "attributes": {"cluster_state": self.cluster.state_dict(),
                            "engine_state": self.engine.state_dict() if self.engine else {}},
