@@ -20,11 +20,13 @@ from .stats import (
     DiffNoise,
     Ewma,
     HalfRunTrend,
+    NoiseCusum,
     OctaveMean,
     RollingCorrelation,
     RollingSlope,
     RollingWindow,
     RunningRegression,
+    ScaleRef,
     ShiftDetector,
     robust_z,
 )
@@ -174,7 +176,8 @@ class RewardGauge(Gauge):
         "window": 15, "min_rows": 50, "plateau_t": 1.0, "plateau_for": 20,
         "flat_span": 1e-2, "flat_rows": 20, "flat_stop_rows": 50,
         "hack_length_ratio": 1.5, "hack_corr": 0.6, "hack_gain_sigma": 3.0,
-        "volatile_ratio": 2.2, "volatile_for": 5, "volatile_warmup": 30,
+        "volatile_ratio": 2.2, "volatile_for": 5, "volatile_warmup": 30, "volatile_ratio_rl": 1.8,
+        "volatile_window": 30, "volatile_warmup_rl": 16,
         "shift_k": 1.0, "shift_h": 12.0, "shift_alpha": 0.05,
         "gold": [], "gold_stall_rows": 15, "gold_gap_sigma": 3.0, "gold_for": 10, "gold_stall_t": 0.5, "gold_half": 0,
         "gold_alpha": 0.1,
@@ -196,8 +199,13 @@ class RewardGauge(Gauge):
         self.ewma = Ewma(0.1)
         self.len_base = Baseline(10)
         self.rl = RollingCorrelation(30)  # (reward, length) pairs
-        self.noise = DiffNoise(20)
-        self.noise_ref = OctaveMean()  # the reward's (DPO: margin's relative) noise earlier in the run
+        self.noise_ref = OctaveMean()  # the DPO margin's relative noise earlier in the run
+        # RL rewards: row-to-row changes in units of the within-group spread (reward_std), whose binomial
+        # dependence on the success rate is the batch mean's too; their scale against the run's own earlier one
+        self.vol = RollingWindow(self.p["volatile_window"])
+        self.vol_ref = ScaleRef(self.p["volatile_warmup_rl"])
+        self.vol_std = Ewma(0.1)
+        self.vol_last = math.nan
         self.shift = ShiftDetector(k=self.p["shift_k"], h=self.p["shift_h"], alpha=self.p["shift_alpha"], warmup=w)
         self.up_since = 0
         self.down_since = 0
@@ -310,7 +318,9 @@ class RewardGauge(Gauge):
                        f"(t={t:.1f}; started near {m1:.3g}, now {d['reward_ewma']:.3g}). The policy is stable but "
                        "not learning; check the learning rate, the task's difficulty and frac_reward_zero_std.",
                        for_=p["plateau_for"], clear=10)
-        self._stability(key, r, e)
+        std = v.get("reward_std")
+        self._stability(key, r, e, self.vol_std.push(std) if std is not None and finite(std) and std > 0 else
+                        (self.vol_std.mean if self.vol_std.count else 1.0))
         # Hacking: reward gains far beyond its start, length growing with it.
         length = v.get("completions/mean_length")
         if length is not None and finite(length) and length > 0:
@@ -346,13 +356,16 @@ class RewardGauge(Gauge):
         if len(self._comp_keys) >= 2:
             self._components(v)
 
-    def _stability(self, key: str, r: float, e: float) -> None:
+    def _stability(self, key: str, r: float, e: float, scale: float) -> None:
         """High reward variance (unstable optimisation) and change points, both against the run's own noise."""
         p = self.p
         d = self.derived
-        self.noise.push(r)
-        if len(self.noise) >= 10:
-            self._volatility(key, r, self.noise.sigma(), self.noise_ref)
+        if self.vol_last == self.vol_last:
+            self.vol.push((r - self.vol_last) / max(scale, 1e-6))
+        self.vol_last = r
+        if len(self.vol) >= 10:
+            self._volatility(key, r, self.vol.std() / math.sqrt(2.0), self.vol_ref, p["volatile_ratio_rl"],
+                             p["volatile_warmup_rl"])
         det = self.shift
         up_from = self.step if det.up <= 0 else self.up_since
         down_from = self.step if det.down <= 0 else self.down_since
@@ -371,23 +384,26 @@ class RewardGauge(Gauge):
                    f"{det.z:+.1f} sigma of its own noise): the policy lost something it had (forgetting, a "
                    "collapse, or a harder slice of prompts). Check KL, entropy and samples at that step.", clear=10)
 
-    def _volatility(self, key: str, x: float, sig: float, ref: OctaveMean) -> None:
+    def _volatility(self, key: str, x: float, sig: float, ref: OctaveMean | ScaleRef, limit: float,
+                    warmup: int) -> None:
         """High reward (DPO: margin) variance: row-to-row noise far above its level earlier in the run.
 
         The reference is the noise over the run's previous octave (rows n/4 .. n/2), not its first rows:
         early, fast learning is noisy, and a binary reward's noise moves with its success rate; noise
-        that grows 2-3x within the last quarter of the run is what unstable optimisation looks like.
+        that grows 2-3x within the last quarter of the run is what unstable optimisation looks like. For RL
+        rewards the noise is measured in units of the within-group spread (``reward_std``), which moves with
+        the success rate the same way, and the reference is also never below the run's long-run noise.
         """
         p = self.p
         d = self.derived
         d["reward_noise"] = sig
         base = ref.value
         ref.push(sig)
-        if base != base or ref.n < p["volatile_warmup"]:
+        if base != base or ref.n < warmup:
             return
         vr = sig / max(base, 1e-12)
         d["volatility_ratio"] = vr
-        self.check("reward-volatile", vr > p["volatile_ratio"], "warn", key, x,
+        self.check("reward-volatile", vr > limit, "warn", key, x,
                    lambda: f"{key} now swings {vr:.1f}x as much from row to row as earlier in the run "
                    f"(noise {sig:.3g} vs {base:.3g}): unstable optimisation. Lower the learning rate or raise the KL "
                    "penalty (beta).", for_=p["volatile_for"], clear=10)
@@ -514,7 +530,7 @@ class RewardGauge(Gauge):
         self.margin_noise.push(m)
         if len(self.margin_noise) >= 10:  # relative to the margin's level: its noise grows as it grows
             self._volatility("rewards/margins", m, self.margin_noise.sigma() / max(abs(self.margin.mean), 0.05),
-                             self.noise_ref)
+                             self.noise_ref, p["volatile_ratio"], p["volatile_warmup"])
         me = self.margin.push(m)
         d["margin"] = m
         d["margin_ewma"] = me
@@ -623,7 +639,7 @@ class KLGauge(Gauge):
                 "negative": -0.01, "spike_z": 10.0, "spike_min": 0.1, "start_rows": 5, "spike_repeat": 3,
                 "spike_repeat_rows": 25, "grow_rows": 20, "grow_t": 4.0, "grow_min": 0.2, "grow_accel": 1.3,
                 "grow_accel_max": 3.0, "grow_for": 3, "noisy_ratio": 3.0, "noisy_cv": 0.3, "noisy_negative": 0.2,
-                "noisy_for": 5, "noisy_min": 0.01}
+                "noisy_for": 5, "noisy_min": 0.01, "noisy_c": 3.0, "noisy_p1": 0.3, "noisy_h": 8.0}
     family_defaults = {
         # per-sequence sums: values scale with completion length
         "ppo": {"warn": 6.0, "stop": 20.0, "near_zero": 1e-3, "negative": -0.5, "spike_min": 2.0},
@@ -642,6 +658,7 @@ class KLGauge(Gauge):
         self.negatives = RollingWindow(20)
         self.cv_base = Baseline(10)
         self.cv_ref = OctaveMean()
+        self.cusum = NoiseCusum(c=self.p["noisy_c"], p1=self.p["noisy_p1"])
         self.neg_base = Baseline(10)
         self.spike_rows: list[int] = []
         self.start_checked = False
@@ -745,6 +762,13 @@ class KLGauge(Gauge):
         d = self.derived
         self.noise.push(kl)
         self.negatives.push(1.0 if kl < 0 else 0.0)
+        # per-token KL (k3, never negative) is noisy in log space: a lognormal-ish spread; PPO's per-sequence
+        # estimate can go negative, so its noise is read relative to its smoothed level
+        if key == "kl":
+            if kl > 0:
+                self.cusum.push(math.log(kl))
+        else:
+            self.cusum.push(kl / max(abs(self.ewma.mean), 0.01 * p["warn"]))
         if not self.recent.full:  # the growth rule's last 20 (row, kl) pairs: their mean is the level
             return
         level = self.recent.mean_y()
@@ -765,7 +789,8 @@ class KLGauge(Gauge):
         relevant = sig >= p["noisy_min"] * p["warn"]  # noise on a KL of 1e-3 moves nothing
         noisy_cv = relevant and cv >= max(p["noisy_cv"], p["noisy_ratio"] * cb)
         noisy_neg = neg >= p["noisy_negative"] and neg >= nb + p["noisy_negative"]
-        self.check("kl-noisy", noisy_cv or noisy_neg, "warn", key, kl,
+        noisy_seq = self.cusum.s > p["noisy_h"]  # rows far outside its usual noise, too many of them lately
+        self.check("kl-noisy", noisy_cv or noisy_neg or noisy_seq, "warn", key, kl,
                    lambda: f"{key} has turned noisy: row-to-row noise {sig:.3g} is {cv:.1f}x its level {level:.3g} "
                    f"(earlier in the run {cb:.2f}x)" + (f", and {neg:.0%} of the recent estimates are negative"
                                                       if neg > 0 else "")
