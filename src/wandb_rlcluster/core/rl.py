@@ -145,6 +145,134 @@ class _Component:
         self.peak = float(state["peak"])
 
 
+class GoldCoupling:
+    """The gold reward read against the proxy component whose row-to-row noise it shares.
+
+    A held-out check and the trained reward score the same completions, so a batch that happens to be
+    easy moves both: the gold's noise is largely the proxy's. Regressing the gold's row-to-row changes on
+    each trained component's (and on the total reward's) finds the component that measures the same thing
+    (the correctness reward, not the format reward) and its slope ``beta``; ``gold - beta * component`` then
+    cancels the shared noise and is flat while the gains are real, whatever the reward does. It falls when
+    the proxy's gains stop reaching the gold (Gao et al. 2023), long before the noisy gold alone shows it.
+
+    The reference is the best level that difference held over a completed octave of the run (values
+    2^k .. 2^(k+1)), taken at its lower confidence bound so one lucky octave does not set it; the
+    comparison's standard error includes the slope's own uncertainty.
+    """
+
+    __slots__ = ("alpha", "sums", "last", "last_g", "n", "octs", "cur", "eg", "ep", "noise", "last_u", "match",
+                 "beta", "rho", "beta_se")
+
+    def __init__(self, noise_rows: int = 60, alpha: float = 0.1) -> None:
+        self.alpha = alpha
+        self.sums: dict[str, list[float]] = {}  # key -> [n, sum dx, sum dg, sum dx^2, sum dg^2, sum dx*dg]
+        self.last: dict[str, float] = {}
+        self.last_g = math.nan
+        self.n = 0
+        self.octs: list[list[Any]] = []  # completed octaves: [rows, mean gold, {key: mean}, last step]
+        self.cur: list[Any] = [0, 0.0, {}, 0]
+        self.eg = math.nan
+        self.ep: dict[str, float] = {}
+        self.noise = RollingWindow(noise_rows)
+        self.last_u = math.nan
+        self.match, self.beta, self.rho, self.beta_se = "", 0.0, 0.0, 0.0
+
+    def push(self, step: int, g: float, proxies: Mapping[str, float]) -> None:
+        a = self.alpha
+        self.n += 1
+        n = self.n
+        if n >= 4 and n & (n - 1) == 0 and self.cur[0]:  # close the octave
+            c = self.cur[0]
+            self.octs.append([c, self.cur[1] / c, {k: x / c for k, x in self.cur[2].items()}, self.cur[3]])
+            self.cur = [0, 0.0, {}, 0]
+        cur = self.cur
+        cur[0] += 1
+        cur[1] += g
+        cur[3] = step
+        lg = self.last_g
+        for k, x in proxies.items():
+            lx = self.last.get(k)
+            if lx is not None and lg == lg:
+                dx, dg = x - lx, g - lg
+                sm = self.sums.get(k)
+                if sm is None:
+                    sm = self.sums[k] = [0.0] * 6
+                sm[0] += 1
+                sm[1] += dx
+                sm[2] += dg
+                sm[3] += dx * dx
+                sm[4] += dg * dg
+                sm[5] += dx * dg
+            self.last[k] = x
+            e = self.ep.get(k)
+            self.ep[k] = x if e is None else e + a * (x - e)
+            cur[2][k] = cur[2].get(k, 0.0) + x
+        self.last_g = g
+        self.eg = g if self.eg != self.eg else self.eg + a * (g - self.eg)
+        # the component the gold moves with, and how strongly
+        best, rho_b, beta, se = "", 0.0, 0.0, 0.0
+        for k, sm in self.sums.items():
+            m = sm[0]
+            if m < 10:
+                continue
+            cxx = sm[3] - sm[1] * sm[1] / m
+            cyy = sm[4] - sm[2] * sm[2] / m
+            cxy = sm[5] - sm[1] * sm[2] / m
+            if cxx <= 0 or cyy <= 0:
+                continue
+            rho = cxy / math.sqrt(cxx * cyy)
+            if rho > rho_b:
+                best, rho_b, beta = k, rho, cxy / cxx
+                se = math.sqrt(max(cyy - beta * cxy, 0.0) / max(m - 2, 1.0) / cxx)
+        self.match, self.rho, self.beta, self.beta_se = best, rho_b, beta, se
+        if best:
+            u = g - beta * proxies[best]
+            if self.last_u == self.last_u:
+                self.noise.push(u - self.last_u)
+            self.last_u = u
+
+    def drop(self, inflate: float = 1.25, z_ref: float = 1.0, min_rows: int = 8) -> tuple[float, list[Any] | None]:
+        """How far (in standard errors) gold - beta * component now sits below its best octave, and that octave."""
+        k = self.match
+        if not k or len(self.noise) < 10:
+            return 0.0, None
+        beta = self.beta
+        sig = inflate * self.noise.std() / math.sqrt(2.0)
+        best: list[Any] | None = None
+        best_lcb = -math.inf
+        for o in self.octs:
+            if o[0] >= min_rows and k in o[2]:
+                lcb = o[1] - beta * o[2][k] - z_ref * sig / math.sqrt(o[0])
+                if lcb > best_lcb:
+                    best_lcb, best = lcb, o
+        if best is None:
+            return 0.0, None
+        ref = best[1] - beta * best[2][k]
+        now = self.eg - beta * self.ep[k]
+        dp = self.ep[k] - best[2][k]
+        se = math.sqrt(sig * sig * (self.alpha / (2.0 - self.alpha) + 1.0 / best[0]) + (self.beta_se * dp) ** 2)
+        return (ref - now) / max(se, 1e-12), best
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"sums": self.sums, "last": self.last, "last_g": self.last_g, "n": self.n, "octs": self.octs,
+                "cur": self.cur, "eg": self.eg, "ep": self.ep, "noise": self.noise.state_dict(), "last_u": self.last_u,
+                "fit": [self.match, self.beta, self.rho, self.beta_se]}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.sums = {k: [float(x) for x in v] for k, v in state["sums"].items()}
+        self.last = {k: float(x) for k, x in state["last"].items()}
+        self.last_g, self.n = float(state["last_g"]), int(state["n"])
+        self.octs = [[int(o[0]), float(o[1]), {k: float(x) for k, x in o[2].items()}, int(o[3])] for o in state["octs"]]
+        c = state["cur"]
+        self.cur = [int(c[0]), float(c[1]), {k: float(x) for k, x in c[2].items()}, int(c[3])]
+        self.eg = float(state["eg"])
+        self.ep = {k: float(x) for k, x in state["ep"].items()}
+        self.noise.load_state_dict(state["noise"])
+        self.last_u = float(state["last_u"])
+        m, b, r, se = state["fit"]
+        self.match, self.beta, self.rho, self.beta_se = str(m), float(b), float(r), float(se)
+
+
 class RewardGauge(Gauge):
     """Gauge 9 — reward dynamics.
 
@@ -171,7 +299,7 @@ class RewardGauge(Gauge):
     outputs = ("reward", "reward_ewma", "trend_t", "length_corr", "accuracy_ewma", "margin", "margin_ewma",
                "margin_peak", "chosen_ewma", "reward_noise", "volatility_ratio", "shift_up", "shift_down", "gold",
                "gold_ewma", "gold_peak", "proxy_gold_gap", "proxy_gain_since_gold_peak", "gold_trend_t", "gold_half_t",
-               "margin_recent_t")
+               "margin_recent_t", "gold_drop")
     defaults = {
         "window": 15, "min_rows": 50, "plateau_t": 1.0, "plateau_for": 20,
         "flat_span": 1e-2, "flat_rows": 20, "flat_stop_rows": 50,
@@ -180,7 +308,7 @@ class RewardGauge(Gauge):
         "volatile_window": 30, "volatile_warmup_rl": 16,
         "shift_k": 1.0, "shift_h": 12.0, "shift_alpha": 0.05,
         "gold": [], "gold_stall_rows": 15, "gold_gap_sigma": 3.0, "gold_for": 10, "gold_stall_t": 0.5, "gold_half": 0,
-        "gold_alpha": 0.1,
+        "gold_alpha": 0.1, "gold_drop_se": 4.0, "gold_drop_for": 5, "gold_rho": 0.3, "gold_noise_rows": 60,
         "component_gain_sigma": 4.0, "component_flat_sigma": 1.0, "component_for": 10, "component_dead": 0.01,
         "saturated_for": 50,
         "margin_collapse": 0.5, "margin_peak_min": 0.2, "accuracy_chance": 0.55, "dpo_min_rows": 30,
@@ -225,6 +353,8 @@ class RewardGauge(Gauge):
         self.proxy_half = HalfRunTrend()
         self.half_from = [0, 0]  # steps where the half-run spans (previous, current) began
         self.half_levels = [0.0, 0.0, 0.0, 0.0]  # proxy and gold EWMAs there: (prev proxy, prev gold, cur ...)
+        self.coupling = GoldCoupling(self.p["gold_noise_rows"], self.p["gold_alpha"])
+        self.gold_runs = [0, 0]  # consecutive rows the (after-peak, coupled) divergence has held
         self.components: dict[str, _Component] = {}
         self._comp_keys: tuple[tuple[str, str, str], ...] = ()
         self._row_width = -1
@@ -338,6 +468,13 @@ class RewardGauge(Gauge):
                            f"(corr {corr:.2f}): the policy may be paying for length, not quality. Read samples; "
                            "check KL; add a length penalty.",
                            for_=3)
+        if len(v) != self._row_width:  # re-scan for reward components only when the row's shape changes
+            self._row_width = len(v)
+            gold = set(self.gold_keys)
+            self._comp_keys = tuple(
+                (k[8:-5], k, k[:-5] + "/std") for k in v
+                if k.startswith("rewards/") and k.endswith("/mean") and k not in gold and k.count("/") == 2
+            )
         if self.gold_keys:
             self.proxy_trend.push(float(n), r)
             self._gold(v, key, e)
@@ -346,13 +483,6 @@ class RewardGauge(Gauge):
                              f"{', '.join(self.gold_keys)})")
             elif self.note.startswith("gold reward"):
                 self.note = ""
-        if len(v) != self._row_width:  # re-scan for reward components only when the row's shape changes
-            self._row_width = len(v)
-            gold = set(self.gold_keys)
-            self._comp_keys = tuple(
-                (k[8:-5], k, k[:-5] + "/std") for k in v
-                if k.startswith("rewards/") and k.endswith("/mean") and k not in gold and k.count("/") == 2
-            )
         if len(self._comp_keys) >= 2:
             self._components(v)
 
@@ -432,6 +562,10 @@ class RewardGauge(Gauge):
         d["gold"] = g
         d["gold_ewma"] = ge
         d["gold_peak"] = self.gold_peak
+        proxies = {mk: v[mk] for _, mk, _ in self._comp_keys if mk in v and finite(v[mk])}
+        proxies[key] = v[key]
+        cp = self.coupling
+        cp.push(self.step, g, proxies)
         if not (self.first.full and self.gold_first.full):
             return
         proxy_sigma = max(self.first.std(), _floor(self.first.mean()))
@@ -458,18 +592,32 @@ class RewardGauge(Gauge):
         gold_rise = (ge - self.half_levels[1]) / (gold_sigma * se)
         over_half = (self.gold_half.rows() >= 20 and pht >= 2.0 and ght <= p["gold_stall_t"]
                      and proxy_rise >= p["gold_gap_sigma"] and gold_rise <= 0.0)
-        over = n >= p["min_rows"] and (after_peak or (over_half and p["gold_half"]))
+        drop, ref = cp.drop()
+        d["gold_drop"] = drop
+        # the gold below its best level relative to the component it moves with, while the proxy has not fallen
+        coupled = (n >= p["min_rows"] and cp.rho >= p["gold_rho"] and ref is not None and drop >= p["gold_drop_se"]
+                   and e >= ref[2][key])
+        runs = self.gold_runs
+        runs[0] = runs[0] + 1 if n >= p["min_rows"] and (after_peak or (over_half and p["gold_half"])) else 0
+        runs[1] = runs[1] + 1 if coupled else 0
+        over = runs[0] >= p["gold_for"] or runs[1] >= p["gold_drop_for"]
         peak, pstep, p0 = self.gold_peak, self.gold_peak_step, self.proxy_at_gold_peak
         if over_half and not after_peak:
             pstep = self.half_from[0]
+        how = ""
+        if runs[1] >= p["gold_drop_for"] and ref is not None:
+            pstep, p0, peak = ref[3], ref[2][key], ref[1]
+            comp = cp.match[8:-5] if cp.match.startswith("rewards/") else cp.match
+            how = (f" Read against '{comp}', whose batch-to-batch noise it shares (corr {cp.rho:.2f}), the gold is "
+                   f"{drop:.1f} standard errors below where it stood by step {pstep}.")
         self.check("proxy-gold-divergence", over, "warn", key, e,
                    lambda: f"over-optimisation: the proxy {key} rose from {p0:.3g} to {e:.3g} since step {pstep}, "
-                   f"while the gold reward {self.gold_names} peaked there at {peak:.3g} and is now "
-                   f"{ge:.3g} ({'falling' if ge < peak - 0.5 * gold_sigma else 'stalled'}). Proxy-gold gap since "
+                   f"while the gold reward {self.gold_names} stood at {peak:.3g} there and is now "
+                   f"{ge:.3g} ({'falling' if ge < peak - 0.5 * gold_sigma else 'stalled'}).{how} Proxy-gold gap since "
                    f"the start: proxy {e - self.first.mean():+.3g}, gold {ge - self.gold_first.mean():+.3g} "
                    f"({gap:.1f} sigma of their early noise). The policy is learning the proxy's loopholes, not the "
                    f"task: keep the checkpoint from step {pstep}, then raise beta, fix the proxy, or stop earlier.",
-                   for_=p["gold_for"], clear=10)
+                   clear=10)
 
     def _components(self, v: Mapping[str, float]) -> None:
         """Without gold: one reward function carrying the whole rise, or pinned at its ceiling, the others flat."""
