@@ -6,6 +6,7 @@ import math
 
 from .gauge import Gauge, finite
 from .keys import Row
+from .rollouts import ROLLOUT_DEFAULTS, length_rules, reward_rules, reward_signal_rules
 from .stats import Baseline, Ewma, RollingCorrelation, RollingSlope, RollingWindow, RunningRegression, robust_z
 
 PREFERENCE_FAMILIES = frozenset({"dpo", "kto", "orpo"})
@@ -29,7 +30,7 @@ class RewardGauge(Gauge):
         "flat_span": 1e-2, "flat_rows": 20, "flat_stop_rows": 50,
         "hack_length_ratio": 1.5, "hack_corr": 0.6, "hack_gain_sigma": 3.0,
         "margin_collapse": 0.5, "margin_peak_min": 0.2, "accuracy_chance": 0.55, "dpo_min_rows": 30,
-        "margin_learning_t": 2.0,
+        "margin_learning_t": 2.0, **ROLLOUT_DEFAULTS["reward"],
     }
 
     def setup(self) -> None:
@@ -52,6 +53,7 @@ class RewardGauge(Gauge):
     def observe(self, row: Row) -> None:
         if row.kind != "train":
             return
+        reward_rules(self, row)
         v = row.values
         if self.family in PREFERENCE_FAMILIES or "rewards/margins" in v:
             self._preference(row)
@@ -335,7 +337,7 @@ class LengthGauge(Gauge):
     # A 2x / 0.5x ratio is far outside healthy drift, so a light EWMA (0.5) held 3 rows is enough; heavier
     # smoothing only delayed detection (benchmarks/detection, tuning seeds) and bought no fewer false alarms.
     defaults = {"explode": 2.0, "collapse": 0.5, "drift": 0.3, "for": 3, "smooth": 0.5, "truncation": 0.2,
-                "truncation_for": 3, "spread_collapse": 0.05, "baseline_rows": 10}
+                "truncation_for": 3, "spread_collapse": 0.05, "baseline_rows": 10, **ROLLOUT_DEFAULTS["length"]}
 
     def setup(self) -> None:
         self.base = Baseline(self.p["baseline_rows"])
@@ -348,6 +350,7 @@ class LengthGauge(Gauge):
     def observe(self, row: Row) -> None:
         if row.kind != "train":
             return
+        length_rules(self, row)
         v = row.values
         p = self.p
         d = self.derived
@@ -465,7 +468,7 @@ class RewardSignalGauge(Gauge):
     title = "Reward signal (GRPO)"
     inputs = ("frac_reward_zero_std", "reward_std")
     defaults = {"zero_std_warn": 0.5, "zero_std_stop": 0.99, "for": 5, "stop_for": 10, "smooth": 0.3,
-                "std_low": 0.05, "component_dead": 0.01, "component_for": 10}
+                "std_low": 0.05, "component_dead": 0.01, "component_for": 10, **ROLLOUT_DEFAULTS["reward_signal"]}
 
     def setup(self) -> None:
         self.zero = Ewma(self.p["smooth"])
@@ -481,6 +484,7 @@ class RewardSignalGauge(Gauge):
     def observe(self, row: Row) -> None:
         if row.kind != "train" or not self.applies():
             return
+        reward_signal_rules(self, row)
         v = row.values
         p = self.p
         d = self.derived
