@@ -148,6 +148,19 @@ def test_every_key_written_is_documented():
         assert generic in documented, k
 
 
+def test_the_key_registry_knows_every_fixed_rollout_key():
+    """Alert rules on rollouts/... validate without an 'unknown metric' warning; W&B's rlcluster/rollouts/... read
+    back offline as inputs."""
+    from wandb_rlcluster.core.keys import LIVE_INPUT_KEYS, Normalizer
+
+    fixed = {k for k in ROLLOUT_KEYS if "<fn>" not in k}
+    assert fixed == {k for k in LIVE_INPUT_KEYS if k.startswith("rollouts/")}
+    row = Normalizer().normalize({"rlcluster/rollouts/repetitive_frac": 0.6,
+                                  "rlcluster/rollouts/reward/acc/ceiling_frac": 0.9,
+                                  "rlcluster/samples/rollout_repetitive_frac": 0.6, "train/global_step": 3})
+    assert row is not None and row.values == {"rollouts/repetitive_frac": 0.6, "rollouts/reward/acc/ceiling_frac": 0.9}
+
+
 def test_stats_cost_for_64_completions_of_512_tokens():
     """The issue's budget: a few ms for 64 x 512 tokens (benchmarks/bench_callback.py measures it properly)."""
     rng = random.Random(5)

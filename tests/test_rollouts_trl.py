@@ -220,3 +220,39 @@ def test_without_attach_nothing_changes(tmp_path_factory: pytest.TempPathFactory
     keys = {k for row in read_offline_run(res["run_dir"]).history for k in row}
     assert not [k for k in keys if "rollouts" in k]
     assert all("evidence" not in a for a in res["alerts"])
+
+
+def test_a_trainer_laid_out_differently_costs_one_warning_and_nothing_else(tmp_path: Path, caplog):
+    """Another TRL (here: a GRPOTrainer whose reward step takes other arguments) or another trainer: attach()
+    says so once, and the run trains and is judged exactly as without it."""
+    import logging
+
+    from trl import GRPOTrainer
+
+    from wandb_rlcluster import RLClusterCallback
+    from wandb_rlcluster.live.trl_rollouts import RolloutTap
+    from wandb_rlcluster.tiny import make_trainer
+
+    class OtherGRPO(GRPOTrainer):
+        def _calculate_rewards(self, batch, prompts, completions, completion_ids_list):  # noqa: ANN001, ANN202
+            return super()._calculate_rewards(batch, prompts, completions, completion_ids_list)
+
+    caplog.set_level(logging.WARNING, logger="wandb_rlcluster")
+    cb = RLClusterCallback(alerts=False, grad_every=0, attention_every=0, lora_every=0, sample_every=0)
+    trainer = make_trainer("grpo", output_dir=str(tmp_path / "t"), max_steps=2)
+    trainer.__class__ = OtherGRPO
+    cb.attach(trainer)
+    off = [r for r in caplog.records if "rollout statistics and alert examples are off" in r.getMessage()]
+    assert len(off) == 1 and "takes (batch, prompts" in off[0].getMessage()
+    assert cb in trainer.callback_handler.callbacks and cb._tap is None
+    trainer.train()
+    assert cb.cluster.rows >= 2 and cb.rollout_calls == 0 and cb.errors == 0
+    assert not any(k.startswith("rollouts/") for k in cb.cluster.keys_seen)
+    # a batch the tap cannot read at run time: one more warning for that tap, then silence (it switched off)
+    caplog.clear()
+    tap = RolloutTap(make_trainer("grpo", output_dir=str(tmp_path / "u"), max_steps=1))
+    assert tap.install() and tap.active
+    for _ in range(3):
+        tap._record(None, ([], [], ["x"], 7), {})  # completion ids that are not sequences
+    assert not tap.active and tap.take(1) is None
+    assert len([r for r in caplog.records if "are off" in r.getMessage()]) == 1

@@ -89,7 +89,7 @@ ROLLOUT_KEYS: dict[str, str] = {
     "rollouts/empty_frac": "share of empty (whitespace-only) completions",
     "rollouts/no_eos_frac": "share of completions that end without EOS (cut at max_completion_length); live only",
     "rollouts/repetition_mean": "mean repeated-n-gram rate, 1 - distinct/total (word 3-grams; character 4-grams for "
-                                "short or space-less text)",
+                                "short or space-less text; over each completion's last 256 words / 1024 characters)",
     "rollouts/repetitive_frac": "share of completions whose repeated-n-gram rate is above 0.5 (looping)",
     "rollouts/reward_outlier_frac": "share of completions whose total reward is more than 6 robust sigmas "
                                     "(median/MAD) above the batch median (continuous rewards only)",
@@ -110,7 +110,7 @@ NEAR_IDENTICAL = 0.8  # n-gram Jaccard to the group's first completion
 OUTLIER_Z = 6.0
 MIN_DISTINCT_FOR_OUTLIERS = 5  # binary / few-valued rewards have no meaningful outliers
 MAX_EXAMPLES = 4
-MAX_UNITS = 512  # n-grams are taken over at most the last 512 words (2048 characters) of a completion: bounded work
+MAX_UNITS = 256  # n-grams over at most the last 256 words (1024 characters) of a completion: bounded work
 
 
 def as_text(value: Any) -> str:
