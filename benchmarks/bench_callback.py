@@ -44,6 +44,7 @@ def main() -> None:
     os.environ["WANDB_DIR"] = tmp
     times: dict[str, list[float]] = {"none": [], "on": [], "off": [], "attach": []}
     per_log_us: list[float] = []
+    attach_log_us: list[float] = []
     rollout_us: list[float] = []
     callbacks_seen: list[RLClusterCallback] = []
     plan = ["none", "on", "off", "attach"] * args.repeat
@@ -65,7 +66,8 @@ def main() -> None:
             callbacks_seen.append(cb)
             if mode == "attach":
                 rollout_us.append(cb.rollout_seconds / max(1, cb.rollout_calls) * 1e6)
-            else:
+                attach_log_us.append(cb.on_log_seconds / max(1, cb.on_log_calls) * 1e6)
+            elif mode == "on":
                 per_log_us.append(cb.on_log_seconds / max(1, cb.on_log_calls) * 1e6)
     base, ours = statistics.median(times["none"]), statistics.median(times["on"])
     ratios = [b / a for a, b in zip(times["none"], times["on"], strict=True)]
@@ -91,6 +93,10 @@ def main() -> None:
           f"{attached / ours:.3f})")
     print(f"  rollout statistics in the run ({args.kind}: its 4 completions of <= 8 tokens a step): median "
           f"{statistics.median(rollout_us):.0f} µs per step")
+    extra = statistics.median(attach_log_us) - statistics.median(per_log_us)
+    print(f"  callback on_log cost with attach: median {statistics.median(attach_log_us):.0f} µs per call, "
+          f"{extra:+.0f} µs vs without (rollout statistics + their W&B keys): {extra / (ours / args.steps * 1e6):.2%} "
+          f"of a {ours / args.steps * 1e3:.1f} ms step, a ratio of {1 + extra / (ours / args.steps * 1e6):.4f}")
     spread = max(times["none"]) / min(times["none"])
     print(f"  noise: the same no-callback run took {min(times['none']):.2f}-{max(times['none']):.2f} s "
           f"(max/min {spread:.2f})")

@@ -88,6 +88,9 @@ class RLClusterCallback(TrainerCallback, ExportableState):
     ranks, so all processes stop at the same step; logging happens on the main
     process only. The callback's state (windows, baselines, rule state) is saved in
     checkpoints and restored on ``resume_from_checkpoint``.
+
+    For GRPO/RLOO, ``cb.attach(trainer)`` also judges the completions the trainer generates
+    (``rollouts/...`` statistics) and puts example completions in every alert they explain.
     """
 
     def __init__(
