@@ -291,3 +291,51 @@ def test_gauges_read_rollout_keys_with_persistence_and_tunable_thresholds():
     few = InstrumentCluster(trainer="grpo")
     assert not [f for s in range(1, 6) for f in few.update(_row(s, length_reward_corr=1.0, length_reward_dof=3))
                 if f.rule == "length-paid"]
+
+
+def test_notifier_journals_the_text_and_sends_numbers_only_when_asked(tmp_path, monkeypatch):
+    """text_to_channels=False: the journal keeps the (redacted) completions, Slack gets the numbers only."""
+    import threading
+    from http.server import ThreadingHTTPServer
+
+    from wandb_rlcluster.alerts import AlertEngine, load_config
+    from wandb_rlcluster.alerts.notify import Notifier
+
+    from .test_alerts_e2e import _Hook
+
+    class Hook(_Hook):
+        bodies: list[dict] = []
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Hook)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    monkeypatch.setenv("TEST_SLACK_WEBHOOK", f"http://127.0.0.1:{srv.server_address[1]}/services/T/B/notifier")
+    rules = tmp_path / "alerts.yaml"
+    rules.write_text("channels:\n  slack: {type: slack, webhook_url_env: TEST_SLACK_WEBHOOK, min_severity: warn}\n")
+    config = load_config(str(rules))
+    stats = RolloutStats()
+    stats.update(batch(["secret plan: the the the the the the the", "b", "c", "d"], {"r": [5, 1, 1, 1]}))
+    c = InstrumentCluster(trainer="grpo")
+    engine = AlertEngine(config, clock=None)
+    events = []
+    for s in range(1, 4):
+        row = _row(s, repetitive_frac=0.9, repetition_mean=0.8)
+        events += engine.evaluate(s, row, c, c.update(row), c.last_updated)
+    (e,) = [e for e in events if e.rule == "samples-warn"]
+    e.evidence = stats.evidence("repetitive", redact=lambda t: t.replace("secret", "[x]"))
+    try:
+        for text_to_channels in (True, False):
+            Hook.bodies.clear()
+            n = Notifier(config, tmp_path / f"alerts-{text_to_channels}.jsonl", use_wandb=False)
+            n.evidence_text = text_to_channels
+            n.handle([e])
+            n.close(5.0)
+            records = [json.loads(x) for x in (tmp_path / f"alerts-{text_to_channels}.jsonl").read_text().splitlines()]
+            alert = next(r for r in records if r["type"] == "alert")
+            assert alert["evidence"][0]["completion"].startswith("[x] plan: the the")  # redacted, in the journal
+            assert [r["outcome"] for r in records if r["type"] == "channel"] == ["sent"]
+            (body,) = Hook.bodies
+            blob = json.dumps(body)
+            assert "Examples from step 2" in blob and "reward 5" in blob and "secret" not in blob
+            assert ("[x] plan" in blob) is text_to_channels
+    finally:
+        srv.shutdown()

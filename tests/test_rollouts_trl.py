@@ -256,3 +256,33 @@ def test_a_trainer_laid_out_differently_costs_one_warning_and_nothing_else(tmp_p
         tap._record(None, ([], [], ["x"], 7), {})  # completion ids that are not sequences
     assert not tap.active and tap.take(1) is None
     assert len([r for r in caplog.records if "are off" in r.getMessage()]) == 1
+
+
+def test_rollout_state_travels_in_checkpoints(tmp_path: Path):
+    """Each reward function's range (what its ceiling is judged against) is saved with the callback's state and
+    restored when the rebuilt callback is attached again; without attach() the state has no rollout entry."""
+    from transformers.trainer_callback import TrainerState
+
+    from wandb_rlcluster import RLClusterCallback
+    from wandb_rlcluster.core.rollouts import RolloutBatch
+    from wandb_rlcluster.tiny import make_trainer
+
+    plain = RLClusterCallback(alerts=False)
+    assert "rollout_state" not in plain.state()["attributes"]
+    cb = RLClusterCallback(alerts=False).attach(make_trainer("grpo", output_dir=str(tmp_path / "a"), max_steps=1))
+    cb._rollouts.update(RolloutBatch(step=1, prompts=["p"] * 4, completions=list("abcd"),
+                                     rewards={"acc": [0.0, 1.0, 0.0, 0.5]}, group_size=4))
+    state = json.loads(json.dumps(cb.state()))  # what trainer_state.json holds
+    assert state["attributes"]["rollout_state"]["hi"] == {"acc": 1.0}
+    # transformers' restore_callback_states_from_checkpoint=True: from args, then the attributes, then the user's attach
+    rebuilt = RLClusterCallback(**state["args"])
+    for k, v in state["attributes"].items():
+        setattr(rebuilt, k, v)
+    rebuilt.attach(make_trainer("grpo", output_dir=str(tmp_path / "b"), max_steps=1))
+    assert rebuilt._rollouts.hi == {"acc": 1.0} and rebuilt._rollouts.lo == {"acc": 0.0}
+    # and the plain resume path: the state read back from trainer_state.json in on_train_begin
+    trainer = make_trainer("grpo", output_dir=str(tmp_path / "c"), max_steps=1)
+    resumed = RLClusterCallback(alerts=False).attach(trainer)
+    resumed.on_train_begin(trainer.args, TrainerState(global_step=5, stateful_callbacks={"RLClusterCallback": state}),
+                           None)
+    assert resumed._rollouts.hi == {"acc": 1.0}

@@ -35,6 +35,11 @@ The gauges read them through the ``*_rules`` functions at the bottom (samples, l
 reward_signal): each gauge calls one of them from ``observe``, so its findings, statuses and alert
 rules work as for any other input. Their thresholds are ordinary gauge parameters
 (:data:`ROLLOUT_DEFAULTS`), their derived values are listed in :data:`ROLLOUT_OUTPUTS`.
+
+For the cross-gauge diagnoses (issue #10's ``core/diagnosis.py``): ``length/length-paid`` is length moving
+with the reward (reward hacking's drift group), ``reward/reward-outliers`` a rise a loophole pays (its
+rising group), ``samples/identical-groups`` and ``samples/rollout-repetition`` the answers converging (a
+group of their own in mode collapse); each gauge's ``outputs`` gains ``ROLLOUT_OUTPUTS[gauge]``.
 """
 
 from __future__ import annotations
