@@ -1,10 +1,13 @@
 """Fuzzing the surfaces people and crashing processes write to: log files, alerts.yaml, the
 expression grammar, the alert templates, and the CLI that reads them.
 
-Every case runs under a time limit (2 s, enforced with SIGALRM) and a memory limit (200 MB of
-Python allocations, measured with tracemalloc), and must end in a result or in the project's own
-one-line error: never another exception, never a traceback, exit 2 with a reason for every
-malformed input. Deterministic (``derandomize``) so CI is stable; sized to about a minute in all.
+Every case runs under a CPU-time limit (2 s of this process's CPU, enforced with ITIMER_PROF, so a
+loaded CI machine cannot fail a case that a quiet one passes; a wall-clock guard catches a case that
+blocks) and a memory limit (200 MB of Python allocations, measured with tracemalloc), and must end in a
+result or in the project's own one-line error: never another exception, never a traceback, exit 2 with
+a reason for every malformed input. Deterministic (``derandomize``) so CI is stable; sized to about a
+minute in all. The generated cases are small; a few 1-5 MB inputs of the shapes that once cost 60-120x
+their size (a long string, a gzip bomb, a huge YAML, 5,000-digit integers) check memory per input byte.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import re
 import signal
 import time
 import tracemalloc
+import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -35,6 +39,8 @@ from wandb_rlcluster.core.readers import LoadedLog, LogReadError, load_rows, par
 
 SECONDS = 2.0
 MEGABYTES = 200
+#: A case that blocks (uses no CPU) is stopped after this many wall-clock seconds.
+WALL_GUARD = 30.0
 T = TypeVar("T")
 
 pytestmark = pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="needs SIGALRM for the time limit")
@@ -44,25 +50,35 @@ class CaseTooSlow(Exception):
     pass
 
 
-def bounded(fn: Callable[[], T]) -> T:
-    """Run one fuzz case under the time and memory limits; the case's own exceptions pass through."""
+def measured(fn: Callable[[], T], seconds: float = SECONDS, wall: float = WALL_GUARD) -> tuple[T, float, int]:
+    """(result, CPU seconds, peak bytes of Python allocations) of one case; CaseTooSlow past 1.5x ``seconds``
+    of CPU or ``wall`` seconds of wall clock. The case's own exceptions pass through."""
 
     def on_alarm(signum: int, frame: Any) -> None:
-        raise CaseTooSlow(f"over {SECONDS} s")
+        raise CaseTooSlow(f"over {seconds} s of CPU" if signum == signal.SIGPROF else f"blocked over {wall} s")
 
-    previous = signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, SECONDS * 1.5)  # the hard stop; the measured time is checked below
+    previous = {sig: signal.signal(sig, on_alarm) for sig in (signal.SIGPROF, signal.SIGALRM)}
+    signal.setitimer(signal.ITIMER_PROF, seconds * 1.5)  # the hard stop; the measured time is checked by callers
+    signal.setitimer(signal.ITIMER_REAL, wall)
     tracemalloc.start()
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     try:
         result = fn()
     finally:
+        signal.setitimer(signal.ITIMER_PROF, 0)
         signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-        elapsed = time.perf_counter() - t0
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        cpu = time.process_time() - t0
         _, peak = tracemalloc.get_traced_memory()
         tracemalloc.stop()
-    assert elapsed < SECONDS, f"case took {elapsed:.2f} s"
+    return result, cpu, peak
+
+
+def bounded(fn: Callable[[], T]) -> T:
+    """Run one fuzz case under the time and memory limits; the case's own exceptions pass through."""
+    result, cpu, peak = measured(fn)
+    assert cpu < SECONDS, f"case took {cpu:.2f} s of CPU"
     assert peak < MEGABYTES * 1e6, f"case peaked at {peak / 1e6:.0f} MB"
     return result
 
@@ -287,9 +303,116 @@ def test_fuzz_template_validation(tmp_path: Path, template: str) -> None:
         assert len(render(title, {"value": math.pi, "step": 1})) <= MAX_RENDERED
 
 
-def test_limits_catch_slow_and_hungry_cases() -> None:
-    """The limits themselves: a slow case and a memory-hungry case fail instead of being waited out."""
-    with pytest.raises((CaseTooSlow, AssertionError)):
-        bounded(lambda: time.sleep(SECONDS + 1))
+def _spin() -> None:
+    while True:
+        pass
+
+
+def test_limits_catch_slow_blocked_and_hungry_cases() -> None:
+    """The limits themselves: a case burning CPU, a case that blocks and a memory-hungry case fail instead of
+    being waited out; time spent waiting (a loaded machine) is not counted against a case."""
+    with pytest.raises(CaseTooSlow, match="CPU"):
+        measured(_spin, seconds=0.2)
+    with pytest.raises(CaseTooSlow, match="blocked"):
+        measured(lambda: time.sleep(5), wall=0.3)
+    _, cpu, _ = measured(lambda: time.sleep(0.3), seconds=0.1)  # asleep: no CPU, so within a 0.1 s limit
+    assert cpu < 0.1
     with pytest.raises(AssertionError, match="peaked"):
         bounded(lambda: len(bytearray(MEGABYTES * 1_100_000)))
+
+
+# ------------------------------------------------------------------------- big inputs (1-5 MB)
+
+#: Python allocations per input byte a big hostile input may cost (the reader keeps the text, a masked copy
+#: and the rewritten text: ~3x; the old token rewrite cost 60-120x).
+BYTES_PER_BYTE = 6
+BIG = 3_000_000
+
+
+def _escaped_quotes_line() -> str:
+    """One string of escaped quotes, closed by a line break and a bracket: the rewrite runs over all of it."""
+    return '[{"a": "' + '\\"' * (BIG // 2) + '\n]'
+
+
+def _plain_string_line() -> str:
+    return '[{"a": "' + "a" * BIG + '\n]'
+
+
+def _python_quotes_log() -> str:
+    return "{'a': '" + "\\'" * (BIG // 2) + "'}\n{'loss': 0.5, 'step': 1}\n"
+
+
+def _no_newline_document() -> str:
+    """No line break at all and not JSON: once probed as a 'line' and parsed a second time."""
+    return '{"log_history": [{"loss": None, "a": "' + "a" * BIG + '"}]} x'
+
+
+def _huge_integers() -> str:
+    return "\n".join(json.dumps({"step": i, "loss": 0.5}).replace("0.5", "1" + "0" * 5000) for i in range(BIG // 5020))
+
+
+BIG_READER_CASES = {
+    "escaped-quotes-line": ("x.json", _escaped_quotes_line, None),
+    "plain-string-line": ("x.json", _plain_string_line, None),
+    "python-quotes-log": ("x.log", _python_quotes_log, 1),
+    "no-newline-document": ("x.json", _no_newline_document, None),
+    "huge-integers-jsonl": ("x.jsonl", _huge_integers, BIG // 5020),
+}
+
+
+def result_or_error(fn: Callable[[], T]) -> T | Exception:
+    """The project's own errors as values, so one measured run covers both outcomes."""
+    try:
+        return fn()
+    except (LogReadError, ConfigError) as exc:
+        return exc
+
+
+@pytest.mark.parametrize("case", list(BIG_READER_CASES))
+def test_big_hostile_log_costs_memory_linear_in_its_size(case: str) -> None:
+    name, make, rows = BIG_READER_CASES[case]
+    text = make()
+    assert 1_000_000 <= len(text) <= 5_000_000
+    result, cpu, peak = measured(lambda: result_or_error(lambda: parse_rows_text(text, name)))
+    if rows is None:
+        assert isinstance(result, LogReadError) and name in str(result), result
+    else:
+        assert isinstance(result, LoadedLog) and len(result.rows) == rows, result
+    assert peak <= BYTES_PER_BYTE * len(text), f"{peak / len(text):.1f} bytes per input byte"
+    assert cpu < SECONDS, cpu
+
+
+def test_gzip_bomb_costs_a_bounded_multiple_of_its_size(tmp_path: Path) -> None:
+    """100 MB of zeros in a ~100 KB gzip: refused after at most 100x its size, not read to the 512 MB cap."""
+    path = tmp_path / "log.jsonl.gz"
+    z = zlib.compressobj(9, zlib.DEFLATED, 31)
+    with path.open("wb") as fh:
+        for _ in range(100):
+            fh.write(z.compress(b"0" * 1_000_000))
+        fh.write(z.flush())
+    size = path.stat().st_size
+    assert 50_000 < size < 200_000
+    error, cpu, peak = measured(lambda: result_or_error(lambda: load_rows(path)))
+    assert isinstance(error, LogReadError) and "gzip bomb" in str(error) and "100x" in str(error), error
+    assert peak < 2.5 * 32 * 1024**2, peak  # the 32 MB floor, read once (the 512 MB input limit is not reached)
+    assert cpu < SECONDS, cpu
+
+
+def test_big_yaml_configs_are_refused_fast(tmp_path: Path) -> None:
+    """A 1 MB file, a list of 30,000 values under the size cap, 800 broken rules and a 60,000-character
+    base-60 integer: each a short list of problems within the time limit (they took 10-30 s)."""
+    rules = "rules:\n" + "".join(f"  - name: r{i}\n    gauge: kl\n    when: \"qq{i} > 1 and kl{i} > 2\"\n"
+                                  f"    title: \"{{nope{i}}}\"\n" for i in range(800))
+    cases = {"big.yaml": ("x: [" + "1, " * 500_000 + "1]\n", "characters is refused"),
+             "list.yaml": ("rules: []\nx:\n" + "- 1\n" * 30_000, "more than 10,000 values"),
+             "rules.yaml": (rules, "more problems (not shown)"),
+             "sexagesimal.yaml": ("rules: []\nx: 1" + ":0" * 30_000 + "\n", "characters long")}
+    for name, (text, needle) in cases.items():
+        path = tmp_path / name
+        path.write_text(text)
+        error, cpu, peak = measured(lambda path=path: result_or_error(lambda: load_config(path)))
+        assert isinstance(error, ConfigError), (name, error)
+        problems = error.problems
+        assert any(needle in p for p in problems), (name, problems[:3], problems[-1:])
+        assert len(problems) <= 51 and all("billion laughs" not in p for p in problems), name
+        assert cpu < SECONDS and peak < MEGABYTES * 1e6, (name, cpu, peak)

@@ -427,3 +427,229 @@ def test_analyze_alerts_see_rows_before_trainer_detection(tmp_path: Path) -> Non
     forced = cli("analyze", str(path), "--alerts", "--fail-on", "stop", "--trainer", "grpo")
     assert forced.returncode == 1 and "kl-stop" in forced.stdout
     assert auto.returncode == 1 and "kl-stop" in auto.stdout, auto.stdout[-1500:]
+
+
+# ------------------------------------------------------------------- second review (after the merge)
+
+
+def test_a_document_without_line_breaks_is_rewritten_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No newline in the first MiB: the row probe took the whole document as one 'line' and ran json.loads and the
+    token rewrite over it a second time."""
+    from wandb_rlcluster.core import readers
+
+    calls: list[int] = []
+    real = readers._fix_tokens
+
+    def counting(text: str, *, python: bool) -> tuple[str, int]:
+        calls.append(len(text))
+        return real(text, python=python)
+
+    monkeypatch.setattr(readers, "_fix_tokens", counting)
+    text = '{"log_history": [{"loss": None, "a": "' + "a" * 2_000_000 + '\n"}]}'
+    with pytest.raises(LogReadError, match="not valid JSON"):
+        parse_rows_text(text, "state.json")
+    assert len([n for n in calls if n > 1_000_000]) == 1, calls
+
+
+def test_input_limit_and_gzip_ratio_defaults() -> None:
+    from wandb_rlcluster.core.readers import GZIP_RATIO_FLOOR, MAX_GZIP_RATIO, input_limit
+
+    assert "RLCLUSTER_MAX_INPUT_BYTES" in os.environ or input_limit() == 512 * 1024**2
+    assert MAX_GZIP_RATIO == 100 and GZIP_RATIO_FLOOR == 32 * 1024**2
+
+
+def test_integers_over_4300_digits_are_infinite_in_every_format(tmp_path: Path) -> None:
+    """json raised ValueError (not JSONDecodeError) for them: 'unexpected ValueError ... a bug', or a dropped row."""
+    from wandb_rlcluster.cli import main
+
+    huge = "1" + "0" * 5000
+    files = {"rows.json": f'[{{"step": 1, "loss": 0.5}}, {{"step": 2, "loss": {huge}}}]',
+             "rows.jsonl": f'{{"step": 1, "loss": 0.5}}\n{{"step": 2, "loss": -{huge}}}\n',
+             "rows.log": f"{{'step': 1, 'loss': 0.5}}\n{{'step': 2, 'loss': {huge}}}\n",
+             "trainer_state.json": f'{{"global_step": {huge}, "log_history": [{{"step": 1, "loss": 0.5}}]}}'}
+    for name, text in files.items():
+        path = tmp_path / name
+        path.write_text(text)
+        log = load_rows(path)
+        losses = [r["loss"] for r in log.rows]
+        if name == "trainer_state.json":
+            assert losses == [0.5] and "global_step" not in log.meta, log.meta  # a run-level count that says nothing
+        else:
+            assert losses[0] == 0.5 and abs(losses[1]) == float("inf"), (name, losses)
+        code = main(["analyze", str(path), "--format", "json"])
+        assert code in (0, 2), (name, code)
+
+
+SECRET_PW = "correcthorsebatterystaple"
+
+
+def _secret_config():  # noqa: ANN202 - a local helper
+    from wandb_rlcluster.alerts.config import AlertConfig, ChannelConfig
+
+    config = load_config(write_yaml_text("channels:\n  ok: {type: slack, webhook_url_env: MY_HOOK}\n"))
+    config.channels["pasted"] = ChannelConfig(name="pasted", type="slack", options={"webhook_url_env": SECRET_URL})
+    config.channels["pw"] = ChannelConfig(name="pw", type="email", options={
+        "host": "smtp.example.com", "sender": "a@b.c", "recipients": ["d@e.f"], "password": SECRET_PW,
+        "timeout": "sEcReTtImEoUt", "starttls": True})
+    assert isinstance(config, AlertConfig)
+    return config
+
+
+def write_yaml_text(text: str) -> Path:
+    import tempfile
+
+    fd, name = tempfile.mkstemp(suffix=".yaml")
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    return Path(name)
+
+
+def test_alert_config_secrets_never_reach_checkpoints_repr_or_errors() -> None:
+    """A URL pasted into webhook_url_env, an option named password, a secret in timeout: to_dict() (what every
+    checkpoint stores) and repr() held them, and the callback took such a config without a word."""
+    from wandb_rlcluster import RLClusterCallback
+
+    config = _secret_config()
+    stored = json.dumps(config.to_dict())
+    for text in (stored, repr(config), repr(config.channels["pasted"]), str(config.channels)):
+        assert "sEcReT" not in text and SECRET_PW not in text and "hooks.slack.com" not in text, text
+    assert json.loads(stored)["channels"]["ok"]["options"] == {"webhook_url_env": "MY_HOOK"}
+    with pytest.raises(ConfigError) as exc:
+        RLClusterCallback(alerts=config)
+    problems = "\n".join(exc.value.problems)
+    assert "channel 'pasted': 'webhook_url_env' must be the NAME" in problems
+    assert "channel 'pw': never put secrets" in problems and "channel 'pw': 'timeout' must be a number" in problems
+    assert "sEcReT" not in problems and SECRET_PW not in problems
+    # a valid config changed after the callback was built: its checkpoint state still holds no secret
+    good = load_config(write_yaml_text("channels:\n  ok: {type: slack, webhook_url_env: MY_HOOK}\n"))
+    cb = RLClusterCallback(alerts=good, grad_every=0, attention_every=0, lora_every=0, sample_every=0)
+    cb.alert_config.channels["ok"].options["webhook_url_env"] = SECRET_URL
+    assert "sEcReT" not in json.dumps(cb.state()) and "sEcReT" not in repr(cb.alert_config)
+
+
+def test_stored_and_python_rules_go_through_the_file_validators() -> None:
+    """from_dict accepted min_severity 'bogus' (a KeyError when evaluated), for -5, cooldown NaN, a bare string
+    split into characters, and any template; an AlertConfig object was not checked at all."""
+    from wandb_rlcluster import RLClusterCallback
+    from wandb_rlcluster.alerts.config import AlertConfig, validate_config
+    from wandb_rlcluster.alerts.expr import parse as parse_expr
+
+    base = load_config(write_yaml_text("extends: none\nchannels:\n  s: {type: slack, webhook_url_env: MY_HOOK}\n"
+                                       "rules:\n  - {name: a, gauge: kl, when: 'kl > 1'}\n"
+                                       "  - {name: b, gauge: kl, when: 'kl > 2'}\n"))
+    data = base.to_dict()
+    good = AlertConfig.from_dict(data)
+    assert [r.name for r in good.rules] == ["a", "b"]
+    data["rules"][0] |= {"min_severity": "bogus", "for": -5, "cooldown": float("nan"), "channels": "s",
+                         "title": "{value:>300000000}", "inhibits": "b"}
+    data["rules"][1] |= {"trainers": ["grpoo"], "keep_firing_for": "x", "finding": "(", "when": None}
+    with pytest.raises(ConfigError) as exc:
+        AlertConfig.from_dict(data)
+    problems = "\n".join(exc.value.problems)
+    for needle in ("'min_severity' must be one of info, warn, stop", "'for' must be >= 1", "'cooldown' nan",
+                   "width over", "unknown trainer 'grpoo'", "'keep_firing_for' must be an integer",
+                   "'finding' must be a regular expression"):
+        assert needle in problems, (needle, problems)
+    assert all(p.startswith("checkpoint: ") for p in exc.value.problems), exc.value.problems
+    data["rules"][0] |= {"min_severity": "warn", "for": 1, "cooldown": 60, "title": "{value:.3g}"}
+    data["rules"][1] = good.to_dict()["rules"][1]
+    rebuilt = AlertConfig.from_dict(data)
+    assert rebuilt.rule("a").channels == ("s",) and rebuilt.rule("a").inhibits == ("b",)  # one item, not letters
+    # the same checks for an object built in Python, before training
+    base.rules[0].when = parse_expr("kl > 1")
+    base.rules[0].for_ = 0
+    base.rules[1].severity = "critical"
+    with pytest.raises(ConfigError, match="'for' must be >= 1") as exc:
+        RLClusterCallback(alerts=base)
+    assert "'severity' must be one of info, warn, stop" in "\n".join(exc.value.problems)
+    base.rules[0].for_, base.rules[1].severity = 2, "stop"
+    checked = validate_config(base)
+    assert [(r.name, r.for_, r.severity) for r in checked.rules] == [("a", 2, "warn"), ("b", 1, "stop")]
+
+
+def test_env_names_refuse_pasted_passwords_and_accept_upper_case_names(tmp_path: Path) -> None:
+    from wandb_rlcluster.alerts.config import env_name_problem
+
+    for secret in (SECRET_PW, "hunter2", "sEcReTtOkEn1234567890abcdef", "A1B2C3D4E5F6G7H8I9J0K1L2M3"):
+        assert env_name_problem(secret), secret
+    for name in ("SLACKWEBHOOK2024", "MY_HOOK_2", "RLCLUSTER_SLACK_WEBHOOK", "smtp_password", "_X"):
+        assert env_name_problem(name) is None, name
+    path = write_yaml(tmp_path, f"channels:\n  s: {{type: slack, webhook_url_env: {SECRET_PW}}}\n")
+    p = cli("alerts", "validate", str(path))
+    assert p.returncode == 2 and "must be the NAME" in p.stderr and SECRET_PW not in p.stdout + p.stderr
+
+
+def test_channel_settings_are_validated_without_echoing_them(tmp_path: Path) -> None:
+    """timeout: "SECRET..." passed validation, then was echoed by a float conversion error."""
+    path = write_yaml(tmp_path, "channels:\n  s:\n    type: slack\n    webhook_url_env: MY_HOOK\n"
+                                "    timeout: sEcReTvAlUe\n    username: [x]\n")
+    p = cli("alerts", "validate", str(path))
+    assert_bad_input(p, f"{path}:2: channel 's': 'timeout' must be a number of seconds", "'username' must be")
+    assert "sEcReT" not in p.stderr
+
+
+def test_yaml_duplicate_keys_are_compared_as_values() -> None:
+    from wandb_rlcluster.safe_yaml import YamlProblem, load_checked
+
+    for text in ("yes: 1\ntrue: 2\n", "~: 1\nnull: 2\n", "1: a\n1.0: b\n", "0x10: a\n16: b\n", "1: a\ntrue: b\n"):
+        with pytest.raises(YamlProblem, match="duplicate key"):
+            load_checked(text)
+    assert load_checked("'1': a\n1: b\n'true': d\n") == {"1": "a", 1: "b", "true": "d"}
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this platform")
+def test_inputs_are_looked_at_before_they_are_opened(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Opening some devices has effects (/dev/watchdog arms a reboot timer): refuse them without opening."""
+    from wandb_rlcluster.core import readers
+
+    fifo = tmp_path / "pipe.json"
+    os.mkfifo(fifo)
+    opened: list[str] = []
+    real_open = os.open
+
+    def recording_open(path: object, *args: object, **kwargs: object) -> int:
+        opened.append(os.fspath(path))  # type: ignore[arg-type]
+        return real_open(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(readers.os, "open", recording_open)
+    with pytest.raises(readers.InputRefused, match="named pipe"):
+        readers.read_bounded(fifo)
+    assert str(fifo) not in opened
+
+
+def test_clean_text_escapes_every_invisible_format_character() -> None:
+    import unicodedata
+
+    cf = [chr(c) for c in range(0x110000) if unicodedata.category(chr(c)) == "Cf"]
+    assert len(cf) > 150
+    assert [c for c in cf if clean_text(c) == c] == []
+    assert clean_text("ad\u200bmin\u200e \u061c \U000e0041") == "ad\\u200bmin\\u200e \\u061c \\U000e0041"
+    assert clean_text("héllo 日本 👍") == "héllo 日本 👍"
+
+
+def test_log_lines_of_the_callback_escape_control_characters(caplog: pytest.LogCaptureFixture) -> None:
+    from wandb_rlcluster import RLClusterCallback
+
+    cb = RLClusterCallback(alerts=False, grad_every=0, attention_every=0, lora_every=0, sample_every=0)
+    with caplog.at_level("WARNING", logger="wandb_rlcluster"):
+        cb._error("on_log", RuntimeError("bad \x1b[2J\x1b]0;pwned\x07 value"))
+    [line] = [r.getMessage() for r in caplog.records]
+    assert "\x1b" not in line and "\x07" not in line and "\\x1b[2J" in line
+
+
+def test_smtp_non_ascii_password_is_never_quoted() -> None:
+    """smtplib's UnicodeEncodeError names one character of the password and its position."""
+    stop = threading.Event()
+    port = _echoing_smtp_server(stop)
+    results: list[str] = []
+    try:
+        ch = EmailChannel("127.0.0.1", port, "a@b.c", ["d@e.f"], username="alerts", password="pässwörd-Geheim",
+                          timeout=5, allow_plaintext_auth=True)
+        d = AsyncDispatcher([ch], retries=0, on_result=lambda name, msg, ok, err: results.append(err))
+        d.submit(AlertMessage(title="t", text="x", severity="stop", rule="r", gauge="kl", step=1))
+        assert d.flush(10)
+        d.close(1)
+    finally:
+        stop.set()
+    [err] = results
+    assert "UnicodeEncodeError" in err and "ä" not in err and "\\xe4" not in err and "position" not in err, err

@@ -14,11 +14,13 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 from transformers.trainer_callback import ExportableState
 
 from .alerts import AlertConfig, AlertEngine, AlertEvent, load_config
-from .alerts.notify import Notifier
+from .alerts.config import validate_config
+from .alerts.notify import Notifier, clamp_wait
 from .core import GAUGE_IDS, InstrumentCluster
 from .core.findings import Finding
 from .core.keys import canonical_family, to_float
 from .core.rollouts import ROLLOUT_GAUGES, RolloutStats, evidence_focus
+from .core.text import clean_text
 from .live import probes
 from .live.distributed import any_rank
 from .live.liveness import LivenessMonitor, resolve_settings
@@ -51,7 +53,8 @@ class RLClusterCallback(TrainerCallback, ExportableState):
             False turns alerting off (then core ``stop`` findings stop training directly). The
             file is validated here, before training starts: a bad file raises ConfigError
             naming the file, the line and the fix. An :class:`AlertConfig` object, or the dict
-            its ``to_dict()`` gives, is used as is. Checkpoints store the rules themselves, so a
+            its ``to_dict()`` gives, goes through the same checks (ConfigError here, before
+            training). Checkpoints store the rules themselves, so a
             resume (``restore_callback_states_from_checkpoint=True``) rebuilds the same rules from
             any working directory.
         trainer: trainer family (``grpo``, ``rloo``, ``dpo``, ``kto``, ``orpo``, ``online_dpo``,
@@ -83,6 +86,11 @@ class RLClusterCallback(TrainerCallback, ExportableState):
             alerts file, else the defaults: a ``stall`` alert after max(10 x median step time, 10m) without a
             completed step (30m before the cadence is known, the first 3 steps left out), checked every 5s;
             a ``crash`` alert within 10s; a guardian process for hard deaths. Off with ``alerts=False``.
+        gold_rewards: names of held-out reward functions (TRL: in ``reward_funcs`` with weight 0 in
+            ``reward_weights``; logged as ``rewards/<name>/mean``). The trained ``reward`` is then the
+            proxy, and the reward gauge reports the proxy-gold gap and fires when the proxy keeps rising
+            while the gold stalls or falls (over-optimisation). Also settable in alerts.yaml
+            (``gold_rewards: [...]``); this argument wins.
 
     Stopping is decided on every rank from the same log row and then reduced across
     ranks, so all processes stop at the same step; logging happens on the main
@@ -121,6 +129,7 @@ class RLClusterCallback(TrainerCallback, ExportableState):
         crash_alert: bool | None = None,
         crash_timeout: float | str | None = None,
         guardian: bool | None = None,
+        gold_rewards: str | list[str] | tuple[str, ...] | None = None,
     ) -> None:
         if stop_on not in (None, "stop", "warn"):
             raise ValueError(f"stop_on must be 'stop', 'warn' or None, not {stop_on!r}")
@@ -146,15 +155,15 @@ class RLClusterCallback(TrainerCallback, ExportableState):
         self.report = report
         self.report_location: str | None = None
         self.prefix = prefix
-        self.channel_wait = max(0.0, float(channel_wait))
+        self.channel_wait = clamp_wait(channel_wait)
         self.channel_wait_seconds = 0.0  # how long on_train_end actually waited for the channels
         self._last_wandb_time = -1e18
         self._last_statuses: dict[str, str] = {}
         self.alerts_source: str | None = None
         self.alert_config: AlertConfig | None = None
         if alerts is not False:
-            if isinstance(alerts, AlertConfig):
-                self.alert_config = alerts
+            if isinstance(alerts, AlertConfig):  # the same checks as a file: a bad rule or channel fails here
+                self.alert_config = validate_config(alerts)
             elif isinstance(alerts, Mapping):  # rules stored in a checkpoint by state()
                 self.alert_config = AlertConfig.from_dict(dict(alerts))
             else:
@@ -165,6 +174,9 @@ class RLClusterCallback(TrainerCallback, ExportableState):
         gauge_params = {k: dict(v) for k, v in (self.alert_config.gauge_params if self.alert_config else {}).items()}
         for gid, ps in self.params.items():
             gauge_params.setdefault(gid, {}).update(ps)
+        self.gold_rewards = [gold_rewards] if isinstance(gold_rewards, str) else list(gold_rewards or [])
+        if self.gold_rewards:
+            gauge_params.setdefault("reward", {})["gold"] = self.gold_rewards
         self.cluster = InstrumentCluster(trainer=self.trainer, params=gauge_params, detect_rows=1)  # validates
         self.engine = AlertEngine(self.alert_config) if self.alert_config else None
         self.liveness_args = {k: v for k, v in dict(
@@ -299,7 +311,8 @@ class RLClusterCallback(TrainerCallback, ExportableState):
                 "attention_every": self.attention_every, "lora_every": self.lora_every,
                 "sample_every": self.sample_every, "sample_tokens": self.sample_tokens,
                 "log_to_wandb": self.log_to_wandb, "wandb_min_interval": self.wandb_min_interval,
-                "prefix": self.prefix, "channel_wait": self.channel_wait, **self.liveness_args,
+                "prefix": self.prefix, "channel_wait": self.channel_wait, "gold_rewards": self.gold_rewards,
+                **self.liveness_args,
             },
             "attributes": {"cluster_state": self.cluster.state_dict(),
                            "engine_state": self.engine.state_dict() if self.engine else {},
@@ -316,7 +329,8 @@ class RLClusterCallback(TrainerCallback, ExportableState):
             self.cluster.load_state_dict(value)
             self._restored = True
         except Exception as e:  # noqa: BLE001 - a damaged state must not stop a resume
-            logger.warning("rlcluster: could not restore gauge state from the checkpoint (%s); starting fresh", e)
+            logger.warning("rlcluster: could not restore gauge state from the checkpoint (%s); starting fresh",
+                           clean_text(e, 300))
 
     @property
     def engine_state(self) -> dict[str, Any]:
@@ -328,7 +342,7 @@ class RLClusterCallback(TrainerCallback, ExportableState):
             try:
                 self.engine.load_state_dict(value)
             except Exception as e:  # noqa: BLE001
-                logger.warning("rlcluster: could not restore alert state from the checkpoint (%s)", e)
+                logger.warning("rlcluster: could not restore alert state from the checkpoint (%s)", clean_text(e, 300))
 
     # -- events -------------------------------------------------------------------------------------
     def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
@@ -359,7 +373,7 @@ class RLClusterCallback(TrainerCallback, ExportableState):
                 elif args.run_name:
                     self.engine.fields["run_name"] = args.run_name
                 self.notifier = Notifier(self.alert_config, Path(args.output_dir) / "alerts.jsonl",  # type: ignore[arg-type]
-                                         use_wandb=self.log_to_wandb)
+                                         use_wandb=self.log_to_wandb, close_wait=self.channel_wait)
                 self.notifier.evidence_text = self._rollout_opts.get("text_to_channels", True)
                 if self.liveness is not None:
                     self.liveness.start(str(args.output_dir), self.notifier, self.engine.fields,
@@ -612,7 +626,8 @@ class RLClusterCallback(TrainerCallback, ExportableState):
     def _error(self, where: str, exc: BaseException) -> None:
         self.errors += 1
         if self.errors <= 5:
-            logger.warning("rlcluster: %s failed (%s: %s); training continues", where, type(exc).__name__, exc)
+            logger.warning("rlcluster: %s failed (%s: %s); training continues", where, type(exc).__name__,
+                           clean_text(exc, 300))
 
 
 __all__ = ["GAUGE_IDS", "RLClusterCallback"]

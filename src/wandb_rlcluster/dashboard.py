@@ -16,7 +16,7 @@ import re
 from typing import Any
 
 from .analyze import Analysis, Downsampler, analyze_stream, detect_trainer, load_any
-from .core import FAMILY_LABELS, GAUGE_TITLES, InstrumentCluster
+from .core import DIAGNOSIS_ID, FAMILY_LABELS, GAUGE_TITLES, InstrumentCluster
 from .core.keys import Row, canonical_family
 from .core.rollouts import evidence_lines
 from .core.text import clean_text
@@ -212,8 +212,16 @@ def render_dashboard(analysis: Analysis, store: SeriesStore, layout: Layout, ale
         f"{_esc(FAMILY_LABELS.get(family, family))} · {s['rows']} rows · steps "
         f"{analysis.first_step}–{analysis.last_step} · generated {_dt.datetime.now():%Y-%m-%d %H:%M}"
         "</div></header><main>",
-        "<h2>Status at a glance</h2><div class='status'>",
     ]
+    diagnoses = [f for f in s["findings"] if f["gauge"] == DIAGNOSIS_ID]
+    if diagnoses:  # the named cross-gauge patterns lead the page
+        out.append("<h2>Diagnoses</h2><table><tr><th>step</th><th>diagnosis</th><th>evidence, what to do</th></tr>")
+        for f in diagnoses:
+            c = SEVERITY_COLOR.get(f["severity"], "#888")
+            out.append(f"<tr><td>{f['step']}</td><td class='sev' style='color:{c}'>{html.escape(f['rule'])}</td>"
+                       f"<td>{html.escape(f['message'])}</td></tr>")
+        out.append("</table>")
+    out.append("<h2>Status at a glance</h2><div class='status'>")
     for gid, title in GAUGE_TITLES.items():
         g = gauges[gid]
         st = g["status"]

@@ -6,12 +6,16 @@ in a ConstructorError traceback, and a key written twice silently keeps the last
 stop`` then ``severity: info`` is an info rule). Here the document is composed (a node graph, with
 aliases still shared), checked, and only then turned into values:
 
-* the text is at most :data:`MAX_YAML_CHARS` long;
+* the text is at most :data:`MAX_YAML_CHARS` long (PyYAML composes ~100 KB a second: the limit keeps
+  the worst file under ~2 s) and holds at most :data:`MAX_VALUES` values, counted while composing;
 * the node graph may not contain a cycle, and expanded through its aliases it may hold at most
   :data:`MAX_NODES` nodes;
 * only the standard YAML tags are accepted (``!!python/...`` and custom tags are refused);
-* a mapping may not repeat a key, and its keys must be plain scalars;
-* every scalar must construct (``!!int abc`` is a problem at its line, not a ValueError later).
+* a mapping may not repeat a key (compared as values: ``yes`` and ``true`` are the same key), and its
+  keys must be plain scalars;
+* every scalar must construct (``!!int abc`` is a problem at its line, not a ValueError later), and a
+  number is at most :data:`MAX_NUMBER_CHARS` long (PyYAML's base-60 integers ``1:0:0:...`` take
+  quadratic time).
 
 Merge keys (``<<: *defaults``) work as in YAML 1.1: explicit keys override merged ones.
 Problems come back as ``(line, message)`` pairs so each caller can prefix its file name.
@@ -25,12 +29,17 @@ import yaml
 
 from .core.text import clean_text
 
-__all__ = ["MAX_NODES", "MAX_YAML_CHARS", "YamlProblem", "compose_checked", "construct", "load_checked"]
+__all__ = ["MAX_NODES", "MAX_NUMBER_CHARS", "MAX_VALUES", "MAX_YAML_CHARS", "YamlProblem", "compose_checked",
+           "construct", "load_checked"]
 
-#: Longest configuration text accepted (characters); the shipped alerts.yaml is ~10 KB.
-MAX_YAML_CHARS = 1_000_000
-#: Most nodes a document may hold once its aliases are expanded (the shipped rules use ~1,000).
+#: Longest configuration text accepted (characters); the shipped alerts.yaml is ~8 KB.
+MAX_YAML_CHARS = 128 * 1024
+#: Most values (nodes, aliases included) a document may hold as written (the shipped rules have ~700).
+MAX_VALUES = 10_000
+#: Most nodes a document may hold once its aliases are expanded.
 MAX_NODES = 100_000
+#: Longest number: a threshold needs a few digits, and PyYAML reads base-60 integers in quadratic time.
+MAX_NUMBER_CHARS = 100
 
 _STD = "tag:yaml.org,2002:"
 _ALLOWED_TAGS = frozenset(_STD + t for t in ("null", "bool", "int", "float", "str", "binary", "timestamp", "seq",
@@ -43,6 +52,27 @@ class YamlProblem(ValueError):
     def __init__(self, problems: list[tuple[int, str]]) -> None:
         super().__init__("; ".join(f"line {line}: {msg}" for line, msg in problems))
         self.problems = problems
+
+
+class _TooManyValues(Exception):
+    def __init__(self, line: int) -> None:
+        super().__init__(line)
+        self.line = line
+
+
+class _CountingLoader(yaml.SafeLoader):
+    """The safe loader's composer, counting values as it composes so a huge file stops early."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self.values = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
+        self.values += 1
+        if self.values > MAX_VALUES:
+            event = self.peek_event()
+            raise _TooManyValues(event.start_mark.line + 1 if event.start_mark is not None else 1)
+        return super().compose_node(parent, index)
 
 
 def _line(node: yaml.Node) -> int:
@@ -70,7 +100,10 @@ def compose_checked(text: str) -> tuple[yaml.Node | None, list[tuple[int, str]]]
         return None, [(1, f"the file is {len(text):,} characters long; a configuration over "
                           f"{MAX_YAML_CHARS:,} is refused (is it the right file?)")]
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        root = yaml.compose(text, Loader=_CountingLoader)
+    except _TooManyValues as e:
+        return None, [(e.line, f"the YAML holds more than {MAX_VALUES:,} values; a configuration is far smaller "
+                               "(is it the right file?)")]
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         # e.problem only: str(e) quotes the offending line, which may hold a pasted secret
@@ -135,24 +168,44 @@ def _check_node(node: yaml.Node, constructor: yaml.SafeLoader) -> tuple[int, str
     if isinstance(node, yaml.ScalarNode):
         if node.tag == _STD + "merge":  # the '<<' key itself
             return None
-        try:
-            constructor.construct_object(node)
-        except Exception:  # noqa: BLE001 - ValueError for "!!int abc", ConstructorError for bad base64 ...
-            return _line(node), f"this value cannot be read as {_tag(node.tag)}; remove the tag or fix the value"
-        return None
+        return _scalar_problem(node, constructor)
     if isinstance(node, yaml.MappingNode):
-        first: dict[tuple[str, str], int] = {}
+        first: dict[object, int] = {}
         for key, _ in node.value:
             if not isinstance(key, yaml.ScalarNode):
                 return _line(key), "a mapping key must be a plain word, not a list or a mapping"
             if key.tag == _STD + "merge":
                 continue
-            ident = (key.tag, key.value)
+            ident = _key_identity(key, constructor)
             if ident in first:
                 return _line(key), (f"duplicate key {clean_text(key.value, 60)!r} (first at line {first[ident]}); "
                                     "YAML would silently keep only the last one: remove or rename one of them")
             first[ident] = _line(key)
     return None
+
+
+def _scalar_problem(node: yaml.ScalarNode, constructor: yaml.SafeLoader) -> tuple[int, str] | None:
+    if node.tag in (_STD + "int", _STD + "float") and len(node.value) > MAX_NUMBER_CHARS:
+        return _line(node), (f"this number is {len(node.value):,} characters long; write it with at most "
+                             f"{MAX_NUMBER_CHARS} (or quote it if it is meant as text)")
+    try:
+        constructor.construct_object(node)
+    except Exception:  # noqa: BLE001 - ValueError for "!!int abc", ConstructorError for bad base64 ...
+        return _line(node), f"this value cannot be read as {_tag(node.tag)}; remove the tag or fix the value"
+    return None
+
+
+def _key_identity(key: yaml.ScalarNode, constructor: yaml.SafeLoader) -> object:
+    """What a key means, not how it is written: ``yes``/``true`` and ``~``/``null`` are the same key to YAML."""
+    if _scalar_problem(key, constructor) is None:
+        value = constructor.construct_object(key)
+        try:
+            hash(value)
+        except TypeError:
+            pass
+        else:
+            return ("value", value)  # equal as dict keys: 1, 1.0 and true collide in the mapping YAML builds
+    return ("text", key.tag, key.value)
 
 
 def _flatten_merges(root: yaml.Node) -> list[tuple[int, str]]:

@@ -84,6 +84,17 @@ def main() -> None:
                            sample_every=2 * a.every, wandb_min_interval=a.wandb_interval, **extra_kw,
                            **json.loads(a.cb_kwargs))
     original_cb = cb
+    timing: dict[str, float] = {}
+    callback_end = cb.on_train_end
+
+    def timed_train_end(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202 - the whole end of training, channels included
+        t0 = time.perf_counter()
+        try:
+            return callback_end(*args, **kwargs)
+        finally:
+            timing["on_train_end_seconds"] = time.perf_counter() - t0
+
+    cb.on_train_end = timed_train_end
 
     class KillWandb(TrainerCallback):
         """A real W&B outage: the wandb-core service process dies mid-run."""
@@ -166,7 +177,8 @@ def main() -> None:
                         for r in (cb.alert_config.rules if cb.alert_config else [])],
         "restored_callback": cb is not original_cb,
         "channel_wait_seconds": getattr(cb, "channel_wait_seconds", None), "train_seconds": train_seconds,
-        "output_dir": str(out / "trainer"),
+        "output_dir": str(out / "trainer"), **timing,
+        "written_at": time.time(),  # the parent measures from here to the process's end (exit hooks, daemon threads)
         "rollout_calls": cb.rollout_calls, "rollout_seconds": cb.rollout_seconds,
         "rollout_problem": cb._tap.problem if cb._tap is not None else None,
     }

@@ -30,6 +30,7 @@ from email.utils import formatdate, make_msgid
 from typing import Any, Protocol, runtime_checkable
 
 from ..core.rollouts import evidence_lines
+from ..core.text import clean_text
 
 __all__ = [
     "AlertMessage",
@@ -388,6 +389,10 @@ class EmailChannel:
                 self.redact(f"{self.name}: SMTP {exc.smtp_code} from {where}: {_one_line(str(detail))}"),
                 retryable=exc.smtp_code < 500,  # 5xx: auth refused, policy reject — retrying won't help
             ) from None
+        except UnicodeError as exc:  # its text quotes the character and its position: a piece of the password
+            raise ChannelError(f"{self.name}: {type(exc).__name__} talking to {where}: a character in the login or "
+                               "the message cannot be sent over SMTP (non-ASCII user name or password?)",
+                               retryable=False) from None
         except (smtplib.SMTPException, OSError, ValueError) as exc:
             # smtplib's own messages are fixed phrases; a socket error's text is replaced by its errno text
             smtp_own = isinstance(exc, smtplib.SMTPException) or not isinstance(exc, OSError)
@@ -436,6 +441,9 @@ class AsyncDispatcher:
         self._closed = False
         self._stop = threading.Event()  # interrupts backoff sleeps on close()
         self._stats = {"sent": 0, "failed": 0, "dropped": 0, "retried": 0}
+        # (id of a message, channel) -> what its delivery is doing, for the owner's undelivered records
+        self._doing: dict[tuple[int, str], str] = {}
+        self._last_error: dict[tuple[int, str], str] = {}
         self._thread = threading.Thread(target=self._run, name="rlcluster-alerts", daemon=True)
         self._thread.start()
 
@@ -460,6 +468,18 @@ class AsyncDispatcher:
             self._cond.notify_all()
             return True
 
+    def progress(self, msg: AlertMessage, channel: str | None = None) -> str:
+        """Where the delivery of ``msg`` (to ``channel``, default the first) stands, in a few words: still
+        queued, an attempt in flight, or the last attempt's error while a retry waits. Empty when done."""
+        name = channel if channel is not None else (_name(self.channels[0]) if self.channels else "")
+        with self._cond:
+            doing = self._doing.get((id(msg), name))
+            if doing:
+                return doing
+            if any(m is msg for m in self._queue):
+                return "still queued, not attempted yet"
+        return ""
+
     def flush(self, timeout: float = 10.0) -> bool:
         """Wait at most ``timeout`` seconds for everything queued to be processed; True if drained."""
         with self._cond:
@@ -477,7 +497,8 @@ class AsyncDispatcher:
                 self._queue.clear()
                 self._pending -= abandoned
                 self._stats["dropped"] += abandoned
-                log.warning("alert dispatcher closed with %d undelivered alert(s)", abandoned)
+                if self.on_result is None:  # an owner with on_result records (and reports) each one itself
+                    log.warning("alert dispatcher closed with %d undelivered alert(s)", abandoned)
             self._stop.set()
             self._cond.notify_all()
         # The worker may be inside a send; that is bounded by the channel timeout and the thread is a daemon.
@@ -513,6 +534,8 @@ class AsyncDispatcher:
                     self._count("failed")
                     self._report(channel, msg, False, f"{_name(channel)}: dispatcher closed before delivery")
                     continue
+                self._note(channel, msg, f"attempt {attempt + 1} was in flight"
+                           + (f" after: {self._last(channel, msg)}" if attempt else ""))
                 err = self._attempt(channel, msg)
                 if err is None:
                     self._count("sent")
@@ -525,6 +548,8 @@ class AsyncDispatcher:
                 retryable = not isinstance(err, ChannelError) or err.retryable
                 if retryable and attempt < self.retries and not self._stop.is_set():
                     retry.append(channel)
+                    self._note(channel, msg, f"a retry was waiting after attempt {attempt + 1} failed: {err}",
+                               last=str(err))
                     if isinstance(err, ChannelError) and err.retry_after is not None:
                         delay = max(delay, min(err.retry_after, self.max_backoff))
                 else:
@@ -532,7 +557,9 @@ class AsyncDispatcher:
                     text = str(err)
                     if attempt and retryable:
                         text = f"{text} (after {attempt + 1} attempts)"
-                    log.warning("alert %r via %s failed: %s", _one_line(msg.title), _name(channel), text)
+                    if self.on_result is None:  # an owner with on_result logs the outcome itself
+                        log.warning("alert %r via %s failed: %s", clean_text(_one_line(msg.title), 200),
+                                    _name(channel), clean_text(text, 500))
                     self._report(channel, msg, False, text)
             if not retry:
                 return
@@ -556,11 +583,25 @@ class AsyncDispatcher:
         except Exception as exc:  # third-party channels may raise anything
             return _safe_text(channel, f"{_name(channel)}: {type(exc).__name__}: {exc}")
 
+    def _note(self, channel: Channel, msg: AlertMessage, doing: str, *, last: str | None = None) -> None:
+        with self._cond:
+            key = (id(msg), _name(channel))
+            self._doing[key] = doing
+            if last is not None:
+                self._last_error[key] = last
+
+    def _last(self, channel: Channel, msg: AlertMessage) -> str:
+        with self._cond:
+            return self._last_error.get((id(msg), _name(channel)), "")
+
     def _count(self, key: str, n: int = 1) -> None:
         with self._cond:
             self._stats[key] += n
 
     def _report(self, channel: Channel, msg: AlertMessage, ok: bool, error: str) -> None:
+        with self._cond:  # a final result: nothing left to say about this delivery
+            self._doing.pop((id(msg), _name(channel)), None)
+            self._last_error.pop((id(msg), _name(channel)), None)
         if self.on_result is None:
             return
         try:

@@ -11,6 +11,7 @@ import math
 import os
 import re
 import string
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -18,9 +19,9 @@ from typing import Any
 
 import yaml
 
-from ..core import GAUGE_CLASSES, GAUGE_IDS
-from ..core.keys import FAMILIES, canonical_family
-from ..core.readers import InputRefused, read_bounded
+from ..core import DIAGNOSIS_ID, GAUGE_CLASSES, GAUGE_IDS, REPORTING_CLASSES
+from ..core.keys import FAMILIES, LIVE_INPUT_KEYS, TRL_LOGGED_KEYS, canonical_family, is_reward_function_key
+from ..core.readers import InputRefused, InputTooLarge, read_bounded
 from ..core.text import clean_text
 from ..safe_yaml import MAX_YAML_CHARS, compose_checked, construct
 from .expr import ExprError, Expression, parse
@@ -32,7 +33,9 @@ TEMPLATE_FIELDS = frozenset({"value", "step", "rule", "gauge", "severity", "run_
                              "trainer", "message", "expr", "project"})
 RULE_KEYS = frozenset({"name", "gauge", "when", "finding", "min_severity", "for", "keep_firing_for", "severity",
                        "cooldown", "trainers", "title", "text", "inhibits", "channels", "enabled"})
-TOP_KEYS = frozenset({"version", "extends", "defaults", "gauges", "channels", "rules", "watchdog"})
+TOP_KEYS = frozenset({"version", "extends", "defaults", "gauges", "channels", "rules", "watchdog", "gold_rewards"})
+#: What a rule's ``gauge`` may name: a gauge, or the cross-gauge diagnoses.
+RULE_GAUGES = (*GAUGE_IDS, DIAGNOSIS_ID)
 DEFAULT_KEYS = frozenset({"for", "cooldown", "keep_firing_for", "channels"})
 CHANNEL_KEYS = {
     "slack": frozenset({"type", "webhook_url_env", "min_severity", "username", "channel", "timeout"}),
@@ -47,6 +50,10 @@ MAX_RENDERED = 4000
 #: Widest field and longest precision a template format spec may ask for ({value:>12.4g} is fine).
 MAX_SPEC_WIDTH = 100
 MAX_SPEC_PRECISION = 30
+#: Longest send timeout a channel may ask for, in seconds.
+MAX_CHANNEL_TIMEOUT = 120
+#: Problems (and, separately, warnings) listed per file; the rest are counted in one last line.
+MAX_REPORTED = 50
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 _TOKEN_PREFIXES = ("xox", "ghp_", "gho_", "ghs_", "ghu_", "github_pat_", "glpat", "AKIA", "sk_", "hooks")
 _SPEC = re.compile(r"(?:.?[<>=^])?[-+ ]?z?#?0?(?P<width>\d*)[,_]?(?:\.(?P<precision>\d+))?[bcdeEfFgGnosxX%]?",
@@ -93,6 +100,14 @@ class ChannelConfig:
     min_severity: str = "warn"
     line: int = 0
 
+    def __repr__(self) -> str:
+        # options as a checkpoint would store them (see safe_options): a pasted secret is never shown
+        shown = safe_options(self.type, self.options)
+        hidden = len(self.options) - len(shown)
+        more = f", {hidden} setting(s) not shown" if hidden else ""
+        return (f"ChannelConfig(name={self.name!r}, type={self.type!r}, options={shown!r}{more}, "
+                f"min_severity={self.min_severity!r}, line={self.line})")
+
 
 @dataclass
 class AlertConfig:
@@ -109,15 +124,25 @@ class AlertConfig:
     def to_dict(self) -> dict[str, Any]:
         """The rules as JSON-safe data, so a checkpoint can rebuild exactly these rules (``from_dict``)
         wherever and whenever it is resumed, whether they came from a file or were built in Python.
-        Channels keep their settings and the *names* of their secrets' environment variables only."""
+        Channels keep their known settings and the *names* of their secrets' environment variables only:
+        a setting that is unknown or invalid (a webhook URL pasted into ``webhook_url_env``) is left out."""
+        return self._data(safe=True)
+
+    def _data(self, *, safe: bool) -> dict[str, Any]:
+        channels = {}
+        for n, c in self.channels.items():
+            if safe and c.type not in CHANNEL_KEYS:
+                continue
+            options = safe_options(c.type, c.options) if safe else dict(c.options)
+            channels[n] = {"type": c.type, "options": _json_safe(options), "min_severity": c.min_severity,
+                           "line": c.line}
         return {
             "format": CONFIG_FORMAT,
             "sources": [str(x) for x in self.sources],
             "gauge_params": _json_safe(self.gauge_params),
-            "channels": {n: {"type": c.type, "options": _json_safe(c.options), "min_severity": c.min_severity,
-                             "line": c.line} for n, c in self.channels.items()},
+            "channels": channels,
             "rules": [{"name": r.name, "gauge": r.gauge, "severity": r.severity,
-                       "when": r.when.text if r.when is not None else None, "finding": r.finding,
+                       "when": getattr(r.when, "text", r.when), "finding": r.finding,
                        "min_severity": r.min_severity, "for": r.for_, "keep_firing_for": r.keep_firing_for,
                        "cooldown": r.cooldown, "trainers": list(r.trainers), "title": r.title, "text": r.text,
                        "inhibits": list(r.inhibits), "channels": list(r.channels) if r.channels is not None else None,
@@ -127,57 +152,126 @@ class AlertConfig:
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "checkpoint") -> AlertConfig:
-        """Rebuild the rules written by :meth:`to_dict`; raises ConfigError naming what is wrong."""
-        problems: list[str] = []
+        """Rebuild the rules written by :meth:`to_dict`, through the same checks as a YAML file; raises
+        ConfigError naming what is wrong."""
         if not isinstance(data, dict) or data.get("format") != CONFIG_FORMAT:
             raise ConfigError([f"{where}: stored alert rules are not in the {CONFIG_FORMAT} format; pass alerts= "
                                "again (a path or an AlertConfig)"])
-        rules: list[Rule] = []
-        for i, d in enumerate(data.get("rules") or []):
-            try:
-                when = d.get("when")
-                expr = parse(when) if when is not None else None
-                finding = d.get("finding")
-                if finding is not None:
-                    re.compile(finding)
-                if d["gauge"] not in GAUGE_IDS or d["severity"] not in SEVERITIES:
-                    raise ValueError("unknown gauge or severity")
-                rules.append(Rule(
-                    name=str(d["name"]), gauge=str(d["gauge"]), severity=str(d["severity"]), when=expr,
-                    finding=finding, min_severity=str(d.get("min_severity", "warn")), for_=int(d.get("for", 1)),
-                    keep_firing_for=int(d.get("keep_firing_for", 0)), cooldown=float(d.get("cooldown", 600.0)),
-                    trainers=tuple(str(t) for t in d.get("trainers") or ()), title=str(d.get("title", "")),
-                    text=str(d.get("text", "")), inhibits=tuple(str(t) for t in d.get("inhibits") or ()),
-                    channels=tuple(d["channels"]) if d.get("channels") is not None else None,
-                    line=int(d.get("line", 0)), source=str(d.get("source", where))))
-            except (ExprError, re.error, KeyError, TypeError, ValueError, AttributeError) as e:
-                problems.append(f"{where}: stored rule #{i + 1}: {clean_text(e, 200)}")
-        channels: dict[str, ChannelConfig] = {}
-        for n, c in (data.get("channels") or {}).items():
-            try:
-                channels[str(n)] = ChannelConfig(name=str(n), type=str(c["type"]), options=dict(c.get("options") or {}),
-                                                 min_severity=str(c.get("min_severity", "warn")),
-                                                 line=int(c.get("line", 0)))
-            except (KeyError, TypeError, ValueError, AttributeError) as e:
-                problems.append(f"{where}: stored channel {clean_text(n, 40)!r}: {clean_text(e, 200)}")
-        from .liveness import check_value
-
-        watchdog: dict[str, Any] = {}
-        for k, v in (data.get("watchdog") or {}).items():
-            value, problem = check_value(str(k), v)
-            if problem:
-                problems.append(f"{where}: stored watchdog setting: {problem}")
-            else:
-                watchdog[str(k)] = value
-        if problems:
-            raise ConfigError(problems)
-        params = data.get("gauge_params") or {}
-        return cls(rules=rules, channels=channels,
-                   gauge_params={str(g): dict(v) for g, v in params.items() if isinstance(v, dict)},
-                   sources=tuple(str(x) for x in data.get("sources") or ()), watchdog=watchdog)
+        return _from_data(data, where)
 
 
 CONFIG_FORMAT = "rlcluster-alerts/1"
+
+
+def validate_config(config: AlertConfig, where: str = "AlertConfig") -> AlertConfig:
+    """An AlertConfig built in Python (or changed after loading) checked like a YAML file: the checked copy,
+    or ConfigError listing every problem. One set of checks for files, objects and checkpoints."""
+    if not isinstance(config, AlertConfig):
+        raise ConfigError([f"{where}: alerts= must be a path, an AlertConfig, a stored dict, None or False, "
+                           f"not {type(config).__name__}"])
+    checked = _from_data(config._data(safe=False), where)
+    # warnings already given with their file and line are not repeated without them
+    known = {w.split(": warning: ", 1)[-1] for w in config.warnings}
+    checked.warnings = list(config.warnings) + [w for w in checked.warnings
+                                                if w.split(": warning: ", 1)[-1] not in known]
+    checked.sources = tuple(config.sources)
+    return checked
+
+
+def _from_data(data: dict[str, Any], where: str) -> AlertConfig:
+    """Rules, channels and gauge settings in the stored form (``AlertConfig._data``), through the validators
+    of the YAML path; problems are reported as ``WHERE: rule 'x': ...``."""
+    loc = _Loc(where)
+    raw_channels = data.get("channels") or {}
+    channels: dict[str, ChannelConfig] = {}
+    if not isinstance(raw_channels, dict):
+        loc.err(0, "'channels' must map channel names to their settings")
+        raw_channels = {}
+    for n, c in raw_channels.items():
+        if not isinstance(c, dict) or not isinstance(c.get("options", {}), dict):
+            loc.err(0, f"channel {clean_text(n, 40)!r} must be a mapping with a 'type' and 'options'")
+            continue
+        value = {**(c.get("options") or {}), "type": c.get("type"), "min_severity": c.get("min_severity", "warn")}
+        ch = _channel_value(loc, str(n), value, 0)
+        if ch is not None:
+            ch.line = c.get("line", 0) if isinstance(c.get("line", 0), int) else 0
+            channels[str(n)] = ch
+    gauges = _gauge_params(loc, [(g, 0, list((v or {}).items()) if isinstance(v, dict) else v)
+                                 for g, v in (data.get("gauge_params") or {}).items()])
+    raw_rules = data.get("rules") or []
+    if not isinstance(raw_rules, list):
+        loc.err(0, "'rules' must be a list")
+        raw_rules = []
+    rules: list[Rule] = []
+    for i, d in enumerate(raw_rules):
+        if not isinstance(d, dict):
+            loc.err(0, f"rule #{i + 1} must be a mapping with at least 'name'")
+            continue
+        raw: dict[str, Any] = {k: v for k, v in d.items() if k in RULE_KEYS and k != "finding"}
+        if d.get("finding") is not None:
+            raw["_finding_regex"] = d["finding"]  # stored as the compiled pattern, not the glob a file holds
+        raw.update(_line=0, _lines={})
+        rule = _finish_rule(loc, raw, {}, set(channels) | set(raw_channels), where)
+        if rule is not None:
+            line, source = d.get("line", 0), d.get("source")
+            rule.line = line if isinstance(line, int) and not isinstance(line, bool) else 0
+            rule.source = str(source) if source else where
+            rules.append(rule)
+    names = {r.name for r in rules} | {str(d.get("name")) for d in raw_rules if isinstance(d, dict)}
+    for r in rules:
+        for target in r.inhibits:
+            if target not in names:
+                loc.err(0, f"rule {r.name!r} inhibits unknown rule {target!r}{_did_you_mean(target, names)}")
+    from .liveness import check_value
+
+    watchdog: dict[str, Any] = {}
+    raw_watchdog = data.get("watchdog") or {}
+    if not isinstance(raw_watchdog, dict):
+        loc.err(0, "'watchdog' must map setting names to values")
+        raw_watchdog = {}
+    for k, v in raw_watchdog.items():
+        value, problem = check_value(str(k), v)
+        if problem:
+            loc.err(0, f"stored watchdog setting: {problem}")
+        else:
+            watchdog[str(k)] = value
+    problems = loc.report()
+    if problems:
+        raise ConfigError(problems)
+    sources = data.get("sources") or ()
+    return AlertConfig(rules=rules, channels=channels, gauge_params=gauges,
+                       sources=tuple(str(x) for x in sources) if isinstance(sources, (list, tuple)) else (),
+                       warnings=loc.report_warnings(), watchdog=watchdog)
+
+
+def safe_options(ctype: str, options: dict[str, Any]) -> dict[str, Any]:
+    """The channel settings that are safe to store and show: known settings with valid values only (a
+    secret pasted into a ``*_env`` field, ``timeout`` or an unknown key such as ``password`` is left out)."""
+    keys = CHANNEL_KEYS.get(ctype, frozenset())
+    return {k: v for k, v in options.items()
+            if k in keys and k not in ("type", "min_severity") and option_problem(k, v) is None}
+
+
+def option_problem(key: str, value: Any) -> str | None:
+    """Why a channel setting's value is refused (never repeating the value), or None."""
+    if key in ENV_FIELDS:
+        return env_name_problem(value)
+    if key in ("starttls", "ssl", "allow_plaintext_auth"):
+        return None if isinstance(value, bool) else "must be true or false"
+    if key == "timeout":
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value <= MAX_CHANNEL_TIMEOUT
+        return None if ok else f"must be a number of seconds, more than 0 and at most {MAX_CHANNEL_TIMEOUT}"
+    if key == "port":
+        ok = isinstance(value, int) and not isinstance(value, bool) and 0 < value < 65536
+        return None if ok else "must be an integer 1-65535"
+    if key == "recipients":
+        ok = isinstance(value, list) and value and all(isinstance(x, str) and x for x in value)
+        return None if ok else "must be a list of addresses"
+    if key in ("host", "sender", "username", "channel"):
+        return None if isinstance(value, str) and value.strip() else "must be a non-empty string"
+    if key == "min_severity":
+        return None if value in SEVERITIES else "must be info, warn or stop"
+    return None
 
 
 def _json_safe(value: Any) -> Any:
@@ -211,8 +305,11 @@ def env_name_problem(value: Any) -> str | None:
     which may be the very secret (a webhook URL, a token) pasted into the wrong field."""
     if not isinstance(value, str) or not value:
         return "must be the name of an environment variable (e.g. RLCLUSTER_SLACK_WEBHOOK)"
-    if (not _ENV_NAME.fullmatch(value) or value.startswith(_TOKEN_PREFIXES)
-            or (len(value) >= 16 and "_" not in value and any(c.isdigit() for c in value))):
+    # Names are UPPER_CASE by convention; a word with lower-case letters and no '_' (hunter2, sEcReT...) or a
+    # long run of capitals and digits with no '_' is a pasted secret far more often than a name.
+    lower = any(c.islower() for c in value)
+    token_like = "_" not in value and (lower or (len(value) >= 24 and any(c.isdigit() for c in value)))
+    if not _ENV_NAME.fullmatch(value) or value.startswith(_TOKEN_PREFIXES) or token_like:
         return ("must be the NAME of an environment variable (letters, digits, _), and the value given looks like "
                 "a URL or a secret itself (not shown here): put the secret in an environment variable, write its "
                 "name here, and rotate the secret if this file was shared")
@@ -240,18 +337,44 @@ def parse_duration(value: Any) -> float | None:
 
 
 class _Loc:
-    """Line lookups for a composed YAML document."""
+    """Problems and warnings of one file (or object), each ``PATH:LINE: message`` (``PATH: message`` without
+    a line). At most MAX_REPORTED of each are kept: a file with thousands of mistakes is the wrong file, and
+    its messages would be megabytes. A message may be given as a callable, built only if it is kept."""
 
     def __init__(self, path: str) -> None:
         self.path = path
         self.problems: list[str] = []
         self.warnings: list[str] = []
+        self.more_problems: list[int] = []  # lines of the problems not kept
+        self.more_warnings: list[int] = []
 
-    def err(self, line: int, msg: str) -> None:
-        self.problems.append(f"{self.path}:{line}: {msg}")
+    def _where(self, line: int) -> str:
+        return f"{self.path}:{line}: " if line else f"{self.path}: "
 
-    def warn(self, line: int, msg: str) -> None:
-        self.warnings.append(f"{self.path}:{line}: warning: {msg}")
+    def err(self, line: int, msg: str | Callable[[], str]) -> None:
+        if len(self.problems) >= MAX_REPORTED:
+            self.more_problems.append(line)
+            return
+        self.problems.append(self._where(line) + (msg() if callable(msg) else msg))
+
+    def warn(self, line: int, msg: str | Callable[[], str]) -> None:
+        if len(self.warnings) >= MAX_REPORTED:
+            self.more_warnings.append(line)
+            return
+        self.warnings.append(self._where(line) + "warning: " + (msg() if callable(msg) else msg))
+
+    def report(self) -> list[str]:
+        more = self.more_problems
+        if not more:
+            return list(self.problems)
+        return [*self.problems, self._where(more[0]) + f"and {len(more):,} more problems (not shown); fix the ones "
+                                                       "above first"]
+
+    def report_warnings(self) -> list[str]:
+        more = self.more_warnings
+        if not more:
+            return list(self.warnings)
+        return [*self.warnings, self._where(more[0]) + f"warning: and {len(more):,} more warnings (not shown)"]
 
 
 def _line(node: yaml.Node) -> int:
@@ -280,22 +403,12 @@ def _did_you_mean(word: str, options: Any) -> str:
 
 @lru_cache(maxsize=1)
 def known_metrics() -> frozenset[str]:
-    """Every metric name a rule may reference: TRL's keys and rlcluster's derived values."""
-    from ..core import InstrumentCluster
-    from ..core.keys import LIVE_INPUT_KEYS
-    from ..synthetic import generate_run
-
-    names: set[str] = set(LIVE_INPUT_KEYS)
-    for fam, trainer in (("grpo_kl", "grpo"), ("dpo", "dpo"), ("ppo", "ppo"), ("sft", "sft")):
-        run = generate_run(fam, None, n_steps=60, seed=0, with_eval=fam == "sft")
-        c = InstrumentCluster(trainer=trainer)
-        for r in run.rows:
-            names.update(k for k in r if k != "step")
-            c.update(r)
-        for gid, g in c.gauges.items():
-            names.update(f"rlcluster/{gid}/{k}" for k in g.derived)
-    for gid in GAUGE_IDS:
-        names.add(f"rlcluster/{gid}/status")
+    """Every metric name a rule may reference: TRL's keys and rlcluster's derived values (static declarations:
+    ``TRL_LOGGED_KEYS`` and each gauge's ``inputs``/``outputs``; per-function rewards are matched by pattern)."""
+    names: set[str] = set(LIVE_INPUT_KEYS) | set(TRL_LOGGED_KEYS)
+    for g in REPORTING_CLASSES:
+        names.update(g.inputs)
+        names.update(f"rlcluster/{g.id}/{k}" for k in (*g.outputs, "status"))
     return frozenset(names)
 
 
@@ -322,8 +435,9 @@ def _check_template(loc: _Loc, line: int, what: str, text: Any) -> str:
                               f"{{value}} or {{step}}")
                 continue
             if base not in TEMPLATE_FIELDS:
-                loc.err(line, f"{what}: unknown field {{{fname}}}{_did_you_mean(base, TEMPLATE_FIELDS)}; "
-                              f"available: {', '.join(sorted(TEMPLATE_FIELDS))}")
+                loc.err(line, lambda fname=fname: f"{what}: unknown field {{{fname}}}"
+                                                  f"{_did_you_mean(fname, TEMPLATE_FIELDS)}; "
+                                                  f"available: {', '.join(sorted(TEMPLATE_FIELDS))}")
             if spec and "{" in spec:
                 loc.err(line, f"{what}: nested fields in a format spec are not allowed")
     except ValueError as e:
@@ -382,15 +496,16 @@ def _finish_rule(loc: _Loc, d: dict[str, Any], defaults: dict[str, Any], channel
         return None
     ok = True
     gauge = d.get("gauge")
-    if gauge not in GAUGE_IDS:
-        loc.err(ln("gauge"), f"rule {name!r}: unknown gauge {gauge!r}{_did_you_mean(str(gauge), GAUGE_IDS)}; "
-                             f"gauges: {', '.join(GAUGE_IDS)}")
+    if gauge not in RULE_GAUGES:
+        loc.err(ln("gauge"), f"rule {name!r}: unknown gauge {gauge!r}{_did_you_mean(str(gauge), RULE_GAUGES)}; "
+                             f"gauges: {', '.join(RULE_GAUGES)}")
         ok = False
     sev = _severity(loc, ln("severity"), "severity", d.get("severity", "warn"))
     ok = ok and sev is not None
     when, finding = d.get("when"), d.get("finding")
+    regex = d.get("_finding_regex")  # a rule built in Python or stored in a checkpoint holds the regex itself
     expr = None
-    if (when is None) == (finding is None):
+    if (when is None) == (finding is None and regex is None):
         loc.err(line, f"rule {name!r}: give exactly one of 'when' (an expression such as \"kl > 0.5\") or "
                       f"'finding' (a pattern of the gauge's built-in rules, e.g. \"*\")")
         ok = False
@@ -408,12 +523,23 @@ def _finish_rule(loc: _Loc, d: dict[str, Any], defaults: dict[str, Any], channel
             else:
                 known = known_metrics()
                 for n in expr.names:
-                    if n not in known and n.removeprefix("train/") not in known:
-                        loc.warn(ln("when"), f"rule {name!r}: metric {n!r} is not one rlcluster knows"
+                    bare = n.removeprefix("train/")
+                    if n not in known and bare not in known and not is_reward_function_key(bare):
+                        loc.warn(ln("when"), lambda n=n: f"rule {name!r}: metric {n!r} is not one rlcluster knows"
                                  f"{_did_you_mean(n, known)}; fine for a custom metric, otherwise a typo "
                                  "means this rule never fires")
     pattern = None
-    if finding is not None:
+    if regex is not None:
+        try:
+            re.compile(regex)
+            pattern = regex if isinstance(regex, str) else None
+        except (re.error, TypeError, ValueError, RecursionError, OverflowError):
+            pattern = None
+        if pattern is None:
+            loc.err(ln("finding"), f"rule {name!r}: 'finding' must be a regular expression over the gauge's rule "
+                                   "names, such as '^(?:truncation|length-explosion)$'")
+            ok = False
+    elif finding is not None:
         if not isinstance(finding, str) or not finding.strip():
             loc.err(ln("finding"), f"rule {name!r}: 'finding' must be a string such as \"*\" or "
                                    "\"truncation|length-explosion\"")
@@ -524,26 +650,17 @@ def _raw_document(path: str, text: str, loc: _Loc) -> dict[str, Any] | None:
             if not isinstance(vnode, yaml.MappingNode):
                 loc.err(kline, "'gauges' must map gauge ids to parameter overrides")
                 continue
-            by_id = {g.id: g for g in GAUGE_CLASSES}
-            for gid, gnode, gl in _pairs(vnode):
-                if gid not in by_id:
-                    loc.err(gl, f"unknown gauge {gid!r}{_did_you_mean(gid, GAUGE_IDS)}")
-                    continue
-                if not isinstance(gnode, yaml.MappingNode):
-                    loc.err(gl, f"gauges.{gid} must be a mapping of parameter: value")
-                    continue
-                allowed = set(by_id[gid].defaults)
-                for pk, pnode, gl in _pairs(gnode):
-                    pv = _value(pnode)
-                    if pk not in allowed:
-                        loc.err(gl, f"gauges.{gid}: unknown parameter {pk!r}{_did_you_mean(str(pk), allowed)}; "
-                                    f"parameters: {', '.join(sorted(allowed))}")
-                    elif type(pv) is not type(by_id[gid].defaults[pk]) and not (
-                            isinstance(pv, (int, float)) and isinstance(by_id[gid].defaults[pk], (int, float))
-                            and not isinstance(pv, bool)):
-                        loc.err(gl, f"gauges.{gid}.{pk} must be like {by_id[gid].defaults[pk]!r}, not {pv!r}")
-                    else:
-                        doc["gauges"].setdefault(gid, {})[pk] = pv
+            items = [(gid, gl, [(pk, pl, _value(pn)) for pk, pn, pl in _pairs(gnode)]
+                      if isinstance(gnode, yaml.MappingNode) else None) for gid, gnode, gl in _pairs(vnode)]
+            for gid, params in _gauge_params(loc, items).items():
+                doc["gauges"].setdefault(gid, {}).update(params)
+        elif key == "gold_rewards":  # held-out reward functions: the reward gauge's `gold` parameter
+            gold = _as_list(_value(vnode))
+            if not isinstance(gold, list) or not all(isinstance(g, str) and g.strip() for g in gold):
+                loc.err(kline, "'gold_rewards' must be a list of reward function names as TRL logs them "
+                               "(rewards/<name>/mean), e.g. gold_rewards: [verifier]")
+                continue
+            doc["gauges"].setdefault("reward", {})["gold"] = [g.strip() for g in gold]
         elif key == "channels":
             if not isinstance(vnode, yaml.MappingNode):
                 loc.err(kline, "'channels' must map channel names to their settings")
@@ -567,8 +684,39 @@ def _raw_document(path: str, text: str, loc: _Loc) -> dict[str, Any] | None:
     return doc
 
 
+def _gauge_params(loc: _Loc, items: list[tuple[Any, int, Any]]) -> dict[str, dict[str, Any]]:
+    """Checked per-gauge parameter overrides from ``(gauge id, line, [(param, line, value)] or a non-list)``;
+    the stored form gives ``(param, value)`` pairs and line 0."""
+    by_id = {g.id: g for g in GAUGE_CLASSES}
+    out: dict[str, dict[str, Any]] = {}
+    for gid, gl, params in items:
+        if gid not in by_id:
+            loc.err(gl, f"unknown gauge {clean_text(gid, 40)!r}{_did_you_mean(str(gid), GAUGE_IDS)}")
+            continue
+        if not isinstance(params, list):
+            loc.err(gl, f"gauges.{gid} must be a mapping of parameter: value")
+            continue
+        allowed = set(by_id[gid].defaults)
+        for item in params:
+            pk, pl, pv = item if len(item) == 3 else (item[0], gl, item[1])
+            default = by_id[gid].defaults.get(pk)
+            if pk not in allowed:
+                loc.err(pl, f"gauges.{gid}: unknown parameter {clean_text(pk, 40)!r}{_did_you_mean(str(pk), allowed)}; "
+                            f"parameters: {', '.join(sorted(allowed))}")
+            elif type(pv) is not type(default) and not (
+                    isinstance(pv, (int, float)) and isinstance(default, (int, float)) and not isinstance(pv, bool)):
+                loc.err(pl, f"gauges.{gid}.{pk} must be like {default!r}, not {clean_text(repr(pv), 60)}")
+            else:
+                out.setdefault(gid, {})[pk] = pv
+    return out
+
+
 def _channel(loc: _Loc, name: str, node: yaml.Node, line: int) -> ChannelConfig | None:
-    v = _value(node)
+    return _channel_value(loc, name, _value(node), line)
+
+
+def _channel_value(loc: _Loc, name: str, v: Any, line: int) -> ChannelConfig | None:
+    """One channel's settings (a YAML mapping, or an object's options with its type and min_severity)."""
     if not isinstance(v, dict):
         loc.err(line, f"channel {name!r} must be a mapping with a 'type' (slack or email)")
         return None
@@ -578,12 +726,13 @@ def _channel(loc: _Loc, name: str, node: yaml.Node, line: int) -> ChannelConfig 
         return None
     ok = True
     for k in v:
-        if k not in CHANNEL_KEYS[ctype]:
-            loc.err(line, f"channel {name!r}: unknown setting {k!r}{_did_you_mean(str(k), CHANNEL_KEYS[ctype])}")
+        if k not in CHANNEL_KEYS[ctype] and k not in ("password", "webhook_url", "url"):
+            loc.err(line, f"channel {name!r}: unknown setting {clean_text(k, 40)!r}"
+                          f"{_did_you_mean(str(k), CHANNEL_KEYS[ctype])}")
             ok = False
     for k in ("password", "webhook_url", "url"):
         if k in v:
-            loc.err(line, f"channel {name!r}: never put secrets in the file; use '{k}_env: ENV_VAR_NAME'")
+            loc.err(line, f"channel {name!r}: never put secrets in the configuration; use '{k}_env: ENV_VAR_NAME'")
             ok = False
     if ctype == "slack" and "webhook_url_env" not in v:
         loc.err(line, f"channel {name!r}: set 'webhook_url_env' to the name of the environment variable "
@@ -594,23 +743,21 @@ def _channel(loc: _Loc, name: str, node: yaml.Node, line: int) -> ChannelConfig 
         if problem:
             loc.err(line, f"channel {name!r}: '{k}' {problem}")
             ok = False
-    for k in ("starttls", "ssl", "allow_plaintext_auth"):
-        if k in v and not isinstance(v[k], bool):
-            loc.err(line, f"channel {name!r}: '{k}' must be true or false")
+    for k in ("starttls", "ssl", "allow_plaintext_auth", "timeout", "username", "channel"):
+        problem = option_problem(k, v[k]) if k in v and k in CHANNEL_KEYS[ctype] else None
+        if problem:
+            loc.err(line, f"channel {name!r}: '{k}' {problem}")
             ok = False
     if ctype == "email":
         for req in ("host", "sender", "recipients"):
             if req not in v:
                 loc.err(line, f"channel {name!r}: missing '{req}'")
                 ok = False
-        rec = v.get("recipients")
-        if rec is not None and not (isinstance(rec, list) and rec and all(isinstance(x, str) for x in rec)):
-            loc.err(line, f"channel {name!r}: 'recipients' must be a list of addresses")
-            ok = False
-        port = v.get("port", 25)
-        if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
-            loc.err(line, f"channel {name!r}: 'port' must be an integer 1-65535")
-            ok = False
+        for k in ("host", "sender", "recipients", "port"):
+            problem = option_problem(k, v[k]) if k in v else None
+            if problem:
+                loc.err(line, f"channel {name!r}: '{k}' {problem}")
+                ok = False
         tls = v.get("starttls") is True or v.get("ssl") is True
         if v.get("starttls") is True and v.get("ssl") is True:
             loc.err(line, f"channel {name!r}: use either 'starttls: true' (port 587) or 'ssl: true' (port 465), "
@@ -634,6 +781,10 @@ def _channel(loc: _Loc, name: str, node: yaml.Node, line: int) -> ChannelConfig 
 def _read(path: str | os.PathLike[str], loc: _Loc) -> str | None:
     try:
         data = read_bounded(path, limit=4 * MAX_YAML_CHARS)  # regular files only: a FIFO would block forever
+    except InputTooLarge:
+        loc.err(1, f"the file is over {4 * MAX_YAML_CHARS:,} bytes; a configuration over {MAX_YAML_CHARS:,} "
+                   "characters is refused (is it the right file?)")
+        return None
     except InputRefused as e:
         if str(e) == "no such file":
             loc.err(1, "no such file; check the path given to alerts=")
@@ -715,10 +866,10 @@ def load_config(path: str | os.PathLike[str] | None = None) -> AlertConfig:
             if isinstance(target, str) and target not in names and target not in merged_rules:
                 loc.err(r.get("_lines", {}).get("inhibits", r.get("_line", 0)),
                         f"rule {r.get('name')!r} inhibits unknown rule {target!r}{_did_you_mean(target, names)}")
-    problems = default_loc.problems + (user_loc.problems if user_loc else [])
+    problems = default_loc.report() + (user_loc.report() if user_loc else [])
     if problems:
         raise ConfigError(problems)
-    warnings = default_loc.warnings + (user_loc.warnings if user_loc else [])
+    warnings = default_loc.report_warnings() + (user_loc.report_warnings() if user_loc else [])
     sources = tuple(loc.path for loc, _ in docs)
     return AlertConfig(rules=rules, channels=channels, gauge_params=gauges, sources=sources, warnings=warnings,
                        watchdog=watchdog)

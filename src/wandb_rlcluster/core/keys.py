@@ -55,6 +55,35 @@ LIVE_INPUT_KEYS = frozenset({
     "rollouts/ceiling_frac_max", "rollouts/advantage_share_max",
 })
 LIVE_INPUT_PREFIXES = frozenset(k.split("/", 1)[0] for k in LIVE_INPUT_KEYS)
+
+# What TRL 1.16 / transformers 5 trainers log, by name (the per-reward-function keys ``rewards/<fn>/mean`` and
+# ``rewards/<fn>/std`` are open-ended: see ``is_reward_function_key``). Alert-rule validation uses this list to
+# tell a typo from a metric rlcluster knows; nothing is read from it at training time.
+TRL_LOGGED_KEYS = frozenset({
+    # every trainer (transformers' Trainer), eval and end-of-run summary rows
+    "loss", "grad_norm", "learning_rate", "epoch", "num_tokens", "mean_token_accuracy", "entropy",
+    "eval_loss", "eval_runtime", "eval_samples_per_second", "eval_steps_per_second",
+    "train_runtime", "train_samples_per_second", "train_steps_per_second", "total_flos", "train_loss",
+    # GRPO / RLOO
+    "reward", "reward_std", "frac_reward_zero_std", "kl", "step_time",
+    "completions/mean_length", "completions/min_length", "completions/max_length", "completions/clipped_ratio",
+    "completions/mean_terminated_length", "completions/min_terminated_length", "completions/max_terminated_length",
+    "clip_ratio/low_mean", "clip_ratio/low_min", "clip_ratio/high_mean", "clip_ratio/high_max",
+    "clip_ratio/region_mean",
+    # DPO / KTO / ORPO / reward model
+    "rewards/chosen", "rewards/rejected", "rewards/margins", "rewards/accuracies",
+    "logps/chosen", "logps/rejected", "logits/chosen", "logits/rejected", "accuracy", "margin",
+    # PPO (objective/kl is a per-sequence sum)
+    "eps", "episode", "objective/kl", "objective/entropy", "objective/non_score_reward", "objective/rlhf_reward",
+    "objective/scores", "policy/approxkl_avg", "policy/clipfrac_avg", "policy/entropy_avg", "loss/policy_avg",
+    "loss/value_avg", "val/clipfrac_avg", "val/ratio", "val/ratio_var", "val/num_eos_tokens",
+})
+
+
+def is_reward_function_key(key: str) -> bool:
+    """``rewards/<fn>/mean`` or ``rewards/<fn>/std``: one reward function's statistics (GRPO/RLOO)."""
+    parts = key.split("/")
+    return len(parts) == 3 and parts[0] == "rewards" and bool(parts[1]) and parts[2] in ("mean", "std")
 SUMMARY_KEYS = frozenset({"train_runtime", "train_loss", "total_flos"})
 
 FAMILIES = ("grpo", "dpo", "kto", "orpo", "online_dpo", "ppo", "reward", "sft")

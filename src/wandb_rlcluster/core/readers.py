@@ -22,19 +22,27 @@ import csv
 import gzip
 import io
 import json
+import math
 import os
 import re
 import stat
 import warnings
 import zlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["InputRefused", "LoadedLog", "LogReadError", "input_limit", "load_rows", "parse_rows_text", "read_bounded"]
+__all__ = ["InputRefused", "InputTooLarge", "LoadedLog", "LogReadError", "input_limit", "load_rows", "parse_rows_text",
+           "read_bounded"]
 
-#: Largest input read into memory, in bytes (a 100k-row trainer_state.json is ~100 MB). The
-#: environment variable ``RLCLUSTER_MAX_INPUT_BYTES`` changes it.
-MAX_INPUT_BYTES = 2 * 1024**3
+#: Largest input read into memory, in bytes (a 100k-row trainer_state.json is ~100 MB; reading costs
+#: ~3-6x the file). The environment variable ``RLCLUSTER_MAX_INPUT_BYTES`` changes it.
+MAX_INPUT_BYTES = 512 * 1024**2
+#: A gzip file may expand to at most this many times its own size (JSON logs compress 5-20x; a "gzip
+#: bomb" 1000x or more) ...
+MAX_GZIP_RATIO = 100
+#: ... except that up to this many bytes are always allowed (a small, very repetitive log).
+GZIP_RATIO_FLOOR = 32 * 1024**2
 #: Longest line the line-by-line readers (JSON Lines, stdout logs) try to parse: a logged row is a few KB.
 MAX_LINE_CHARS = 1 << 20
 #: Longest line handed to ``ast.literal_eval`` (Python-repr rows): its syntax tree costs ~100x the text.
@@ -72,22 +80,33 @@ _EXPECTED = (
     "expected a trainer_state.json, a JSON list of rows, JSON Lines, a W&B CSV export or a Trainer stdout log"
 )
 
-# Strings are matched (and kept verbatim) before bare tokens, so 'nan' inside a quoted key or
-# value is never rewritten; only a bare word standing where a value would stand is replaced.
-# A string that is never closed runs to the end of its line (the closing quote is optional): the
-# scan then goes on after it instead of retrying from every quote inside it, which made a long
-# line of escaped quotes cost quadratic time.
+# Strings are found (and kept verbatim) before bare tokens, so 'nan' inside a quoted key or value is
+# never rewritten; only a bare word standing where a value would stand is replaced. The scan runs over a
+# masked copy of the text in which every escape that could hide a quote or a backslash (\\, \", \')
+# is replaced by two NULs: same length, so positions carry over to the original. A string is then just a
+# quote, a run of other characters and an optional closing quote (an unclosed string stops at the end of
+# its line): single-character runs, which the regex engine matches in linear time with constant memory.
+# (An alternation such as "(?:[^"\\\n]|\\.)*" keeps one saved state per character: a 10 MB string cost
+# 1.2 GB. Possessive quantifiers would avoid it but need Python 3.11.)
 _TOKEN_RE = re.compile(
-    r"\"(?:[^\"\\\n]|\\.)*\"?"
-    r"|'(?:[^'\\\n]|\\.)*'?"
+    r"\"[^\"\n]*\"?"
+    r"|'[^'\n]*'?"
     r"|(?<![\w.])([-+]?)(nan|inf(?:inity)?|none|null|true|false)(?![\w.])",
     re.IGNORECASE,
 )
+_MASK = "\0\0"
+#: Replacements are joined into a chunk every this many pieces, so a text made of tokens costs a small
+#: multiple of its size, not a list of millions of small strings.
+_CHUNK_PIECES = 4096
 
-# Cheap first try for big files: quote nan/inf tokens in value position with a C-level template.
-# It may also hit text inside a string such as "a:nan,b", but quoting there always leaves two
-# JSON values side by side, so json.loads rejects the result and the string-aware rewrite runs.
+# Cheap first try for big files: quote nan/inf tokens in value position. It may also hit text inside a
+# string such as "a:nan,b", but quoting there always leaves two JSON values side by side, so json.loads
+# rejects the result and the string-aware rewrite runs.
 _VALUE_TOKEN_RE = re.compile(r"([:,\[]\s*)([-+]?(?:nan|inf(?:inity)?))(?=\s*[,}\]])", re.IGNORECASE)
+
+
+# An integer literal too long for int() (Python's 4,300-digit limit); 1e999 is a float literal for inf.
+_LONG_INT_RE = re.compile(r"(?<![\w.])\d{4000,}(?![\w.])")
 
 
 class LogReadError(ValueError):
@@ -105,6 +124,10 @@ class _TooLong(LogReadError):
 class InputRefused(ValueError):
     """A path that cannot or must not be read as an input file; ``str()`` is a short reason phrase
     (``"it is a named pipe (FIFO), not a regular file"``) that each caller puts after the file name."""
+
+
+class InputTooLarge(InputRefused):
+    """The file is over the size limit it was read with."""
 
 
 def input_limit() -> int:
@@ -126,10 +149,17 @@ def read_bounded(path: str | os.PathLike[str], limit: int | None = None) -> byte
 
     Every input file (logs, W&B run files, alert configs) is read through here, so none of them
     can block (a FIFO waits forever for a writer), stream forever (``/dev/zero``) or fill memory.
-    The file is opened without blocking and checked on the open descriptor, not by a path lookup
-    that a swap could fool. Raises :class:`InputRefused` with a short reason.
+    The path is looked at before it is opened (opening some devices has effects of its own), then
+    opened without blocking and checked again on the open descriptor, which a swap of the path cannot
+    fool. Raises :class:`InputRefused` with a short reason.
     """
     limit = input_limit() if limit is None else limit
+    try:  # look before opening: opening a device can itself do something (/dev/watchdog arms a timer)
+        kind = _not_regular(os.stat(path).st_mode)
+    except (OSError, ValueError):
+        kind = None  # open() below says why
+    if kind:
+        raise InputRefused(kind)
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
     try:
         fd = os.open(path, flags)
@@ -143,13 +173,11 @@ def read_bounded(path: str | os.PathLike[str], limit: int | None = None) -> byte
         raise InputRefused(f"it cannot be opened ({_os_reason(exc)})") from None
     try:
         st = os.fstat(fd)
-        if stat.S_ISDIR(st.st_mode):
-            raise InputRefused("it is a directory")
-        for test, kind in _FILE_KINDS:
-            if test(st.st_mode):
-                raise InputRefused(f"it is {kind}, not a regular file")
+        kind = _not_regular(st.st_mode)  # again on the open descriptor: the path may have been swapped
+        if kind:
+            raise InputRefused(kind)
         if st.st_size > limit:
-            raise InputRefused(f"it is {_size(st.st_size)}, over the {_size(limit)} input limit "
+            raise InputTooLarge(f"it is {_size(st.st_size)}, over the {_size(limit)} input limit "
                                "(set RLCLUSTER_MAX_INPUT_BYTES to raise it)")
         with os.fdopen(fd, "rb") as fh:
             fd = -1
@@ -162,8 +190,18 @@ def read_bounded(path: str | os.PathLike[str], limit: int | None = None) -> byte
         if fd >= 0:
             os.close(fd)
     if len(data) > limit:  # still growing while being read
-        raise InputRefused(f"it is over the {_size(limit)} input limit (set RLCLUSTER_MAX_INPUT_BYTES to raise it)")
+        raise InputTooLarge(f"it is over the {_size(limit)} input limit (set RLCLUSTER_MAX_INPUT_BYTES to raise it)")
     return data
+
+
+def _not_regular(mode: int) -> str | None:
+    """Why a file of this mode is refused, or None for a regular file."""
+    if stat.S_ISDIR(mode):
+        return "it is a directory"
+    for test, kind in _FILE_KINDS:
+        if test(mode):
+            return f"it is {kind}, not a regular file"
+    return None
 
 
 def _read_capped(fh: io.BufferedIOBase | gzip.GzipFile, limit: int, expected: int = 0) -> bytes:
@@ -263,7 +301,7 @@ def _parse(text: str, name: str, suffix: str) -> LoadedLog:
     if first in "{[":
         # Fast path: one C-level json.loads over the whole text (also accepts NaN/Infinity).
         try:
-            return _from_json(json.loads(stripped), name, stripped)
+            return _from_json(_loads(stripped), name, stripped)
         except json.JSONDecodeError as exc:
             json_error = exc
         except RecursionError:
@@ -277,7 +315,7 @@ def _parse(text: str, name: str, suffix: str) -> LoadedLog:
                     if not n:
                         continue
                     try:
-                        obj = json.loads(fixed)
+                        obj = _loads(fixed)
                     except json.JSONDecodeError as exc:
                         if _cut_off(exc, fixed):  # the rewrite mended the tokens; the end is still missing
                             json_error, stripped = exc, fixed
@@ -292,7 +330,7 @@ def _parse(text: str, name: str, suffix: str) -> LoadedLog:
     else:
         # A bare JSON scalar ("42", "null") deserves a precise message; other text fails fast here.
         try:
-            scalar = json.loads(stripped)
+            scalar = _loads(stripped)
         except (ValueError, RecursionError):
             pass
         else:
@@ -315,6 +353,24 @@ def _parse(text: str, name: str, suffix: str) -> LoadedLog:
     raise _error(name, "it is not a recognised log format", _EXPECTED)
 
 
+def _loads(text: str) -> object:
+    """``json.loads``, with an integer too long for ``int()`` (Python's 4,300-digit limit) read as a float:
+    a value that does not fit a float is non-finite, not an error that drops the file or the row."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        raise
+    except ValueError:  # "Exceeds the limit (4300 digits) for integer string conversion"
+        return json.loads(text, parse_int=_parse_int)
+
+
+def _parse_int(digits: str) -> int | float:
+    try:
+        return int(digits)
+    except ValueError:
+        return float(digits)  # float() has no digit limit: a huge integer becomes inf
+
+
 def _cut_off(exc: json.JSONDecodeError, text: str) -> bool:
     """True when the JSON is fine up to where the text ends: the file was cut off, not mistyped."""
     if exc.pos >= len(text) - 1:
@@ -329,8 +385,12 @@ def _has_row_lines(text: str, probe: int = 8) -> bool:
     start = 0
     seen = 0
     while seen < probe and start < len(text):
-        end = text.find("\n", start, start + MAX_LINE_CHARS)
+        end = text.find("\n", start)
         end = len(text) if end < 0 else end
+        if end - start > MAX_LINE_CHARS:  # too long to be a row (and not worth a second parse of the text)
+            seen += 1
+            start = end + 1
+            continue
         line = text[start:end].strip().rstrip(",")
         start = end + 1
         if not line:
@@ -514,13 +574,13 @@ def _embedded_dict_start(line: str) -> int:
 def _parse_line(s: str) -> tuple[object | None, bool]:
     """Return (object, parsed_as_python) or (None, False); never raises."""
     try:
-        return json.loads(s), False
+        return _loads(s), False
     except (ValueError, RecursionError):
         pass
     fixed, n = _fix_json_tokens(s)
     if n:
         try:
-            return json.loads(fixed), False
+            return _loads(fixed), False
         except (ValueError, RecursionError):
             pass
     # ast.literal_eval only builds literals, so a hostile line cannot run code; its syntax tree costs
@@ -528,51 +588,91 @@ def _parse_line(s: str) -> tuple[object | None, bool]:
     if len(s) > MAX_PY_LINE_CHARS:
         return None, False
     pyfixed, _ = _fix_tokens(s, python=True)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # compile() warns about odd literals in junk lines
-            return ast.literal_eval(pyfixed), True
-    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-        return None, False
+    for attempt in range(2):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # compile() warns about odd literals in junk lines
+                return ast.literal_eval(pyfixed), True
+        except (ValueError, SyntaxError) as exc:
+            # an integer over Python's 4,300-digit limit (a SyntaxError from the compiler): inf, as json reads it
+            if attempt or "integer string conversion" not in str(exc):
+                return None, False
+            pyfixed = _LONG_INT_RE.sub("1e999", pyfixed)
+        except (TypeError, MemoryError, RecursionError):
+            return None, False
+    return None, False
 
 
 def _quote_value_tokens(text: str) -> tuple[str, int]:
-    return _VALUE_TOKEN_RE.subn(r'\1"\2"', text)
+    def repl(m: re.Match[str]) -> str:
+        return f'{m.group(1)}"{m.group(2)}"'
+
+    return _rewrite(text, _VALUE_TOKEN_RE.finditer(text), repl)
 
 
 def _fix_json_tokens(text: str) -> tuple[str, int]:
     return _fix_tokens(text, python=False)
 
 
+def _rewrite(text: str, matches: Iterator[re.Match[str]], repl: Callable[[re.Match[str]], str | None]
+             ) -> tuple[str, int]:
+    """``text`` with each match replaced by ``repl(match)`` (None keeps it), and the number replaced.
+
+    Linear, and bounded in memory: pieces are joined into chunks as they come, so a text made of
+    millions of tokens costs about twice its size, not a list of millions of small strings.
+    """
+    chunks: list[str] = []
+    pieces: list[str] = []
+    last = count = 0
+    for m in matches:
+        out = repl(m)
+        if out is None:
+            continue
+        start = m.start()
+        pieces.append(text[last:start])
+        pieces.append(out)
+        last = m.end()
+        count += 1
+        if len(pieces) >= _CHUNK_PIECES:
+            chunks.append("".join(pieces))
+            pieces.clear()
+    if not count:
+        return text, 0
+    pieces.append(text[last:])
+    chunks.append("".join(pieces))
+    pieces.clear()
+    return "".join(chunks), count
+
+
 def _fix_tokens(text: str, *, python: bool) -> tuple[str, int]:
     """Rewrite bare nan/inf/None/true... tokens (outside strings) so json or literal_eval accept them.
 
     nan/inf become quoted strings, which row cleaning turns back into floats; None/null and
-    true/false are spelled the way the target parser wants.
+    true/false are spelled the way the target parser wants. Linear in time, and memory is a small
+    multiple of the text (see _TOKEN_RE and _rewrite).
     """
-    count = 0
+    masked = text
+    if "\\" in text:
+        masked = text.replace("\\\\", _MASK).replace('\\"', _MASK).replace("\\'", _MASK)
 
-    def repl(m: re.Match[str]) -> str:
-        nonlocal count
+    def repl(m: re.Match[str]) -> str | None:
         word = m.group(2)
         if word is None:
-            return m.group(0)  # a quoted string: keep verbatim
+            return None  # a quoted string: kept verbatim
         sign, low = m.group(1), word.lower()
         if low == "nan":
             out = '"nan"'
         elif low.startswith("inf"):
             out = '"-inf"' if sign == "-" else '"inf"'
         elif sign:
-            return m.group(0)  # '-true' is not something we can mend
+            return None  # '-true' is not something we can mend
         elif low in ("none", "null"):
             out = "None" if python else "null"
         else:
             out = low.capitalize() if python else low
-        if out != m.group(0):
-            count += 1
-        return out
+        return None if out == text[m.start():m.end()] else out
 
-    return _TOKEN_RE.sub(repl, text), count
+    return _rewrite(text, _TOKEN_RE.finditer(masked), repl)
 
 
 # --------------------------------------------------------------------------------------------
@@ -678,15 +778,18 @@ def _collect_meta(obj: dict[str, object]) -> dict[str, object]:
 
 
 def _meta_number(value: object) -> int | float | None:
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
+    """A finite run-level number (a global_step of 10**5000 or "nan" says nothing), or None."""
+    if isinstance(value, int) and not isinstance(value, bool):
         return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
     if isinstance(value, str):
         s = value.strip()
         try:
-            return int(s)
+            return int(s) if len(s) < 100 else None
         except ValueError:
             try:
-                return float(s)
+                return _meta_number(float(s))
             except ValueError:
                 return None
     return None
@@ -707,15 +810,21 @@ def _decode(data: bytes, name: str) -> str:
 
 
 def _gunzip(data: bytes, name: str) -> bytes:
-    """Decompress with the same cap as a plain file: a small gzip can expand a thousandfold."""
+    """Decompress, capped both by the input limit and by an expansion ratio: a small gzip can expand a
+    thousandfold (a 400 KB "gzip bomb" is 400 MB of text, and reading text costs several times its size)."""
     limit = input_limit()
+    ratio_cap = max(GZIP_RATIO_FLOOR, MAX_GZIP_RATIO * len(data))
+    cap = min(limit, ratio_cap)
     try:
         with gzip.GzipFile(fileobj=io.BytesIO(data)) as fh:
-            out = _read_capped(fh, limit, 4 * len(data))
+            out = _read_capped(fh, cap, 4 * len(data))
     except (OSError, EOFError, ValueError, zlib.error) as exc:
         raise _error(name, f"it is a damaged gzip file ({_os_reason(exc) if isinstance(exc, OSError) else exc})"
                      ) from None
-    if len(out) > limit:
+    if len(out) > cap:
+        if cap < limit:
+            raise _error(name, f"it decompresses to over {MAX_GZIP_RATIO}x its size ({_size(len(data))} to over "
+                               f"{_size(cap)}): a gzip bomb?", "if it is a real log, gunzip it first")
         raise _error(name, f"it decompresses to over the {_size(limit)} input limit",
                      "set RLCLUSTER_MAX_INPUT_BYTES to raise it")
     return out
@@ -750,7 +859,7 @@ def _describe_json_error(exc: json.JSONDecodeError, text: str) -> str:
     if _cut_off(exc, text):
         return (f"it stops in the middle of a value at line {exc.lineno}, after {len(text):,} characters: the file "
                 "was cut off, e.g. copied or read while being written; use the previous checkpoint")
-    return f"{exc.msg} at line {exc.lineno} column {exc.colno}"
+    return f"{exc.msg.removesuffix(' at')} at line {exc.lineno} column {exc.colno}"
 
 
 def _json_type(obj: object) -> str:

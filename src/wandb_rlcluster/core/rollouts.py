@@ -36,10 +36,10 @@ reward_signal): each gauge calls one of them from ``observe``, so its findings, 
 rules work as for any other input. Their thresholds are ordinary gauge parameters
 (:data:`ROLLOUT_DEFAULTS`), their derived values are listed in :data:`ROLLOUT_OUTPUTS`.
 
-For the cross-gauge diagnoses (issue #10's ``core/diagnosis.py``): ``length/length-paid`` is length moving
-with the reward (reward hacking's drift group), ``reward/reward-outliers`` a rise a loophole pays (its
-rising group), ``samples/identical-groups`` and ``samples/rollout-repetition`` the answers converging (a
-group of their own in mode collapse); each gauge's ``outputs`` gains ``ROLLOUT_OUTPUTS[gauge]``.
+In the cross-gauge diagnoses (``core/diagnosis.py``): ``length/length-paid`` is length moving with the
+reward (reward hacking's drift group), ``reward/reward-outliers`` a rise a loophole pays (its rising
+group), ``samples/identical-groups`` and ``samples/rollout-repetition`` the answers converging (a group of
+their own in mode collapse); diagnosis alerts carry the examples too.
 """
 
 from __future__ import annotations
@@ -107,8 +107,9 @@ ROLLOUT_KEYS: dict[str, str] = {
     "rollouts/advantage_share_max": "the largest advantage_share over the reward functions",
 }
 
-#: Gauges whose alerts carry rollout evidence (examples of completions).
-ROLLOUT_GAUGES = frozenset({"samples", "length", "reward", "reward_signal"})
+#: Gauges whose alerts carry rollout evidence (examples of completions): the four the statistics feed, and the
+#: cross-gauge diagnoses ("reward hacking?" is the alert that most needs the completions that earned the reward).
+ROLLOUT_GAUGES = frozenset({"samples", "length", "reward", "reward_signal", "diagnosis"})
 
 REPETITIVE = 0.5  # a completion repeating over half its n-grams is looping
 NEAR_IDENTICAL = 0.8  # n-gram Jaccard to the group's first completion
@@ -561,12 +562,22 @@ EVIDENCE_FOCUS: dict[str, str] = {
 }
 
 
+#: ... and by the finding a diagnosis leads with (its metric is ``gauge/rule``).
+RULE_FOCUS: dict[str, str] = {
+    "length-paid": "length", "length-grew": "length", "length-explosion": "length", "length-trend-up": "length",
+    "reward-hacking": "length", "rollout-repetition": "repetitive", "identical-groups": "identical",
+    "entropy-collapse": "identical", "length-variance-collapse": "identical", "zero-std-high": "identical",
+    "reward-outliers": "outlier", "empty-completions": "empty", "truncation": "no_eos",
+}
+
+
 def evidence_focus(metric: str) -> str | None:
-    """The evidence focus for an alert's metric (``rollouts/reward/acc/ceiling_frac`` -> ``ceiling:acc``)."""
+    """The evidence focus for an alert's metric (``rollouts/reward/acc/ceiling_frac`` -> ``ceiling:acc``;
+    a diagnosis led by ``samples/identical-groups`` -> ``identical``)."""
     metric = metric.removeprefix("train/")
     if metric.startswith("rollouts/reward/") and metric.endswith("/ceiling_frac"):
         return "ceiling:" + metric[16:-13]
-    return EVIDENCE_FOCUS.get(metric)
+    return EVIDENCE_FOCUS.get(metric) or RULE_FOCUS.get(metric.partition("/")[2].partition(":")[0])
 
 
 def evidence_lines(evidence: Iterable[Mapping[str, Any]], *, with_text: bool = True, width: int = 300) -> list[str]:
