@@ -166,6 +166,12 @@ def test_rloo_one_repeated_letter_shows_repetition_and_identical_groups(rloo_loo
     assert evidence == warn["evidence"]
     top = evidence[0]
     assert top["why"].startswith("most repetitive") and top["repetition"] > 0.5 and "aaaa" in top["completion"]
+    # the cross-gauge reading of the same step: "reward hacking" (the letter count pays for length too), and the
+    # alert a person gets at 3 a.m. shows the completions that earned the reward
+    diag = next(r for r in res["journal"] if r.get("gauge") == "diagnosis" and r.get("kind") == "firing")
+    assert "reward-hacking" in diag["title"]
+    hacked = _check_evidence_everywhere(res, slack[1], diag["rule"], diag["metric"])
+    assert hacked[0]["why"] == "top reward" and "aaaa" in hacked[0]["completion"]
 
 
 def test_offline_analysis_of_trl_completions_tables_gives_the_same_statistics(grpo_length: dict):
