@@ -26,8 +26,8 @@ os.environ.update(WANDB_MODE="offline", WANDB_SILENT="true", WANDB_DISABLE_GIT="
                   WANDB_PROJECT="rlcluster-tests", WANDB_DIR=sys.argv[1])
 import wandb
 from wandb_rlcluster import RLClusterCallback
-from wandb_rlcluster.demo import _bias_toward_eos, reward_length_chars
-from wandb_rlcluster.tiny import _texts, make_trainer
+from wandb_rlcluster.demo import reward_length_chars
+from wandb_rlcluster.tiny import _texts, bias_toward_eos, make_trainer
 
 def verifier(completions, **kwargs):
     """The held-out check: a short, finished answer (what the proxy's length bonus destroys)."""
@@ -39,7 +39,7 @@ cb = RLClusterCallback(gold_rewards=["verifier"], stop_on=None, grad_every=0, at
 trainer = make_trainer("grpo", output_dir=out + "/trainer", report_to="wandb", max_steps=64, seed=0,
                        learning_rate=8e-3, max_completion_length=64,
                        reward_funcs=[reward_length_chars, verifier], reward_weights=[1.0, 0.0], callbacks=[cb])
-_bias_toward_eos(trainer)
+bias_toward_eos(trainer)
 trainer.train()
 run_dir = os.path.dirname(wandb.run.dir)
 wandb.finish()

@@ -333,7 +333,7 @@ class AttentionEntropyGauge(Gauge):
     id = "attention_entropy"
     title = "Attention entropy"
     inputs = ("attention_entropy/mean",)
-    outputs = ("mean", "head_std", "vs_start", "vs_uniform", "max_possible")
+    outputs = ("mean", "head_std", "max_possible", "vs_start", "vs_uniform")
     live_only = True
     defaults = {"collapse_ratio": 0.3, "saturation": 0.95, "jump_z": 8.0}
 
