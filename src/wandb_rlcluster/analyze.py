@@ -40,7 +40,7 @@ SHOW: dict[str, tuple[str, ...]] = {
     "gradients": ("grad_norm", "spike_ratio", "spikes"),
     "learning_rate": ("learning_rate", "peak", "frac_at_zero"),
     "attention_entropy": ("mean", "vs_start"),
-    "samples": ("repetition_rate",),
+    "samples": ("repetition_rate", "rollout_repetitive_frac", "rollout_identical_groups"),
     "lora": ("norm_mean", "effective_rank", "norm_vs_start"),
     "efficiency": ("tokens_per_s", "step_time", "slowdown", "samples_per_s"),
     "convergence": ("eval_loss", "gap", "progress", "rows_since_improvement"),
@@ -109,6 +109,8 @@ class Analysis:
     first_step: int = 0
     last_step: int = 0
     alerts: list[Any] | None = None  # AlertEvents when rules were applied
+    #: example completions per finding, (gauge, rule, step) -> examples (rollouts_offline.add_evidence)
+    evidence: dict[tuple[str, str, int], list[dict[str, Any]]] = field(default_factory=dict)
 
     def verdict(self) -> str:
         """The worst finding; with alert rules, the worst alert that fired (as the live run would act)."""
@@ -120,6 +122,11 @@ class Analysis:
 
     def to_dict(self) -> dict[str, Any]:
         out = self.cluster.summary()
+        if self.evidence:
+            for f in out["findings"]:
+                ex = self.evidence.get((f["gauge"], f["rule"], f["step"]))
+                if ex:
+                    f["evidence"] = ex
         if self.alerts is not None:
             out["verdict"] = self.verdict()
             out["findings_verdict"] = self.cluster.verdict()
@@ -240,8 +247,11 @@ def load_any(path: str) -> LoadedLog:
         if not run.history:
             raise LogReadError(f"rlcluster: cannot read {path!r}: the W&B run has no history rows yet "
                                "(wandb flushes its file every ~15 s while a run is open)")
-        return LoadedLog(rows=run.history, source_format="wandb_offline_run", path=str(run.path),
-                         meta={"run_id": run.run_id})
+        from .rollouts_offline import with_rollouts  # TRL's completions tables -> rollout statistics
+
+        rows, rollouts = with_rollouts(run)
+        return LoadedLog(rows=rows, source_format="wandb_offline_run", path=str(run.path),
+                         meta={"run_id": run.run_id, "rollouts": rollouts})
     return load_rows(path)
 
 
@@ -253,9 +263,14 @@ def analyze_path(path: str, trainer: str | None = None, alerts: Any = None,
     """
     log: LoadedLog = load_any(path)
     max_steps = log.meta.get("max_steps") if isinstance(log.meta, dict) else 0
-    return analyze_stream(log.rows, trainer, source=str(path), source_format=log.source_format,
-                          max_steps=int(max_steps) if isinstance(max_steps, (int, float)) else 0, alerts=alerts,
-                          params=params)
+    analysis = analyze_stream(log.rows, trainer, source=str(path), source_format=log.source_format,
+                              max_steps=int(max_steps) if isinstance(max_steps, (int, float)) else 0, alerts=alerts,
+                              params=params)
+    if log.meta.get("rollouts") is not None:
+        from .rollouts_offline import add_evidence
+
+        add_evidence(analysis, log.meta["rollouts"])  # type: ignore[arg-type]
+    return analysis
 
 
 def merge_params(*layers: Mapping[str, Mapping[str, Any]] | None) -> dict[str, dict[str, Any]] | None:
@@ -343,6 +358,10 @@ def render_text(analysis: Analysis, color: bool | None = None, stream: Any = Non
             sev = f["severity"]
             lines.append(f"  step {f['step']:>6}  {paint(f'{sev.upper():<4}', sev)}  {c(f['gauge'])}/{c(f['rule'])}: "
                          f"{c(f['message'])}")
+            if f.get("evidence") and sev != "info":
+                from .core.rollouts import evidence_lines
+
+                lines.extend(f"                 e.g. {c(x)}" for x in evidence_lines(f["evidence"][:2], width=100))
     return "\n".join(lines)
 
 

@@ -42,9 +42,10 @@ class Pattern:
 
 
 _RISING = ("reward/reward-shift-up", "reward/reward-hacking", "reward/reward-component-dominant:*",
-           "reward/chosen-reward-runaway")
+           "reward/chosen-reward-runaway", "reward/reward-outliers")
+# length-paid: longer completions win inside their groups (rollouts, RLClusterCallback.attach), before the mean moves
 _DRIFT = ("length/length-trend-up", "length/length-grew", "length/length-explosion", "kl/kl-growing", "kl/kl-warn",
-          "kl/kl-stop", "reward_signal/length-reward-correlation")
+          "kl/kl-stop", "reward_signal/length-reward-correlation", "length/length-paid")
 _KL_UP = ("kl/kl-growing", "kl/kl-warn", "kl/kl-stop")
 
 PATTERNS: tuple[Pattern, ...] = (
@@ -75,7 +76,8 @@ PATTERNS: tuple[Pattern, ...] = (
     Pattern(
         "mode-collapse", "Mode collapse",
         (((("entropy/entropy-collapse", "entropy/entropy-collapse-persistent"),
-           ("length/length-variance-collapse",), ("reward_signal/zero-std-high", "reward_signal/zero-std-dead")), 2),),
+           ("length/length-variance-collapse",), ("reward_signal/zero-std-high", "reward_signal/zero-std-dead"),
+           ("samples/identical-groups", "samples/rollout-repetition")), 2),),
         "the policy converges on a few answers and the group signal dries up: raise the sampling temperature, "
         "use clip-higher (epsilon_high) or an entropy bonus, and filter prompts the model always gets right or "
         "always gets wrong.",

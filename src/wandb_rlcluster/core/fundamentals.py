@@ -6,6 +6,7 @@ import math
 
 from .gauge import Gauge, finite
 from .keys import Row
+from .rollouts import ROLLOUT_DEFAULTS, ROLLOUT_INPUTS, ROLLOUT_OUTPUTS, samples_rules
 from .stats import Baseline, Ewma, OctaveMean, RollingSlope, RollingWindow, robust_z
 
 # Families whose "loss" is a surrogate or an RL objective: near zero, signed,
@@ -372,18 +373,23 @@ class AttentionEntropyGauge(Gauge):
 
 
 class SamplesGauge(Gauge):
-    """Gauge 5 — generated samples: repetition loops and format drift (live runs only)."""
+    """Gauge 5 — generated samples: repetition loops and format drift (live runs only).
+
+    Reads the greedy probe samples and, with rollouts (``RLClusterCallback.attach`` or a W&B completions
+    table), the training completions themselves (``core/rollouts.py``).
+    """
 
     id = "samples"
     title = "Generation samples"
-    inputs = ("samples/repetition_rate",)
-    outputs = ("repetition_rate", "distinct_2", "mean_chars")
+    inputs = ("samples/repetition_rate", *ROLLOUT_INPUTS["samples"])
+    outputs = ("repetition_rate", "distinct_2", "mean_chars", *ROLLOUT_OUTPUTS["samples"])
     live_only = True
-    defaults = {"repetition": 0.5, "repetition_for": 2}
+    defaults = {"repetition": 0.5, "repetition_for": 2, **ROLLOUT_DEFAULTS["samples"]}
 
     def observe(self, row: Row) -> None:
-        r = row.values["samples/repetition_rate"]
-        if not finite(r):
+        samples_rules(self, row)
+        r = row.values.get("samples/repetition_rate")
+        if r is None or not finite(r):
             return
         self.derived["repetition_rate"] = r
         for k in ("samples/distinct_2", "samples/mean_chars"):

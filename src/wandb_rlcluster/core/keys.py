@@ -46,6 +46,13 @@ LIVE_INPUT_KEYS = frozenset({
     "gradients/nonfinite", "gradients/layer_spread", "gradients/sparsity",
     "efficiency/tokens_per_s", "efficiency/steps_per_s", "efficiency/mem_frac", "efficiency/util",
     "efficiency/rss_gb",
+    # rollout statistics (RLClusterCallback.attach, or TRL's completions table offline): what they mean is in
+    # core/rollouts.py ROLLOUT_KEYS, with the per-reward-function ones; tests/test_rollouts.py keeps both lists equal
+    "rollouts/completions", "rollouts/groups", "rollouts/mean_length", "rollouts/length_reward_corr",
+    "rollouts/length_reward_dof", "rollouts/identical_group_frac", "rollouts/near_identical_group_frac",
+    "rollouts/distinct_frac", "rollouts/empty_frac", "rollouts/no_eos_frac", "rollouts/repetition_mean",
+    "rollouts/repetitive_frac", "rollouts/reward_outlier_frac", "rollouts/reward_outlier_z",
+    "rollouts/ceiling_frac_max", "rollouts/advantage_share_max",
 })
 LIVE_INPUT_PREFIXES = frozenset(k.split("/", 1)[0] for k in LIVE_INPUT_KEYS)
 
@@ -132,6 +139,8 @@ def _canonical_key(raw: str) -> str | None:
         # Our own W&B keys: the live probes' raw inputs feed the live-only gauges when a run is
         # analysed offline; derived values and statuses are outputs, not inputs.
         rest = key[10:]
+        if rest.startswith("rollouts/reward/"):  # per-reward-function rollout statistics (attach())
+            return rest
         return rest if rest.split("/", 1)[0] in LIVE_INPUT_PREFIXES and rest in LIVE_INPUT_KEYS else None
     if key in ALIASES:
         return ALIASES[key]

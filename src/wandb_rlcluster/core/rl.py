@@ -15,6 +15,7 @@ from typing import Any
 
 from .gauge import Gauge, finite
 from .keys import Row
+from .rollouts import ROLLOUT_DEFAULTS, ROLLOUT_OUTPUTS, length_rules, reward_rules, reward_signal_rules
 from .stats import (
     Baseline,
     DiffNoise,
@@ -299,7 +300,7 @@ class RewardGauge(Gauge):
     outputs = ("reward", "reward_ewma", "trend_t", "length_corr", "accuracy_ewma", "margin", "margin_ewma",
                "margin_peak", "chosen_ewma", "reward_noise", "volatility_ratio", "shift_up", "shift_down", "gold",
                "gold_ewma", "gold_peak", "proxy_gold_gap", "proxy_gain_since_gold_peak", "gold_trend_t", "gold_half_t",
-               "margin_recent_t", "gold_drop")
+               "margin_recent_t", "gold_drop", *ROLLOUT_OUTPUTS["reward"])
     defaults = {
         "window": 15, "min_rows": 50, "plateau_t": 1.0, "plateau_for": 20,
         "flat_span": 1e-2, "flat_rows": 20, "flat_stop_rows": 50,
@@ -315,7 +316,7 @@ class RewardGauge(Gauge):
         "margin_learning_t": 2.0, "margin_plateau_growth": 0.2, "plateau_accuracy": 0.7, "margin_plateau_for": 15,
         "margin_plateau_rows": 20,
         "margin_shrink": 0.15, "margin_shrink_t": -2.0, "margin_shrink_sd": 5.0, "margin_shrink_for": 10,
-        "runaway_level": 1.0, "runaway_t": 3.0,
+        "runaway_level": 1.0, "runaway_t": 3.0, **ROLLOUT_DEFAULTS["reward"],
     }
 
     def setup(self) -> None:
@@ -394,6 +395,7 @@ class RewardGauge(Gauge):
     def observe(self, row: Row) -> None:
         if row.kind != "train":
             return
+        reward_rules(self, row)
         v = row.values
         if self.family in PREFERENCE_FAMILIES or "rewards/margins" in v:
             self._preference(row)
@@ -1151,7 +1153,8 @@ class LengthGauge(Gauge):
     title = "Generation length"
     inputs = ("completions/mean_length", "completions/clipped_ratio", "val/num_eos_tokens")
     outputs = ("mean_length", "truncation_gap", "vs_baseline", "spread", "clipped_ratio", "num_eos_tokens",
-               "length_trend_t", "spread_vs_start", "variance_vs_baseline", "length_projected")
+               "length_trend_t", "spread_vs_start", "variance_vs_baseline", "length_projected",
+               *ROLLOUT_OUTPUTS["length"])
     # A 2x / 0.5x ratio is far outside healthy drift, so a light EWMA (0.5) held 3 rows is enough; heavier
     # smoothing only delayed detection (benchmarks/detection, tuning seeds) and bought no fewer false alarms.
     defaults = {"explode": 2.0, "collapse": 0.5, "drift": 0.3, "for": 3, "smooth": 0.5, "truncation": 0.2,
@@ -1159,7 +1162,7 @@ class LengthGauge(Gauge):
                 "baseline_rows": 10, "drift_for": 5, "trend_rows": 60, "trend_t": 5.0, "trend_min": 0.25,
                 "trend_target": 0.45, "trend_now": 0.15,
                 "trend_for": 3, "gap": 0.1, "baseline_mean": 0.0, "baseline_std": 0.0, "batch_completions": 0,
-                "gold": [], "significance": 4.0}
+                "gold": [], "significance": 4.0, **ROLLOUT_DEFAULTS["length"]}
 
     def setup(self) -> None:
         p = self.p
@@ -1185,6 +1188,7 @@ class LengthGauge(Gauge):
     def observe(self, row: Row) -> None:
         if row.kind != "train":
             return
+        length_rules(self, row)
         v = row.values
         p = self.p
         d = self.derived
@@ -1482,9 +1486,11 @@ class RewardSignalGauge(Gauge):
     id = "reward_signal"
     title = "Reward signal (GRPO)"
     inputs = ("frac_reward_zero_std", "reward_std")
-    outputs = ("reward_std", "frac_zero_std", "frac_zero_std_ewma", "dead_components", "length_reward_corr")
+    outputs = ("reward_std", "frac_zero_std", "frac_zero_std_ewma", "dead_components", "length_reward_corr",
+               *ROLLOUT_OUTPUTS["reward_signal"])
     defaults = {"zero_std_warn": 0.5, "zero_std_stop": 0.99, "for": 5, "stop_for": 10, "smooth": 0.3,
-                "std_low": 0.05, "component_dead": 0.01, "component_for": 10, "gold": []}
+                "std_low": 0.05, "component_dead": 0.01, "component_for": 10, "gold": [],
+                **ROLLOUT_DEFAULTS["reward_signal"]}
 
     def setup(self) -> None:
         self.progress = RewardProgress(self.p["gold"])
@@ -1506,6 +1512,7 @@ class RewardSignalGauge(Gauge):
     def observe(self, row: Row) -> None:
         if row.kind != "train" or not self.applies():
             return
+        reward_signal_rules(self, row)
         v = row.values
         p = self.p
         d = self.derived
