@@ -726,8 +726,10 @@ class RewardGauge(Gauge):
                        "is not learning the preference.", for_=10)
             # Plateau: the margin stopped rising while accuracy is still far from where a learned preference sits.
             half = self.margin_half
-            grown = (me - self.margin_mark[0]) / max(abs(me), 1e-9) if half.rows() >= p["margin_plateau_rows"] \
-                else math.inf
+            # growth over the span's fitted line, not from the EWMA where it began (a lagging EWMA still climbs
+            # long after the margin has levelled off)
+            grown = half.prev.slope() * (half.rows() - 1) / max(abs(me), 1e-9) \
+                if half.rows() >= p["margin_plateau_rows"] else math.inf
             plateau = (warm and grown < p["margin_plateau_growth"] and me > 0
                        and p["accuracy_chance"] <= a < p["plateau_accuracy"] and not collapsed)
             self.check("margin-plateau", plateau, "warn", "rewards/margins", m,
@@ -1531,7 +1533,7 @@ class RewardSignalGauge(Gauge):
                        "are all zero and the policy receives no gradient. The task is either solved or "
                        "impossible for this model: change the prompts or the reward.", for_=p["stop_for"])
             # while the reward climbs clearly, groups losing their spread are mostly prompts being solved
-            solved = self.progress.improving(min_t=3.0)
+            solved = self.progress.improving(min_t=3.0) or self.progress.improving(min_t=2.0, now=True)
             self.check("zero-std-high", ze > p["zero_std_warn"] and not solved, "warn", "frac_reward_zero_std", f,
                        lambda: f"{ze:.0%} of groups have zero reward variance: the learning signal is vanishing "
                        "(prompts too easy or too hard). Filter prompts by difficulty or raise num_generations.",
