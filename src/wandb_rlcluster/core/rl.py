@@ -1162,7 +1162,7 @@ class LengthGauge(Gauge):
     defaults = {"explode": 2.0, "collapse": 0.5, "drift": 0.3, "for": 3, "smooth": 0.5, "truncation": 0.2,
                 "truncation_for": 3, "spread_collapse": 0.25, "spread_deep": 0.15, "variance_change": 0.5,
                 "baseline_rows": 10, "drift_for": 5, "trend_rows": 60, "trend_t": 5.0, "trend_min": 0.25,
-                "trend_target": 0.45, "trend_now": 0.15,
+                "trend_target": 0.45, "trend_now": 0.15, "drift_sd": 1.0,
                 "trend_for": 3, "gap": 0.1, "baseline_mean": 0.0, "baseline_std": 0.0, "batch_completions": 0,
                 "gold": [], "significance": 4.0, **ROLLOUT_DEFAULTS["length"]}
 
@@ -1260,16 +1260,19 @@ class LengthGauge(Gauge):
         sd = self.len_noise.sigma() * _BASE_EWMA_SD if len(self.len_noise) >= 10 else math.inf
         if abs(slow - b) < p["significance"] * sd:
             pct = 0.0
-        self.check("length-grew", pct > p["drift"], "warn", "completions/mean_length", L,
+        # past the line by the smoothed level's own noise: a healthy drift of 20-25 % plus one noisy stretch is not
+        # a 30 % change
+        past = abs(pct) - (p["drift_sd"] * sd / b if sd < math.inf else 0.0) > p["drift"]
+        self.check("length-grew", past and pct > 0, "warn", "completions/mean_length", L,
                    lambda: f"mean length is {pct:+.0%} vs the baseline ({b:.0f} -> {slow:.0f} tokens), past the "
                    f"{p['drift']:.0%} that deserves a look: the model is learning that verbosity pays. Check the "
                    "reward for a length bias; consider length normalisation or a brevity penalty.",
                    for_=p["drift_for"], clear=10)
-        self.check("length-shrank", pct < -p["drift"] and not improving, "warn", "completions/mean_length", L,
+        self.check("length-shrank", past and pct < 0 and not improving, "warn", "completions/mean_length", L,
                    lambda: f"mean length is {pct:+.0%} vs the baseline ({b:.0f} -> {slow:.0f} tokens) and the reward "
                    "is not improving: the model is learning that short answers are safer. Check the reward "
                    "distribution for penalties it avoids by saying less.", for_=p["drift_for"], clear=10)
-        self.check("length-shorter-concise", pct < -p["drift"] and improving, "info", "completions/mean_length", L,
+        self.check("length-shorter-concise", past and pct < 0 and improving, "info", "completions/mean_length", L,
                    lambda: f"mean length is {pct:+.0%} vs the baseline while the reward keeps improving: the model "
                    "is getting more concise. Usually healthy; read a few samples to be sure nothing is cut.",
                    for_=p["drift_for"], clear=10)
