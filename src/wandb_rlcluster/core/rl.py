@@ -82,7 +82,8 @@ class RewardProgress:
 
     def improving(self, min_t: float = 1.0, now: bool = False) -> bool:
         """Rising over the run (trend t >= ``min_t``: rewards are noisy), not back below its own average, and the
-        gold reward, when one is logged, not falling (a noisy held-out check rarely shows a clear rise).
+        gold reward, when one is logged, not falling (t > -1: a noisy held-out check rarely shows a clear rise,
+        and a flat one's trend is as often a little negative as a little positive).
 
         ``now``: also still clearly rising over the last 45 rows (t >= 1.5); a reward that climbed early and
         then stalled stays "up over the run" long after it stopped improving.
@@ -93,7 +94,7 @@ class RewardProgress:
             return False
         if self.recent.mean() < self.reg.sy / self.reg.n:
             return False
-        return not self.gold_keys or self.gold_reg.n < 10 or self.gold_reg.t_stat() >= 0.0
+        return not self.gold_keys or self.gold_reg.n < 10 or self.gold_reg.t_stat() > -1.0
 
     def state_dict(self) -> dict[str, Any]:
         return {"reg": self.reg.state_dict(), "recent": self.recent.state_dict(), "now": self.now.state_dict(),
