@@ -51,12 +51,13 @@ class RewardProgress:
     gauges stay independent and the batch path (gauge by gauge) sees what the live path sees.
     """
 
-    __slots__ = ("reg", "recent", "now", "gold_keys", "gold_reg", "n")
+    __slots__ = ("reg", "recent", "now", "half", "gold_keys", "gold_reg", "n")
 
     def __init__(self, gold: Iterable[str] = (), recent: int = 30) -> None:
         self.reg = RunningRegression()
         self.recent = RollingWindow(recent)
         self.now = RollingCorrelation(45)  # (row, reward): is it still rising?
+        self.half = HalfRunTrend()  # ... the same, before 45 rows are in: over the second half of the run so far
         self.gold_keys = tuple(f"rewards/{g}/mean" for g in gold)
         self.gold_reg = RunningRegression()
         self.n = 0
@@ -71,6 +72,7 @@ class RewardProgress:
         self.reg.push(float(self.n), r)
         self.recent.push(r)
         self.now.push(float(self.n), r)
+        self.half.push(r)
         if self.gold_keys:
             gs = [v[k] for k in self.gold_keys if k in v and finite(v[k])]
             if gs:
@@ -80,17 +82,19 @@ class RewardProgress:
         """Enough reward rows to say anything (a log without a reward has no context)."""
         return self.n >= 10
 
-    def improving(self, min_t: float = 1.0, now: bool = False) -> bool:
+    def improving(self, min_t: float = 1.0, now: bool = False, short: bool = True) -> bool:
         """Rising over the run (trend t >= ``min_t``: rewards are noisy), not back below its own average, and the
         gold reward, when one is logged, not falling (t > -1: a noisy held-out check rarely shows a clear rise,
         and a flat one's trend is as often a little negative as a little positive).
 
-        ``now``: also still clearly rising over the last 45 rows (t >= 1.5); a reward that climbed early and
-        then stalled stays "up over the run" long after it stopped improving.
+        ``now``: also still clearly rising over the last 45 rows (t >= 1.5; in a shorter log, over its second
+        half once that holds 15 rows, unless ``short`` is False); a reward that climbed early and then stalled
+        stays "up over the run" long after it stopped improving.
         """
         if self.n < 10 or self.reg.t_stat() < min_t:
             return False
-        if now and self.now.full and self.now.t_stat() < 1.5:
+        if now and (self.now.t_stat() if self.now.full else self.half.t_stat() if short and self.half.rows() >= 15
+                    else math.inf) < 1.5:
             return False
         if self.recent.mean() < self.reg.sy / self.reg.n:
             return False
@@ -98,12 +102,14 @@ class RewardProgress:
 
     def state_dict(self) -> dict[str, Any]:
         return {"reg": self.reg.state_dict(), "recent": self.recent.state_dict(), "now": self.now.state_dict(),
-                "gold_reg": self.gold_reg.state_dict(), "n": self.n}
+                "half": self.half.state_dict(), "gold_reg": self.gold_reg.state_dict(), "n": self.n}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.reg.load_state_dict(state["reg"])
         self.recent.load_state_dict(state["recent"])
         self.now.load_state_dict(state["now"])
+        if "half" in state:  # checkpoints from before it was kept
+            self.half.load_state_dict(state["half"])
         self.gold_reg.load_state_dict(state["gold_reg"])
         self.n = int(state["n"])
 
@@ -1537,7 +1543,7 @@ class RewardSignalGauge(Gauge):
                        "are all zero and the policy receives no gradient. The task is either solved or "
                        "impossible for this model: change the prompts or the reward.", for_=p["stop_for"])
             # while the reward climbs clearly, groups losing their spread are mostly prompts being solved
-            solved = self.progress.improving(min_t=3.0) or self.progress.improving(min_t=2.0, now=True)
+            solved = self.progress.improving(min_t=3.0) or self.progress.improving(min_t=2.0, now=True, short=False)
             self.check("zero-std-high", ze > p["zero_std_warn"] and not solved, "warn", "frac_reward_zero_std", f,
                        lambda: f"{ze:.0%} of groups have zero reward variance: the learning signal is vanishing "
                        "(prompts too easy or too hard). Filter prompts by difficulty or raise num_generations.",
