@@ -21,11 +21,13 @@ from .stats import (
     DiffNoise,
     Ewma,
     HalfRunTrend,
+    NoiseCusum,
     OctaveMean,
     RollingCorrelation,
     RollingSlope,
     RollingWindow,
     RunningRegression,
+    ScaleRef,
     ShiftDetector,
     robust_z,
 )
@@ -49,12 +51,13 @@ class RewardProgress:
     gauges stay independent and the batch path (gauge by gauge) sees what the live path sees.
     """
 
-    __slots__ = ("reg", "recent", "now", "gold_keys", "gold_reg", "n")
+    __slots__ = ("reg", "recent", "now", "half", "gold_keys", "gold_reg", "n")
 
     def __init__(self, gold: Iterable[str] = (), recent: int = 30) -> None:
         self.reg = RunningRegression()
         self.recent = RollingWindow(recent)
         self.now = RollingCorrelation(45)  # (row, reward): is it still rising?
+        self.half = HalfRunTrend()  # ... the same, before 45 rows are in: over the second half of the run so far
         self.gold_keys = tuple(f"rewards/{g}/mean" for g in gold)
         self.gold_reg = RunningRegression()
         self.n = 0
@@ -69,6 +72,7 @@ class RewardProgress:
         self.reg.push(float(self.n), r)
         self.recent.push(r)
         self.now.push(float(self.n), r)
+        self.half.push(r)
         if self.gold_keys:
             gs = [v[k] for k in self.gold_keys if k in v and finite(v[k])]
             if gs:
@@ -78,29 +82,34 @@ class RewardProgress:
         """Enough reward rows to say anything (a log without a reward has no context)."""
         return self.n >= 10
 
-    def improving(self, min_t: float = 1.0, now: bool = False) -> bool:
+    def improving(self, min_t: float = 1.0, now: bool = False, short: bool = True) -> bool:
         """Rising over the run (trend t >= ``min_t``: rewards are noisy), not back below its own average, and the
-        gold reward, when one is logged, not falling (a noisy held-out check rarely shows a clear rise).
+        gold reward, when one is logged, not falling (t > -1: a noisy held-out check rarely shows a clear rise,
+        and a flat one's trend is as often a little negative as a little positive).
 
-        ``now``: also still clearly rising over the last 45 rows (t >= 1.5); a reward that climbed early and
-        then stalled stays "up over the run" long after it stopped improving.
+        ``now``: also still clearly rising over the last 45 rows (t >= 1.5; in a shorter log, over its second
+        half once that holds 15 rows, unless ``short`` is False); a reward that climbed early and then stalled
+        stays "up over the run" long after it stopped improving.
         """
         if self.n < 10 or self.reg.t_stat() < min_t:
             return False
-        if now and self.now.full and self.now.t_stat() < 1.5:
+        if now and (self.now.t_stat() if self.now.full else self.half.t_stat() if short and self.half.rows() >= 15
+                    else math.inf) < 1.5:
             return False
         if self.recent.mean() < self.reg.sy / self.reg.n:
             return False
-        return not self.gold_keys or self.gold_reg.n < 10 or self.gold_reg.t_stat() >= 0.0
+        return not self.gold_keys or self.gold_reg.n < 10 or self.gold_reg.t_stat() > -1.0
 
     def state_dict(self) -> dict[str, Any]:
         return {"reg": self.reg.state_dict(), "recent": self.recent.state_dict(), "now": self.now.state_dict(),
-                "gold_reg": self.gold_reg.state_dict(), "n": self.n}
+                "half": self.half.state_dict(), "gold_reg": self.gold_reg.state_dict(), "n": self.n}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.reg.load_state_dict(state["reg"])
         self.recent.load_state_dict(state["recent"])
         self.now.load_state_dict(state["now"])
+        if "half" in state:  # checkpoints from before it was kept
+            self.half.load_state_dict(state["half"])
         self.gold_reg.load_state_dict(state["gold_reg"])
         self.n = int(state["n"])
 
@@ -144,6 +153,134 @@ class _Component:
         self.peak = float(state["peak"])
 
 
+class GoldCoupling:
+    """The gold reward read against the proxy component whose row-to-row noise it shares.
+
+    A held-out check and the trained reward score the same completions, so a batch that happens to be
+    easy moves both: the gold's noise is largely the proxy's. Regressing the gold's row-to-row changes on
+    each trained component's (and on the total reward's) finds the component that measures the same thing
+    (the correctness reward, not the format reward) and its slope ``beta``; ``gold - beta * component`` then
+    cancels the shared noise and is flat while the gains are real, whatever the reward does. It falls when
+    the proxy's gains stop reaching the gold (Gao et al. 2023), long before the noisy gold alone shows it.
+
+    The reference is the best level that difference held over a completed octave of the run (values
+    2^k .. 2^(k+1)), taken at its lower confidence bound so one lucky octave does not set it; the
+    comparison's standard error includes the slope's own uncertainty.
+    """
+
+    __slots__ = ("alpha", "sums", "last", "last_g", "n", "octs", "cur", "eg", "ep", "noise", "last_u", "match",
+                 "beta", "rho", "beta_se")
+
+    def __init__(self, noise_rows: int = 60, alpha: float = 0.1) -> None:
+        self.alpha = alpha
+        self.sums: dict[str, list[float]] = {}  # key -> [n, sum dx, sum dg, sum dx^2, sum dg^2, sum dx*dg]
+        self.last: dict[str, float] = {}
+        self.last_g = math.nan
+        self.n = 0
+        self.octs: list[list[Any]] = []  # completed octaves: [rows, mean gold, {key: mean}, last step]
+        self.cur: list[Any] = [0, 0.0, {}, 0]
+        self.eg = math.nan
+        self.ep: dict[str, float] = {}
+        self.noise = RollingWindow(noise_rows)
+        self.last_u = math.nan
+        self.match, self.beta, self.rho, self.beta_se = "", 0.0, 0.0, 0.0
+
+    def push(self, step: int, g: float, proxies: Mapping[str, float]) -> None:
+        a = self.alpha
+        self.n += 1
+        n = self.n
+        if n >= 4 and n & (n - 1) == 0 and self.cur[0]:  # close the octave
+            c = self.cur[0]
+            self.octs.append([c, self.cur[1] / c, {k: x / c for k, x in self.cur[2].items()}, self.cur[3]])
+            self.cur = [0, 0.0, {}, 0]
+        cur = self.cur
+        cur[0] += 1
+        cur[1] += g
+        cur[3] = step
+        lg = self.last_g
+        for k, x in proxies.items():
+            lx = self.last.get(k)
+            if lx is not None and lg == lg:
+                dx, dg = x - lx, g - lg
+                sm = self.sums.get(k)
+                if sm is None:
+                    sm = self.sums[k] = [0.0] * 6
+                sm[0] += 1
+                sm[1] += dx
+                sm[2] += dg
+                sm[3] += dx * dx
+                sm[4] += dg * dg
+                sm[5] += dx * dg
+            self.last[k] = x
+            e = self.ep.get(k)
+            self.ep[k] = x if e is None else e + a * (x - e)
+            cur[2][k] = cur[2].get(k, 0.0) + x
+        self.last_g = g
+        self.eg = g if self.eg != self.eg else self.eg + a * (g - self.eg)
+        # the component the gold moves with, and how strongly
+        best, rho_b, beta, se = "", 0.0, 0.0, 0.0
+        for k, sm in self.sums.items():
+            m = sm[0]
+            if m < 10:
+                continue
+            cxx = sm[3] - sm[1] * sm[1] / m
+            cyy = sm[4] - sm[2] * sm[2] / m
+            cxy = sm[5] - sm[1] * sm[2] / m
+            if cxx <= 0 or cyy <= 0:
+                continue
+            rho = cxy / math.sqrt(cxx * cyy)
+            if rho > rho_b:
+                best, rho_b, beta = k, rho, cxy / cxx
+                se = math.sqrt(max(cyy - beta * cxy, 0.0) / max(m - 2, 1.0) / cxx)
+        self.match, self.rho, self.beta, self.beta_se = best, rho_b, beta, se
+        if best:
+            u = g - beta * proxies[best]
+            if self.last_u == self.last_u:
+                self.noise.push(u - self.last_u)
+            self.last_u = u
+
+    def drop(self, inflate: float = 1.25, z_ref: float = 1.0, min_rows: int = 8) -> tuple[float, list[Any] | None]:
+        """How far (in standard errors) gold - beta * component now sits below its best octave, and that octave."""
+        k = self.match
+        if not k or len(self.noise) < 10:
+            return 0.0, None
+        beta = self.beta
+        sig = inflate * self.noise.std() / math.sqrt(2.0)
+        best: list[Any] | None = None
+        best_lcb = -math.inf
+        for o in self.octs:
+            if o[0] >= min_rows and k in o[2]:
+                lcb = o[1] - beta * o[2][k] - z_ref * sig / math.sqrt(o[0])
+                if lcb > best_lcb:
+                    best_lcb, best = lcb, o
+        if best is None:
+            return 0.0, None
+        ref = best[1] - beta * best[2][k]
+        now = self.eg - beta * self.ep[k]
+        dp = self.ep[k] - best[2][k]
+        se = math.sqrt(sig * sig * (self.alpha / (2.0 - self.alpha) + 1.0 / best[0]) + (self.beta_se * dp) ** 2)
+        return (ref - now) / max(se, 1e-12), best
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"sums": self.sums, "last": self.last, "last_g": self.last_g, "n": self.n, "octs": self.octs,
+                "cur": self.cur, "eg": self.eg, "ep": self.ep, "noise": self.noise.state_dict(), "last_u": self.last_u,
+                "fit": [self.match, self.beta, self.rho, self.beta_se]}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.sums = {k: [float(x) for x in v] for k, v in state["sums"].items()}
+        self.last = {k: float(x) for k, x in state["last"].items()}
+        self.last_g, self.n = float(state["last_g"]), int(state["n"])
+        self.octs = [[int(o[0]), float(o[1]), {k: float(x) for k, x in o[2].items()}, int(o[3])] for o in state["octs"]]
+        c = state["cur"]
+        self.cur = [int(c[0]), float(c[1]), {k: float(x) for k, x in c[2].items()}, int(c[3])]
+        self.eg = float(state["eg"])
+        self.ep = {k: float(x) for k, x in state["ep"].items()}
+        self.noise.load_state_dict(state["noise"])
+        self.last_u = float(state["last_u"])
+        m, b, r, se = state["fit"]
+        self.match, self.beta, self.rho, self.beta_se = str(m), float(b), float(r), float(se)
+
+
 class RewardGauge(Gauge):
     """Gauge 9 — reward dynamics.
 
@@ -170,15 +307,16 @@ class RewardGauge(Gauge):
     outputs = ("reward", "reward_ewma", "trend_t", "length_corr", "accuracy_ewma", "margin", "margin_ewma",
                "margin_peak", "chosen_ewma", "reward_noise", "volatility_ratio", "shift_up", "shift_down", "gold",
                "gold_ewma", "gold_peak", "proxy_gold_gap", "proxy_gain_since_gold_peak", "gold_trend_t", "gold_half_t",
-               "margin_recent_t", *ROLLOUT_OUTPUTS["reward"])
+               "margin_recent_t", "gold_drop", *ROLLOUT_OUTPUTS["reward"])
     defaults = {
         "window": 15, "min_rows": 50, "plateau_t": 1.0, "plateau_for": 20,
         "flat_span": 1e-2, "flat_rows": 20, "flat_stop_rows": 50,
         "hack_length_ratio": 1.5, "hack_corr": 0.6, "hack_gain_sigma": 3.0,
-        "volatile_ratio": 2.2, "volatile_for": 5, "volatile_warmup": 30,
+        "volatile_ratio": 2.2, "volatile_for": 5, "volatile_warmup": 30, "volatile_ratio_rl": 1.8,
+        "volatile_window": 30, "volatile_warmup_rl": 16,
         "shift_k": 1.0, "shift_h": 12.0, "shift_alpha": 0.05,
         "gold": [], "gold_stall_rows": 15, "gold_gap_sigma": 3.0, "gold_for": 10, "gold_stall_t": 0.5, "gold_half": 0,
-        "gold_alpha": 0.1,
+        "gold_alpha": 0.1, "gold_drop_se": 4.0, "gold_drop_for": 5, "gold_rho": 0.3, "gold_noise_rows": 60,
         "component_gain_sigma": 4.0, "component_flat_sigma": 1.0, "component_for": 10, "component_dead": 0.01,
         "saturated_for": 50,
         "margin_collapse": 0.5, "margin_peak_min": 0.2, "accuracy_chance": 0.55, "dpo_min_rows": 30,
@@ -197,8 +335,13 @@ class RewardGauge(Gauge):
         self.ewma = Ewma(0.1)
         self.len_base = Baseline(10)
         self.rl = RollingCorrelation(30)  # (reward, length) pairs
-        self.noise = DiffNoise(20)
-        self.noise_ref = OctaveMean()  # the reward's (DPO: margin's relative) noise earlier in the run
+        self.noise_ref = OctaveMean()  # the DPO margin's relative noise earlier in the run
+        # RL rewards: row-to-row changes in units of the within-group spread (reward_std), whose binomial
+        # dependence on the success rate is the batch mean's too; their scale against the run's own earlier one
+        self.vol = RollingWindow(self.p["volatile_window"])
+        self.vol_ref = ScaleRef(self.p["volatile_warmup_rl"])
+        self.vol_std = Ewma(0.1)
+        self.vol_last = math.nan
         self.shift = ShiftDetector(k=self.p["shift_k"], h=self.p["shift_h"], alpha=self.p["shift_alpha"], warmup=w)
         self.up_since = 0
         self.down_since = 0
@@ -218,6 +361,8 @@ class RewardGauge(Gauge):
         self.proxy_half = HalfRunTrend()
         self.half_from = [0, 0]  # steps where the half-run spans (previous, current) began
         self.half_levels = [0.0, 0.0, 0.0, 0.0]  # proxy and gold EWMAs there: (prev proxy, prev gold, cur ...)
+        self.coupling = GoldCoupling(self.p["gold_noise_rows"], self.p["gold_alpha"])
+        self.gold_runs = [0, 0]  # consecutive rows the (after-peak, coupled) divergence has held
         self.components: dict[str, _Component] = {}
         self._comp_keys: tuple[tuple[str, str, str], ...] = ()
         self._row_width = -1
@@ -312,7 +457,9 @@ class RewardGauge(Gauge):
                        f"(t={t:.1f}; started near {m1:.3g}, now {d['reward_ewma']:.3g}). The policy is stable but "
                        "not learning; check the learning rate, the task's difficulty and frac_reward_zero_std.",
                        for_=p["plateau_for"], clear=10)
-        self._stability(key, r, e)
+        std = v.get("reward_std")
+        self._stability(key, r, e, self.vol_std.push(std) if std is not None and finite(std) and std > 0 else
+                        (self.vol_std.mean if self.vol_std.count else 1.0))
         # Hacking: reward gains far beyond its start, length growing with it.
         length = v.get("completions/mean_length")
         if length is not None and finite(length) and length > 0:
@@ -330,6 +477,13 @@ class RewardGauge(Gauge):
                            f"(corr {corr:.2f}): the policy may be paying for length, not quality. Read samples; "
                            "check KL; add a length penalty.",
                            for_=3)
+        if len(v) != self._row_width:  # re-scan for reward components only when the row's shape changes
+            self._row_width = len(v)
+            gold = set(self.gold_keys)
+            self._comp_keys = tuple(
+                (k[8:-5], k, k[:-5] + "/std") for k in v
+                if k.startswith("rewards/") and k.endswith("/mean") and k not in gold and k.count("/") == 2
+            )
         if self.gold_keys:
             self.proxy_trend.push(float(n), r)
             self._gold(v, key, e)
@@ -338,23 +492,19 @@ class RewardGauge(Gauge):
                              f"{', '.join(self.gold_keys)})")
             elif self.note.startswith("gold reward"):
                 self.note = ""
-        if len(v) != self._row_width:  # re-scan for reward components only when the row's shape changes
-            self._row_width = len(v)
-            gold = set(self.gold_keys)
-            self._comp_keys = tuple(
-                (k[8:-5], k, k[:-5] + "/std") for k in v
-                if k.startswith("rewards/") and k.endswith("/mean") and k not in gold and k.count("/") == 2
-            )
         if len(self._comp_keys) >= 2:
             self._components(v)
 
-    def _stability(self, key: str, r: float, e: float) -> None:
+    def _stability(self, key: str, r: float, e: float, scale: float) -> None:
         """High reward variance (unstable optimisation) and change points, both against the run's own noise."""
         p = self.p
         d = self.derived
-        self.noise.push(r)
-        if len(self.noise) >= 10:
-            self._volatility(key, r, self.noise.sigma(), self.noise_ref)
+        if self.vol_last == self.vol_last:
+            self.vol.push((r - self.vol_last) / max(scale, 1e-6))
+        self.vol_last = r
+        if len(self.vol) >= 10:
+            self._volatility(key, r, self.vol.std() / math.sqrt(2.0), self.vol_ref, p["volatile_ratio_rl"],
+                             p["volatile_warmup_rl"])
         det = self.shift
         up_from = self.step if det.up <= 0 else self.up_since
         down_from = self.step if det.down <= 0 else self.down_since
@@ -373,23 +523,26 @@ class RewardGauge(Gauge):
                    f"{det.z:+.1f} sigma of its own noise): the policy lost something it had (forgetting, a "
                    "collapse, or a harder slice of prompts). Check KL, entropy and samples at that step.", clear=10)
 
-    def _volatility(self, key: str, x: float, sig: float, ref: OctaveMean) -> None:
+    def _volatility(self, key: str, x: float, sig: float, ref: OctaveMean | ScaleRef, limit: float,
+                    warmup: int) -> None:
         """High reward (DPO: margin) variance: row-to-row noise far above its level earlier in the run.
 
         The reference is the noise over the run's previous octave (rows n/4 .. n/2), not its first rows:
         early, fast learning is noisy, and a binary reward's noise moves with its success rate; noise
-        that grows 2-3x within the last quarter of the run is what unstable optimisation looks like.
+        that grows 2-3x within the last quarter of the run is what unstable optimisation looks like. For RL
+        rewards the noise is measured in units of the within-group spread (``reward_std``), which moves with
+        the success rate the same way, and the reference is also never below the run's long-run noise.
         """
         p = self.p
         d = self.derived
         d["reward_noise"] = sig
         base = ref.value
         ref.push(sig)
-        if base != base or ref.n < p["volatile_warmup"]:
+        if base != base or ref.n < warmup:
             return
         vr = sig / max(base, 1e-12)
         d["volatility_ratio"] = vr
-        self.check("reward-volatile", vr > p["volatile_ratio"], "warn", key, x,
+        self.check("reward-volatile", vr > limit, "warn", key, x,
                    lambda: f"{key} now swings {vr:.1f}x as much from row to row as earlier in the run "
                    f"(noise {sig:.3g} vs {base:.3g}): unstable optimisation. Lower the learning rate or raise the KL "
                    "penalty (beta).", for_=p["volatile_for"], clear=10)
@@ -418,6 +571,10 @@ class RewardGauge(Gauge):
         d["gold"] = g
         d["gold_ewma"] = ge
         d["gold_peak"] = self.gold_peak
+        proxies = {mk: v[mk] for _, mk, _ in self._comp_keys if mk in v and finite(v[mk])}
+        proxies[key] = v[key]
+        cp = self.coupling
+        cp.push(self.step, g, proxies)
         if not (self.first.full and self.gold_first.full):
             return
         proxy_sigma = max(self.first.std(), _floor(self.first.mean()))
@@ -444,18 +601,32 @@ class RewardGauge(Gauge):
         gold_rise = (ge - self.half_levels[1]) / (gold_sigma * se)
         over_half = (self.gold_half.rows() >= 20 and pht >= 2.0 and ght <= p["gold_stall_t"]
                      and proxy_rise >= p["gold_gap_sigma"] and gold_rise <= 0.0)
-        over = n >= p["min_rows"] and (after_peak or (over_half and p["gold_half"]))
+        drop, ref = cp.drop()
+        d["gold_drop"] = drop
+        # the gold below its best level relative to the component it moves with, while the proxy has not fallen
+        coupled = (n >= p["min_rows"] and cp.rho >= p["gold_rho"] and ref is not None and drop >= p["gold_drop_se"]
+                   and e >= ref[2][key])
+        runs = self.gold_runs
+        runs[0] = runs[0] + 1 if n >= p["min_rows"] and (after_peak or (over_half and p["gold_half"])) else 0
+        runs[1] = runs[1] + 1 if coupled else 0
+        over = runs[0] >= p["gold_for"] or runs[1] >= p["gold_drop_for"]
         peak, pstep, p0 = self.gold_peak, self.gold_peak_step, self.proxy_at_gold_peak
         if over_half and not after_peak:
             pstep = self.half_from[0]
+        how = ""
+        if runs[1] >= p["gold_drop_for"] and ref is not None:
+            pstep, p0, peak = ref[3], ref[2][key], ref[1]
+            comp = cp.match[8:-5] if cp.match.startswith("rewards/") else cp.match
+            how = (f" Read against '{comp}', whose batch-to-batch noise it shares (corr {cp.rho:.2f}), the gold is "
+                   f"{drop:.1f} standard errors below where it stood by step {pstep}.")
         self.check("proxy-gold-divergence", over, "warn", key, e,
                    lambda: f"over-optimisation: the proxy {key} rose from {p0:.3g} to {e:.3g} since step {pstep}, "
-                   f"while the gold reward {self.gold_names} peaked there at {peak:.3g} and is now "
-                   f"{ge:.3g} ({'falling' if ge < peak - 0.5 * gold_sigma else 'stalled'}). Proxy-gold gap since "
+                   f"while the gold reward {self.gold_names} stood at {peak:.3g} there and is now "
+                   f"{ge:.3g} ({'falling' if ge < peak - 0.5 * gold_sigma else 'stalled'}).{how} Proxy-gold gap since "
                    f"the start: proxy {e - self.first.mean():+.3g}, gold {ge - self.gold_first.mean():+.3g} "
                    f"({gap:.1f} sigma of their early noise). The policy is learning the proxy's loopholes, not the "
                    f"task: keep the checkpoint from step {pstep}, then raise beta, fix the proxy, or stop earlier.",
-                   for_=p["gold_for"], clear=10)
+                   clear=10)
 
     def _components(self, v: Mapping[str, float]) -> None:
         """Without gold: one reward function carrying the whole rise, or pinned at its ceiling, the others flat."""
@@ -516,7 +687,7 @@ class RewardGauge(Gauge):
         self.margin_noise.push(m)
         if len(self.margin_noise) >= 10:  # relative to the margin's level: its noise grows as it grows
             self._volatility("rewards/margins", m, self.margin_noise.sigma() / max(abs(self.margin.mean), 0.05),
-                             self.noise_ref)
+                             self.noise_ref, p["volatile_ratio"], p["volatile_warmup"])
         me = self.margin.push(m)
         d["margin"] = m
         d["margin_ewma"] = me
@@ -562,8 +733,10 @@ class RewardGauge(Gauge):
                        "is not learning the preference.", for_=10)
             # Plateau: the margin stopped rising while accuracy is still far from where a learned preference sits.
             half = self.margin_half
-            grown = (me - self.margin_mark[0]) / max(abs(me), 1e-9) if half.rows() >= p["margin_plateau_rows"] \
-                else math.inf
+            # growth over the span's fitted line, not from the EWMA where it began (a lagging EWMA still climbs
+            # long after the margin has levelled off)
+            grown = half.prev.slope() * (half.rows() - 1) / max(abs(me), 1e-9) \
+                if half.rows() >= p["margin_plateau_rows"] else math.inf
             plateau = (warm and grown < p["margin_plateau_growth"] and me > 0
                        and p["accuracy_chance"] <= a < p["plateau_accuracy"] and not collapsed)
             self.check("margin-plateau", plateau, "warn", "rewards/margins", m,
@@ -625,7 +798,7 @@ class KLGauge(Gauge):
                 "negative": -0.01, "spike_z": 10.0, "spike_min": 0.1, "start_rows": 5, "spike_repeat": 3,
                 "spike_repeat_rows": 25, "grow_rows": 20, "grow_t": 4.0, "grow_min": 0.2, "grow_accel": 1.3,
                 "grow_accel_max": 3.0, "grow_for": 3, "noisy_ratio": 3.0, "noisy_cv": 0.3, "noisy_negative": 0.2,
-                "noisy_for": 5, "noisy_min": 0.01}
+                "noisy_for": 5, "noisy_min": 0.01, "noisy_c": 3.0, "noisy_p1": 0.3, "noisy_h": 8.0}
     family_defaults = {
         # per-sequence sums: values scale with completion length
         "ppo": {"warn": 6.0, "stop": 20.0, "near_zero": 1e-3, "negative": -0.5, "spike_min": 2.0},
@@ -644,6 +817,7 @@ class KLGauge(Gauge):
         self.negatives = RollingWindow(20)
         self.cv_base = Baseline(10)
         self.cv_ref = OctaveMean()
+        self.cusum = NoiseCusum(c=self.p["noisy_c"], p1=self.p["noisy_p1"])
         self.neg_base = Baseline(10)
         self.spike_rows: list[int] = []
         self.start_checked = False
@@ -747,6 +921,13 @@ class KLGauge(Gauge):
         d = self.derived
         self.noise.push(kl)
         self.negatives.push(1.0 if kl < 0 else 0.0)
+        # per-token KL (k3, never negative) is noisy in log space: a lognormal-ish spread; PPO's per-sequence
+        # estimate can go negative, so its noise is read relative to its smoothed level
+        if key == "kl":
+            if kl > 0:
+                self.cusum.push(math.log(kl))
+        else:
+            self.cusum.push(kl / max(abs(self.ewma.mean), 0.01 * p["warn"]))
         if not self.recent.full:  # the growth rule's last 20 (row, kl) pairs: their mean is the level
             return
         level = self.recent.mean_y()
@@ -767,7 +948,8 @@ class KLGauge(Gauge):
         relevant = sig >= p["noisy_min"] * p["warn"]  # noise on a KL of 1e-3 moves nothing
         noisy_cv = relevant and cv >= max(p["noisy_cv"], p["noisy_ratio"] * cb)
         noisy_neg = neg >= p["noisy_negative"] and neg >= nb + p["noisy_negative"]
-        self.check("kl-noisy", noisy_cv or noisy_neg, "warn", key, kl,
+        noisy_seq = self.cusum.s > p["noisy_h"]  # rows far outside its usual noise, too many of them lately
+        self.check("kl-noisy", noisy_cv or noisy_neg or noisy_seq, "warn", key, kl,
                    lambda: f"{key} has turned noisy: row-to-row noise {sig:.3g} is {cv:.1f}x its level {level:.3g} "
                    f"(earlier in the run {cb:.2f}x)" + (f", and {neg:.0%} of the recent estimates are negative"
                                                       if neg > 0 else "")
@@ -987,7 +1169,7 @@ class LengthGauge(Gauge):
     defaults = {"explode": 2.0, "collapse": 0.5, "drift": 0.3, "for": 3, "smooth": 0.5, "truncation": 0.2,
                 "truncation_for": 3, "spread_collapse": 0.25, "spread_deep": 0.15, "variance_change": 0.5,
                 "baseline_rows": 10, "drift_for": 5, "trend_rows": 60, "trend_t": 5.0, "trend_min": 0.25,
-                "trend_target": 0.45, "trend_now": 0.15,
+                "trend_target": 0.45, "trend_now": 0.15, "drift_sd": 1.0,
                 "trend_for": 3, "gap": 0.1, "baseline_mean": 0.0, "baseline_std": 0.0, "batch_completions": 0,
                 "gold": [], "significance": 4.0, **ROLLOUT_DEFAULTS["length"]}
 
@@ -1085,16 +1267,19 @@ class LengthGauge(Gauge):
         sd = self.len_noise.sigma() * _BASE_EWMA_SD if len(self.len_noise) >= 10 else math.inf
         if abs(slow - b) < p["significance"] * sd:
             pct = 0.0
-        self.check("length-grew", pct > p["drift"], "warn", "completions/mean_length", L,
+        # past the line by the smoothed level's own noise: a healthy drift of 20-25 % plus one noisy stretch is not
+        # a 30 % change
+        past = abs(pct) - (p["drift_sd"] * sd / b if sd < math.inf else 0.0) > p["drift"]
+        self.check("length-grew", past and pct > 0, "warn", "completions/mean_length", L,
                    lambda: f"mean length is {pct:+.0%} vs the baseline ({b:.0f} -> {slow:.0f} tokens), past the "
                    f"{p['drift']:.0%} that deserves a look: the model is learning that verbosity pays. Check the "
                    "reward for a length bias; consider length normalisation or a brevity penalty.",
                    for_=p["drift_for"], clear=10)
-        self.check("length-shrank", pct < -p["drift"] and not improving, "warn", "completions/mean_length", L,
+        self.check("length-shrank", past and pct < 0 and not improving, "warn", "completions/mean_length", L,
                    lambda: f"mean length is {pct:+.0%} vs the baseline ({b:.0f} -> {slow:.0f} tokens) and the reward "
                    "is not improving: the model is learning that short answers are safer. Check the reward "
                    "distribution for penalties it avoids by saying less.", for_=p["drift_for"], clear=10)
-        self.check("length-shorter-concise", pct < -p["drift"] and improving, "info", "completions/mean_length", L,
+        self.check("length-shorter-concise", past and pct < 0 and improving, "info", "completions/mean_length", L,
                    lambda: f"mean length is {pct:+.0%} vs the baseline while the reward keeps improving: the model "
                    "is getting more concise. Usually healthy; read a few samples to be sure nothing is cut.",
                    for_=p["drift_for"], clear=10)
@@ -1358,7 +1543,7 @@ class RewardSignalGauge(Gauge):
                        "are all zero and the policy receives no gradient. The task is either solved or "
                        "impossible for this model: change the prompts or the reward.", for_=p["stop_for"])
             # while the reward climbs clearly, groups losing their spread are mostly prompts being solved
-            solved = self.progress.improving(min_t=3.0)
+            solved = self.progress.improving(min_t=3.0) or self.progress.improving(min_t=2.0, now=True, short=False)
             self.check("zero-std-high", ze > p["zero_std_warn"] and not solved, "warn", "frac_reward_zero_std", f,
                        lambda: f"{ze:.0%} of groups have zero reward variance: the learning signal is vanishing "
                        "(prompts too easy or too hard). Filter prompts by difficulty or raise num_generations.",

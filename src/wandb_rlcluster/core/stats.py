@@ -489,3 +489,102 @@ class OctaveMean:
         self._sum = float(state["sum"])  # type: ignore[arg-type]
         self._count = int(state["count"])  # type: ignore[call-overload]
         self.value = float(state["value"])  # type: ignore[arg-type]
+
+
+class ScaleRef:
+    """A noise scale's reference: the larger of its mean over the previous octave (values n/4 .. n/2) and its
+    mean over everything up to the last power of two, once ``warmup`` values are in.
+
+    The octave follows a noise that drifts with the run (a binary reward's noise moves with its success
+    rate); the long mean keeps a change that began early, or a lull, from lowering the bar.
+    """
+
+    __slots__ = ("oct", "cum_sum", "cum_n", "cum", "warmup")
+
+    def __init__(self, warmup: int = 16) -> None:
+        self.oct = OctaveMean()
+        self.cum_sum, self.cum_n, self.cum = 0.0, 0, math.nan
+        self.warmup = warmup
+
+    @property
+    def n(self) -> int:
+        return self.oct.n
+
+    @property
+    def value(self) -> float:
+        o = self.oct.value
+        return max(o, self.cum) if self.oct.n >= self.warmup and o == o else math.nan
+
+    def push(self, x: float) -> None:
+        self.oct.push(x)
+        n = self.oct.n
+        if n >= 4 and n & (n - 1) == 0:
+            self.cum = self.cum_sum / self.cum_n
+        self.cum_sum += x
+        self.cum_n += 1
+
+    def state_dict(self) -> dict[str, object]:
+        return {"oct": self.oct.state_dict(), "cum": [self.cum_sum, self.cum_n, self.cum], "warmup": self.warmup}
+
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        self.oct.load_state_dict(state["oct"])  # type: ignore[arg-type]
+        cs, cn, cm = state["cum"]  # type: ignore[misc]
+        self.cum_sum, self.cum_n, self.cum = float(cs), int(cn), float(cm)
+        self.warmup = int(state.get("warmup", self.warmup))  # type: ignore[call-overload]
+
+
+class NoiseCusum:
+    """One-sided CUSUM for a series turning noisy, against the run's own earlier noise.
+
+    Each value's deviation from the median of the three before it (a level, a trend and a lone spike
+    barely move that median) is compared with ``c`` reference scales; the CUSUM adds ``log(p1/p0)``
+    for a deviation beyond that and ``log((1-p1)/(1-p0))`` otherwise: a Bernoulli likelihood ratio
+    for "beyond c scales" becoming frequent (``p1``) instead of rare (``p0``). Counting exceedances
+    rather than summing squares keeps a heavy-tailed series (KL's per-step noise has kurtosis in the
+    hundreds) from firing on one outlier, and a few noisy rows are enough when the scale jumps.
+
+    The reference scale is the larger of two means of the 20-row robust (MAD) scale: over the run's
+    previous octave (values n/4 .. n/2) and over all values up to the last power of two. A noise that
+    ramps up slowly still stands out against the older of the two; a short lull in a heavy-tailed
+    series does not set the bar low.
+    """
+
+    __slots__ = ("c", "up", "down", "prev", "win", "ref", "s", "ratio")
+
+    def __init__(self, c: float = 3.0, p0: float = 0.05, p1: float = 0.3, window: int = 20,
+                 warmup: int = 16) -> None:
+        self.c = c
+        self.up, self.down = math.log(p1 / p0), math.log((1.0 - p1) / (1.0 - p0))
+        self.prev: list[float] = []
+        self.win = RollingWindow(window)
+        self.ref = ScaleRef(warmup)
+        self.s = 0.0
+        self.ratio = math.nan  # the current 20-row scale over the reference
+
+    def push(self, y: float) -> None:
+        prev = self.prev
+        if len(prev) == 3:
+            a, b, c = prev
+            med = a if (b <= a <= c or c <= a <= b) else (b if (a <= b <= c or c <= b <= a) else c)
+            r = y - med
+            ref = self.ref.value
+            if ref > 0:
+                self.s = max(0.0, self.s + (self.up if abs(r) > self.c * ref else self.down))
+            win = self.win
+            win.push(r)
+            if win.full:
+                m = win.robust()[1]
+                self.ratio = m / ref if ref > 0 else math.nan
+                self.ref.push(m)
+            prev.pop(0)
+        prev.append(y)
+
+    def state_dict(self) -> dict[str, object]:
+        return {"prev": list(self.prev), "win": self.win.state_dict(), "ref": self.ref.state_dict(), "s": self.s,
+                "ratio": self.ratio}
+
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        self.prev = [float(v) for v in state.get("prev", [])]  # type: ignore[union-attr]
+        self.win.load_state_dict(state.get("win", {}))  # type: ignore[arg-type]
+        self.ref.load_state_dict(state["ref"])  # type: ignore[arg-type]
+        self.s, self.ratio = float(state["s"]), float(state["ratio"])  # type: ignore[arg-type]
