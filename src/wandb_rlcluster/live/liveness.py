@@ -36,6 +36,7 @@ logger = logging.getLogger("wandb_rlcluster")
 
 TITLE_MAX = 250  # W&B cuts alert titles at 255 characters
 LEFT_GRACE = 1.0  # seconds Trainer.train stays off the stack before its end without on_train_end is reported
+TRAIN_CHECK_EVERY = 1.0  # seconds between two looks at whether Trainer.train is still on the stack
 
 _active: LivenessMonitor | None = None
 
@@ -225,11 +226,16 @@ class LivenessMonitor:
 
     # -- the liveness thread -------------------------------------------------------------------------------
     def _loop(self, stop: threading.Event) -> None:
-        while not stop.wait(self.settings.stall_check_every):
+        """Checks the step cadence every ``stall_check_every`` and, at least once a second, that train() runs."""
+        every = self.settings.stall_check_every
+        tick = min(every, TRAIN_CHECK_EVERY)
+        next_stall_check = self._clock() + every
+        while not stop.wait(tick):
             if os.getpid() != self._pid or not self.active:
                 return
             try:
-                if self.watchdog is not None:
+                if self.watchdog is not None and self._clock() >= next_stall_check:
+                    next_stall_check = self._clock() + every
                     self.watchdog.check()
                 if self.train_frame is not None:
                     self._check_training()
