@@ -11,6 +11,7 @@ a real gloo collective is needed).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -28,8 +29,8 @@ import pytest
 from wandb_rlcluster import RLClusterCallback
 from wandb_rlcluster.alerts import AlertConfig, ConfigError, load_config
 from wandb_rlcluster.alerts.liveness import LivenessSettings, resolve
-from wandb_rlcluster.live.crash import last_checkpoint, redact
-from wandb_rlcluster.live.liveness import _title
+from wandb_rlcluster.live.crash import Crash, last_checkpoint, redact
+from wandb_rlcluster.live.liveness import LivenessMonitor, _title
 from wandb_rlcluster.live.trainer_internals import TrainFrame, describe_thread, train_frame_alive
 from wandb_rlcluster.live.watchdog import StallWatchdog, StepCadence
 from wandb_rlcluster.wandb_offline import find_run_dirs, read_offline_run
@@ -242,9 +243,62 @@ def test_redact_masks_secrets_in_exception_messages():
         assert redact(plain, {}) == plain
 
 
-def test_alert_titles_keep_the_run_name_on_long_messages():
+class _Recorder:
+    """Where a LivenessMonitor's alerts go in these unit tests (the real Notifier is exercised by the runs below)."""
+
+    def __init__(self) -> None:
+        self.events: list = []
+        self.config = None
+
+    def handle(self, events) -> None:  # noqa: ANN001
+        self.events.extend(events)
+
+    def close(self, timeout: float | None = None) -> None:
+        pass
+
+
+def test_crash_titles_keep_the_run_name_and_say_what_happened(monkeypatch: pytest.MonkeyPatch):
     title = _title("Training crashed after step 3: ", "ValueError: " + "x" * 600, " (grpo-run-7)")
     assert len(title) <= 250 and title.endswith("… (grpo-run-7)")
+    monitor = LivenessMonitor(LivenessSettings(guardian=False))
+    monitor.notifier, monitor.fields, monitor.last_step = _Recorder(), {"run_name": "grpo-run-7"}, 12
+    monitor._on_crash(Crash("exception", "ValueError: " + "x" * 600))
+    monitor._on_crash(Crash("exception", "KeyboardInterrupt"))
+    monitor._on_crash(Crash("signal", "SIGTERM", abrupt=True))
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "job-1")  # torchrun: the agent sends SIGTERM when another rank failed
+    monitor._on_crash(Crash("signal", "SIGTERM", abrupt=True))
+    titles = [e.title for e in monitor.notifier.events]
+    assert all(len(t) <= 250 and t.endswith(" (grpo-run-7)") for t in titles), titles
+    assert titles[1] == "Training interrupted after step 12: KeyboardInterrupt (Ctrl-C?) (grpo-run-7)"
+    assert "preemption? scancel?" in titles[2]
+    assert "the torchrun agent ends the ranks: another rank failed?" in titles[3]
+
+
+def test_guardian_is_silent_after_a_normal_exit_and_speaks_after_os_exit(tmp_path: Path):
+    """The guardian tells a hard death from a normal exit by the exit hook it gets from the training process: after
+    sys.exit it stays silent (an exception before the crash hooks, crash_alert=False), after os._exit it reports."""
+    script = tmp_path / "guarded.py"
+    script.write_text(textwrap.dedent("""
+        import os, sys
+        from wandb_rlcluster.live.guardian import Guardian
+        g = Guardian({"journal": sys.argv[2], "output_dir": None, "run_name": "r", "timeout": 2, "channels": {}})
+        assert g.start()
+        print(g.pid, flush=True)
+        if sys.argv[1] == "exit":
+            sys.exit(0)
+        os._exit(0)
+    """))
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    for how in ("exit", "os_exit"):
+        journal = tmp_path / f"{how}.jsonl"
+        p = subprocess.run([sys.executable, str(script), how, str(journal)], env=env, capture_output=True, text=True,
+                           timeout=60)
+        assert p.returncode == 0, p.stderr
+        guardian = int(p.stdout.strip())
+        with contextlib.suppress(psutil.NoSuchProcess):
+            psutil.Process(guardian).wait(30)
+        crashes = _alerts(journal, "crash")
+        assert len(crashes) == (0 if how == "exit" else 1), (how, crashes)
 
 
 CRASH_SCRIPT = textwrap.dedent("""
@@ -306,7 +360,11 @@ CRASH_SCRIPT = textwrap.dedent("""
         async def ctrl_c_handling():  # asyncio.run installs its own Ctrl-C handler over the default one only
             return getattr(signal.getsignal(signal.SIGINT), "func", None).__qualname__
         write(how="asyncio", summary=asyncio.run(ctrl_c_handling()))
+        r, w = os.pipe()
+        os.set_blocking(w, False)
+        signal.set_wakeup_fd(w)  # another owner took the wakeup fd after rlcluster: it stays theirs
         reporter.mark_clean()
+        write(how="wakeup", summary=str(signal.set_wakeup_fd(-1) == w))
     if mode == "steal":  # an asyncio loop adds and removes a signal handler: it takes and drops the wakeup fd
         async def judge():
             loop = asyncio.get_running_loop()
@@ -388,8 +446,8 @@ def test_forked_children_inherit_nothing(tmp_path: Path):
     no report from anyone, the parent goes on; SIGINT keeps Python's handler, so asyncio.run installs its own."""
     rc, err, rows = _crash_run(tmp_path, "fork")
     assert rc == 0, err
-    assert [r["how"] for r in rows] == ["main", "asyncio"], (rows, err)
-    assert rows[0]["summary"] == "True" and rows[1]["summary"] == "Runner._on_sigint"
+    assert [r["how"] for r in rows] == ["main", "asyncio", "wakeup"], (rows, err)
+    assert rows[0]["summary"] == "True" and rows[1]["summary"] == "Runner._on_sigint" and rows[2]["summary"] == "True"
 
 
 def test_sigterm_is_told_when_something_else_took_the_wakeup_fd(tmp_path: Path):
@@ -668,7 +726,7 @@ def test_fork_pool_rewards_caught_exceptions_and_retries(tmp_path: Path, slack_s
     ended, failed = crashes
     assert ended["title"].startswith("Training ended without finishing after step 2: RuntimeError: reward server "
                                      "down (token=***)"), ended
-    assert "the caller caught it" in ended["text"] and "abc123secret" not in json.dumps(ended)
+    assert "the caller caught the exception" in ended["text"] and "abc123secret" not in json.dumps(ended)
     assert failed["title"].startswith("Training crashed after step 0: FileNotFoundError: shard "), failed
     assert not _slack_titles(bodies, "Training process died")  # the guardian knew the interpreter exited
     assert len(_slack_titles(bodies, "Training ended without finishing")) == 1

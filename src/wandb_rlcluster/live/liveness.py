@@ -328,8 +328,8 @@ class LivenessMonitor:
                 what = ("train() is no longer running, but on_train_end never came (an exception caught by the "
                         "caller?).")
             else:
-                what = (f"train() raised {crash.summary}{where}, and the caller caught it (a notebook cell, a retry "
-                        "loop): on_train_end never came, training did not finish.")
+                what = (f"train() raised {crash.summary}{where} and on_train_end never came: training did not "
+                        "finish (the caller caught the exception: a notebook cell, a retry loop).")
             what += " rlcluster stopped watching this training (watchdog, guardian)."
         else:
             title = f"Training process exited at step {step} without finishing{run}"
