@@ -574,7 +574,8 @@ def test_healthy_200_steps_with_workers_and_the_programs_own_sigterm_handler(tmp
     after the clean end nothing of rlcluster is left (threads, handlers, wakeup fd, excepthook, guardian)."""
     res = run_trainer(tmp_path, "sft", "--max-steps", "200", "--every", "0",
                       "--alerts", str(_rules_file(tmp_path, floor="10s")), "--slow-step", "0:4",
-                      "--overrides", '{"logging_steps": 20, "dataloader_num_workers": 2}',
+                      "--overrides", json.dumps({"logging_steps": 20, "dataloader_num_workers": 2,
+                                                 "dataloader_persistent_workers": True}),
                       "--user-sigterm", "--self-signal", "100", "--snapshot", timeout=600)
     assert res["global_step"] == 200 and res["errors"] == 0
     journal = Path(res["output_dir"]) / "alerts.jsonl"
