@@ -424,7 +424,9 @@ class CrashReporter:
         """Send the notice once (bounded wait); True if this call was the one that sent it."""
         wait = self.timeout if timeout is None else timeout
         with self._lock:
-            if self.clean or self.reported is not None:
+            if self.clean:
+                return False
+            if self.reported is not None:
                 first = False
             else:
                 self.reported = crash

@@ -112,6 +112,9 @@ class LivenessMonitor:
         global _active
         previous = _active
         if previous is not None and previous.active:
+            if previous.train_frame is not None and trainer_internals.train_frame_alive(previous.train_frame):
+                logger.info("rlcluster: a train() inside another train() that is already watched: this one is not")
+                return
             previous.abandon()  # an earlier train() that never reached on_train_end (its exception was caught)
         _active = self
         crash_hooks._tidy_leftovers()
