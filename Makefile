@@ -34,7 +34,7 @@ bench-callback: $(STAMP)
 	$(BIN)/python benchmarks/bench_callback.py
 
 bench-detection: $(STAMP)
-	$(BIN)/python benchmarks/detection/bench.py
+	$(BIN)/python benchmarks/detection/bench.py --split all
 
 bench-readers: $(STAMP)
 	$(BIN)/python benchmarks/bench_readers.py

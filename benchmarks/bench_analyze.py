@@ -17,8 +17,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from wandb_rlcluster.core import GAUGE_IDS, InstrumentCluster
-from wandb_rlcluster.synthetic import generate_run
+sys.path.insert(0, str(Path(__file__).resolve().parent / "detection"))  # the labelled-log generator
+
+from wandb_rlcluster.core import GAUGE_IDS, InstrumentCluster  # noqa: E402
+
+from synthetic import generate_run  # noqa: E402
 
 
 def main() -> None:

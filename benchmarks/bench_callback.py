@@ -2,10 +2,12 @@
 
 The same GRPO training (tiny local Llama, CPU, W&B offline, logging every step)
 runs without the callback, with it (defaults: stall watchdog, crash hooks and
-guardian on) and with it but its liveness alerts off, alternated in one process,
-several times; the figures are the median wall-time ratios, the callback's own
-cost per ``on_log`` call, and the watchdog's per-step cost on the training thread.
-Not a test: it prints figures for the README.
+guardian on), with it but its liveness alerts off, and with it attached to the
+trainer (``cb.attach(trainer)``: rollout statistics every step), alternated in one
+process, several times; the figures are the median wall-time ratios, the callback's
+own cost per ``on_log`` call, the rollout statistics' cost per step (and, on a
+synthetic batch, for 64 completions of 512 tokens), and the watchdog's per-step cost
+on the training thread. Not a test: it prints figures for the README.
 
     python benchmarks/bench_callback.py --steps 100 --repeat 5
 """
@@ -40,10 +42,12 @@ def main() -> None:
 
     tmp = tempfile.mkdtemp(prefix="rlcluster-bench-")
     os.environ["WANDB_DIR"] = tmp
-    times: dict[str, list[float]] = {"none": [], "on": [], "off": []}
+    times: dict[str, list[float]] = {"none": [], "on": [], "off": [], "attach": []}
     per_log_us: list[float] = []
+    attach_log_us: list[float] = []
+    rollout_us: list[float] = []
     callbacks_seen: list[RLClusterCallback] = []
-    plan = ["none", "on", "off"] * args.repeat
+    plan = ["none", "on", "off", "attach"] * args.repeat
     off = {"stall_alert": False, "crash_alert": False, "guardian": False}
     make_trainer(args.kind, output_dir=f"{tmp}/warm", max_steps=2).train()  # warm-up: imports, allocator
     for i, mode in enumerate(tqdm(plan, desc="alternating runs", unit="run")):
@@ -51,6 +55,8 @@ def main() -> None:
         cbs = [RLClusterCallback(**(off if mode == "off" else {}))] if with_cb else []
         trainer = make_trainer(args.kind, output_dir=f"{tmp}/run{i}", callbacks=cbs, report_to="wandb",
                                max_steps=args.steps, seed=0, run_name=f"bench-{i}-{with_cb}")
+        if mode == "attach":
+            cbs[0].attach(trainer)
         t0 = time.perf_counter()
         trainer.train()
         times[mode].append(time.perf_counter() - t0)
@@ -58,7 +64,11 @@ def main() -> None:
         if with_cb:
             cb = cbs[0]
             callbacks_seen.append(cb)
-            per_log_us.append(cb.on_log_seconds / max(1, cb.on_log_calls) * 1e6)
+            if mode == "attach":
+                rollout_us.append(cb.rollout_seconds / max(1, cb.rollout_calls) * 1e6)
+                attach_log_us.append(cb.on_log_seconds / max(1, cb.on_log_calls) * 1e6)
+            elif mode == "on":
+                per_log_us.append(cb.on_log_seconds / max(1, cb.on_log_calls) * 1e6)
     base, ours = statistics.median(times["none"]), statistics.median(times["on"])
     ratios = [b / a for a, b in zip(times["none"], times["on"], strict=True)]
     quiet = statistics.median(times["off"])
@@ -73,9 +83,56 @@ def main() -> None:
     print(f"  with callback, liveness alerts off: median {quiet:.2f} s  ({quiet / args.steps * 1e3:.1f} ms/step)")
     print(f"  watchdog + crash hooks + guardian on/off: median of pairs {statistics.median(live_ratios):.3f}  "
           f"(ratio of medians {ours / quiet:.3f})")
+    attached = statistics.median(times["attach"])
+    attach_ratios = [b / a for a, b in zip(times["none"], times["attach"], strict=True)]
+    vs_cb = [b / a for a, b in zip(times["on"], times["attach"], strict=True)]
+    print(f"  with callback + attach(trainer): median {attached:.2f} s  ({attached / args.steps * 1e3:.1f} ms/step)")
+    print(f"  ratio attach/without: median of pairs {statistics.median(attach_ratios):.3f}  (ratio of medians "
+          f"{attached / base:.3f}; pairs {', '.join(f'{r:.3f}' for r in attach_ratios)})")
+    print(f"  ratio attach/plain callback: median of pairs {statistics.median(vs_cb):.3f}  (ratio of medians "
+          f"{attached / ours:.3f})")
+    print(f"  rollout statistics in the run ({args.kind}: its 4 completions of <= 8 tokens a step): median "
+          f"{statistics.median(rollout_us):.0f} µs per step")
+    extra = statistics.median(attach_log_us) - statistics.median(per_log_us)
+    print(f"  callback on_log cost with attach: median {statistics.median(attach_log_us):.0f} µs per call, "
+          f"{extra:+.0f} µs vs without (rollout statistics + their W&B keys): {extra / (ours / args.steps * 1e6):.2%} "
+          f"of a {ours / args.steps * 1e3:.1f} ms step, a ratio of {1 + extra / (ours / args.steps * 1e6):.4f}")
+    spread = max(times["none"]) / min(times["none"])
+    print(f"  noise: the same no-callback run took {min(times['none']):.2f}-{max(times['none']):.2f} s "
+          f"(max/min {spread:.2f})")
+    ms, evidence_ms = _rollout_stats_ms()
+    print(f"  rollout statistics for 64 completions of 512 tokens (8 groups of 8, 2 reward functions): median "
+          f"{ms:.2f} ms per step; the examples for one alert {evidence_ms:.3f} ms")
     on, off_ns = _liveness_hook_ns(tmp)
     print(f"  liveness cost on the training thread, through the callback's per-step hooks: {on - off_ns:.0f} ns "
           f"per step ({on:.0f} ns with the watchdog thread and guardian running, {off_ns:.0f} ns with them off)")
+
+
+def _rollout_stats_ms(n: int = 64, tokens: int = 512, group: int = 8, repeat: int = 51) -> tuple[float, float]:
+    """Median ms of RolloutStats.update on a synthetic batch of n completions of ~``tokens`` tokens of prose."""
+    import random
+
+    from wandb_rlcluster.core.rollouts import RolloutBatch, RolloutStats
+
+    rng = random.Random(0)
+    vocab = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(2, 9))) for _ in range(5000)]
+    words = int(tokens * 0.78)  # ~1.3 tokens per English word
+    comps = [" ".join(rng.choice(vocab) for _ in range(words)) for _ in range(n)]
+    batch = RolloutBatch(step=1, prompts=[f"prompt {i // group}" for i in range(n)], completions=comps,
+                         rewards={"accuracy": [float(rng.random() > 0.5) for _ in range(n)],
+                                  "judge": [rng.random() for _ in range(n)]},
+                         advantages=[rng.gauss(0, 1) for _ in range(n)], lengths=[float(tokens)] * n,
+                         eos=[True] * n, group_size=group)
+    stats = RolloutStats()
+    times, ev = [], []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        stats.update(batch)
+        t1 = time.perf_counter()
+        stats.evidence("repetitive")
+        times.append(t1 - t0)
+        ev.append(time.perf_counter() - t1)
+    return statistics.median(times) * 1e3, statistics.median(ev) * 1e3
 
 
 def _liveness_hook_ns(tmp: str, n: int = 100_000) -> tuple[float, float]:

@@ -27,7 +27,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from wandb_rlcluster.synthetic import generate_run
+sys.path.insert(0, str(Path(__file__).resolve().parent / "detection"))  # the labelled-log generator
+from synthetic import generate_run  # noqa: E402
 
 CHILD = r"""
 import json, resource, sys, time

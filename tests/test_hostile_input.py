@@ -214,10 +214,10 @@ def test_template_format_spec_limits(tmp_path: Path) -> None:
 
 def test_trainer_template_field_renders_the_family() -> None:
     config = load_config()
-    config.rules[0].title = "{trainer}: {rule} at {step}"
+    rule = config.rule("kl-warn")
+    rule.title = "{trainer}: {rule} at {step}"
     from wandb_rlcluster.alerts import AlertEngine
 
-    rule = config.rules[0]
     engine = AlertEngine(type(config)(rules=[rule]), clock=None)
     cluster = InstrumentCluster(trainer="grpo")
     events = []

@@ -1,20 +1,29 @@
-"""Detection-quality benchmark: the core's gauges vs the seed blog's rules on labelled logs.
+"""Detection-quality benchmark: rlcluster's rules against three anchors on a labelled corpus.
 
-A labelled corpus is generated with ``wandb_rlcluster.synthetic`` (every family healthy, every
-pathology it can have) with varied length, noise, logging interval and onset, over a tuning seed set
-and a held-out seed set; the 14 real TRL logs are checked against the fixed readings of
-``tests/test_real_logs.py``. Both detectors are scored the same way:
+The corpus (``synthetic``, beside this file) holds every trainer family healthy and with every pathology it
+can have, with varied length (100-2000 steps), noise, logging interval and onset, plus a block of
+"benign sharpening" GRPO runs shaped like real 1.5B GRPO/RLOO runs (120 steps, 16 completions a step,
+entropy halving while reward and a gold reward rise). Four detectors read every run:
 
-* recall: a warn/stop finding from one of the run's expected gauges at or after onset;
-* early: any warn/stop finding before onset (a false alarm on the healthy prefix);
-* healthy runs: false stops (any stop finding) and any-finding rate (any warn/stop);
-* delay: (first matching step - onset) / (n_steps - onset), median over detected runs; and the same
-  over the runs both detectors detect without an alarm from an expected gauge before onset ("paired"),
-  because a rule that was already ringing before the onset has not detected anything.
+* ``core``: rlcluster's instrument core in this checkout (warn/stop findings);
+* ``seed``: the seed post's rules applied literally (``seed_rules.py``);
+* ``zscore``: a generic detector a user could pick instead, the shape of W&B's z-score automation
+  trigger: |z| > 3 against the previous 30 logged values, on every raw metric (``anchors.py``);
+* ``before``: the core as it was before issue #10 (commit ``anchors.BEFORE_COMMIT``, loaded from git).
 
-Not a test (``tests/test_detection_slice.py`` is): it prints a Markdown table for the README and writes
-it to ``benchmarks/detection/RESULTS.md``. Run ``python benchmarks/detection/bench.py`` (``--quick``
-for a small slice).
+Scores, per detector:
+
+* recall: a warn/stop from one of the run's expected gauges at or after onset (clean recall: the same,
+  on runs where the detector raised nothing from an expected gauge before onset);
+* early fires: pathological runs with any warn/stop before onset;
+* healthy runs with any warn/stop, and with a stop;
+* delay: (first matching step - onset) / (n_steps - onset), median over detected runs;
+* clip caught early: the share of ``clip_growing`` runs caught before the clip fraction's trend crosses 30 %.
+
+Tuning seeds and held-out seeds are separate: the rules are tuned on the tuning seeds only (``--split
+tuning``, the default, writes nothing); ``--split all`` runs both and writes ``RESULTS.md``. The real TRL
+logs in ``shared/real-logs`` are judged against the readings fixed in ``tests/test_real_logs.py``.
+Not a test (``tests/test_detection_slice.py`` is).
 """
 
 from __future__ import annotations
@@ -27,7 +36,7 @@ import statistics
 import sys
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from multiprocessing import get_context
 from pathlib import Path
@@ -37,41 +46,52 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-for _p in (HERE, REPO):  # seed_rules beside this file; tests.test_real_logs for the real-log readings
+for _p in (HERE, REPO):  # the generator and the anchors beside this file; tests.test_real_logs for the readings
     if str(_p) not in sys.path:
         sys.path.insert(0, str(_p))
 
-from seed_rules import SEED_RULES, seed_findings  # noqa: E402
+from anchors import BEFORE_COMMIT, THRESHOLD, WINDOW, load_core_at, zscore_findings  # noqa: E402
 
 from wandb_rlcluster.analyze import analyze_path  # noqa: E402
 from wandb_rlcluster.core import analyze_rows  # noqa: E402
 from wandb_rlcluster.core.readers import load_rows  # noqa: E402
-from wandb_rlcluster.synthetic import FAMILIES, combinations, expected_gauges, generate_run  # noqa: E402
 
-# Seed sets: defaults are tuned on the first only; both are reported, the second is the verdict.
+from seed_rules import SEED_RULES, seed_findings  # noqa: E402
+from synthetic import FAMILIES, KINDS, PATHOLOGIES, SyntheticRun, combinations, generate_run  # noqa: E402
+
+# Seed sets: the rules are tuned on the first only; the second is the verdict. The CI slice
+# (tests/test_detection_slice.py) is the first seeds of the held-out set.
 TUNING_SEEDS = range(0, 30)
-HELD_OUT_SEEDS = range(100, 150)
-QUICK_SEEDS = {"tuning": range(0, 3), "held-out": range(100, 103)}
+HELD_OUT_SEEDS = range(1000, 1050)
+SLICE_SEEDS = range(1000, 1005)
+QUICK_SEEDS = {"tuning": range(0, 3), "held-out": range(1000, 1003)}
 
-# Harder than the generator's defaults (200 steps, every row logged, noise x1, onset 30-70 %).
 N_STEPS = (100, 2000)  # log-uniform
 NOISE = (0.5, 2.0)
 LOGGING_STEPS = (1, 5, 10)
-ONSET = (0.2, 0.85)  # fraction of the run
+ONSET = (0.2, 0.85)  # fraction of the run, unless the pathology names its own range
 MIN_ROWS = 40
-"""Fewest logged rows a corpus run has (logging_steps is drawn among those that leave this many): below
-it the start-of-run baselines (10 rows) and the persistence windows leave no room to tell a trend from
-noise, for either detector."""
-HEALTHY_PER_FAMILY = 2
+"""Fewest logged rows a corpus run has (logging_steps is drawn among those that leave this many)."""
+HEALTHY_PER_FAMILY = 3
 """Healthy runs per family and seed: false alarms are the rarer event, so they get more runs."""
+BENIGN_PER_SEED = 2
+"""Benign sharpening runs per seed, shaped like the 30 real benign GRPO/RLOO runs of the issue (Qwen2.5-1.5B
+base and SmolLM2 instruct, 120 steps, 2 prompts x 8 completions, verifier rewards, a hidden-test gold reward
+that rises with the proxy): base-model entropy ~1.0-1.9 -> 0.3-0.6x, instruct ~0.2-0.5."""
 
 TRAINER = {"grpo": "grpo", "grpo_kl": "grpo", "dpo": "dpo", "ppo": "ppo", "sft": "sft"}
-DETECTORS = ("core", "seed")
+DETECTORS = ("core", "seed", "zscore", "before")
+LABELS = {"core": "ours", "seed": "seed rules", "zscore": "z-score", "before": "before #10"}
 ALARM = frozenset({"warn", "stop"})
-TARGETS = {"recall": 0.95, "early": 0.05, "healthy_any": 0.10}
+TARGET_KINDS = ("trend", "spread")
+TARGETS = {"recall": 0.95, "healthy_any": 0.05, "delay": 0.25, "clip_early": 0.80}
+CLIP_MARK = "clip_crosses_0.30"
+KL_MARK = "kl_crosses_warn"
 
 REAL_LOGS = REPO.parent / "shared" / "real-logs"
 RESULTS = HERE / "RESULTS.md"
+
+BEFORE, BEFORE_NOTE = load_core_at(BEFORE_COMMIT, REPO)
 
 
 @dataclass(frozen=True)
@@ -85,10 +105,21 @@ class Spec:
     n_steps: int
     noise: float
     logging_steps: int
-    onset: float
+    onset: float | None
     with_eval: bool
     gen_seed: int
     rep: int = 0
+    block: str = "corpus"  # or "benign": the 1.5B-like sharpening runs
+    profile: str | None = None
+    gold: bool | None = None
+    n_prompts: int | None = None
+    group_size: int | None = None
+
+    def generate(self) -> SyntheticRun:
+        return generate_run(self.family, self.pathology, n_steps=self.n_steps, onset=self.onset,
+                            seed=self.gen_seed, noise=self.noise, logging_steps=self.logging_steps,
+                            with_eval=self.with_eval, profile=self.profile, gold=self.gold,
+                            n_prompts=self.n_prompts, group_size=self.group_size)
 
 
 @dataclass
@@ -98,10 +129,9 @@ class Outcome:
     first_match: int | None = None  # first warn/stop step from an expected gauge at or after onset
     first_rule: str = ""  # the "gauge/rule" that made it
     early: bool = False  # any warn/stop before onset
-    early_expected: bool = False  # ... from an expected gauge (the detection would be no detection)
+    early_expected: bool = False  # ... from an expected gauge (a later detection would be no detection)
     any_alarm: bool = False
     any_stop: bool = False
-    any_info: bool = False
     alarms: tuple[str, ...] = ()  # every "gauge/rule" that alarmed (for the healthy-run breakdown)
 
 
@@ -109,6 +139,8 @@ class Outcome:
 class Result:
     spec: Spec
     onset_step: int | None
+    kind: str | None
+    marks: dict[str, int] = field(default_factory=dict)
     outcomes: dict[str, Outcome] = field(default_factory=dict)
 
     def delay(self, detector: str) -> float | None:
@@ -123,8 +155,10 @@ def delay(first: int, onset: int, n_steps: int) -> float:
     return (first - onset) / max(n_steps - onset, 1)
 
 
-def make_specs(seeds: Iterable[int], split: str, healthy_per_family: int = HEALTHY_PER_FAMILY) -> list[Spec]:
-    """Every (family, pathology) pair per seed, each run with its own randomly drawn difficulty."""
+def make_specs(seeds: Iterable[int], split: str, healthy_per_family: int = HEALTHY_PER_FAMILY,
+               benign_per_seed: int = BENIGN_PER_SEED) -> list[Spec]:
+    """Every (family, pathology) pair per seed, each run with its own randomly drawn difficulty, and the
+    benign sharpening block."""
     specs: list[Spec] = []
     combos = combinations()
     for seed in seeds:
@@ -135,18 +169,60 @@ def make_specs(seeds: Iterable[int], split: str, healthy_per_family: int = HEALT
                 choices = [ls for ls in LOGGING_STEPS if n_steps // ls >= MIN_ROWS] or [1]
                 ls = int(rng.choice(choices))
                 noise = float(rng.uniform(*NOISE))
-                onset = float(rng.uniform(*ONSET))
+                p = PATHOLOGIES.get(path) if path else None
+                lo_hi = p.onset if p is not None and p.onset is not None else ONSET
+                onset = None if p is not None and p.from_start else float(rng.uniform(*lo_hi))
                 with_eval = bool(fam in ("sft", "dpo") and rng.random() < 0.5)
                 gen_seed = seed * 10_000 + ci * 10 + rep  # distinct baseline randomness per run
                 specs.append(Spec(split, seed, fam, path, n_steps, noise, ls, onset, with_eval, gen_seed, rep))
+        for b in range(benign_per_seed):
+            rng = np.random.default_rng([seed, b, 0xBE9191])
+            fam = str(rng.choice(["grpo", "grpo_kl"]))
+            profile = "base" if rng.random() < 0.8 else "instruct"
+            specs.append(Spec(split, seed, fam, None, 120, float(rng.uniform(0.8, 1.5)), 1, None, False,
+                              seed * 10_000 + 9_000 + b, b, "benign", profile, True, 2, 8))
     return specs
 
 
-def _outcome(alarms: Sequence[tuple[str, str, str, int]], infos: int, onset: int | None,
-             expected: tuple[str, ...]) -> Outcome:
-    """Reduce (gauge, rule, severity, step) alarms to the scores' inputs."""
-    o = Outcome(any_info=infos > 0, any_alarm=bool(alarms))
-    o.any_stop = any(sev == "stop" for _, _, sev, _ in alarms)
+# -- detectors ------------------------------------------------------------------------------------
+
+Alarm = tuple[str, str, str, int]  # (gauge, rule, severity, step)
+
+
+def _core(run: SyntheticRun, trainer: str) -> list[Alarm]:
+    # Live runs know max_steps (the callback passes it): the corpus is scored as the callback would see it.
+    # A run that logs a held-out reward names it, as a user does with gold_rewards=[...].
+    params = {"reward": {"gold": list(run.gold)}} if run.gold else None
+    c = analyze_rows(run.rows, trainer=trainer, params=params, max_steps=run.n_steps)
+    return [(f.gauge, f.rule, f.severity, f.step) for f in c.findings]
+
+
+def _before(run: SyntheticRun, trainer: str) -> list[Alarm]:
+    assert BEFORE is not None
+    c = BEFORE.analyze_rows(run.rows, trainer=trainer, max_steps=run.n_steps)
+    return [(f.gauge, f.rule, f.severity, f.step) for f in c.findings]
+
+
+def _seed(run: SyntheticRun, trainer: str) -> list[Alarm]:
+    return [(f.gauge, f.rule, f.severity, f.step) for f in seed_findings(run.rows, trainer)]
+
+
+def _zscore(run: SyntheticRun, trainer: str) -> list[Alarm]:
+    return [(f.gauge, f.rule, f.severity, f.step) for f in zscore_findings(run.rows)]
+
+
+DETECTOR_FNS: dict[str, Callable[[SyntheticRun, str], list[Alarm]]] = {
+    "core": _core, "seed": _seed, "zscore": _zscore, "before": _before}
+
+
+def available(detectors: Sequence[str]) -> tuple[str, ...]:
+    return tuple(d for d in detectors if d != "before" or BEFORE is not None)
+
+
+def _outcome(findings: Sequence[Alarm], onset: int | None, expected: tuple[str, ...]) -> Outcome:
+    """Reduce (gauge, rule, severity, step) findings to the scores' inputs."""
+    alarms = [a for a in findings if a[2] in ALARM]
+    o = Outcome(any_alarm=bool(alarms), any_stop=any(a[2] == "stop" for a in alarms))
     o.alarms = tuple(sorted({f"{g}/{r}" for g, r, _, _ in alarms}))
     if onset is not None:
         before = [g for g, _, _, s in alarms if s < onset]
@@ -158,19 +234,13 @@ def _outcome(alarms: Sequence[tuple[str, str, str, int]], infos: int, onset: int
     return o
 
 
-def score_spec(spec: Spec) -> Result:
-    """Generate one run and let both detectors read it."""
-    run = generate_run(spec.family, spec.pathology, n_steps=spec.n_steps, onset=spec.onset, seed=spec.gen_seed,
-                       noise=spec.noise, logging_steps=spec.logging_steps, with_eval=spec.with_eval)
-    expected = expected_gauges(spec.pathology, spec.family)
+def score_spec(spec: Spec, detectors: Sequence[str] = DETECTORS) -> Result:
+    """Generate one run and let the detectors read it."""
+    run = spec.generate()
+    res = Result(spec, run.onset_step, run.kind, dict(run.marks))
     trainer = TRAINER[spec.family]
-    res = Result(spec, run.onset_step)
-    findings = analyze_rows(run.rows, trainer=trainer).findings
-    core = [(f.gauge, f.rule, f.severity, f.step) for f in findings if f.severity in ALARM]
-    res.outcomes["core"] = _outcome(core, sum(f.severity == "info" for f in findings), run.onset_step, expected)
-    seed = seed_findings(run.rows, trainer)
-    seed_alarms = [(f.gauge, f.rule, f.severity, f.step) for f in seed if f.severity in ALARM]
-    res.outcomes["seed"] = _outcome(seed_alarms, sum(f.severity == "info" for f in seed), run.onset_step, expected)
+    for d in available(detectors):
+        res.outcomes[d] = _outcome(DETECTOR_FNS[d](run, trainer), run.onset_step, run.expected_gauges)
     return res
 
 
@@ -198,18 +268,28 @@ def _progress(total: int, enabled: bool) -> _Bar:
     return tqdm(total=total, desc="scoring runs", unit="run", file=sys.stderr)
 
 
-def run_corpus(specs: list[Spec], workers: int = 2, progress: bool = True) -> list[Result]:
+def _score_all(spec: Spec) -> Result:
+    return score_spec(spec, _DETECTORS_IN_WORKERS)
+
+
+_DETECTORS_IN_WORKERS: tuple[str, ...] = DETECTORS
+
+
+def run_corpus(specs: list[Spec], workers: int = 2, progress: bool = True,
+               detectors: Sequence[str] = DETECTORS) -> list[Result]:
     """Score every spec in ``workers`` processes (each run is independent), in spec order."""
+    global _DETECTORS_IN_WORKERS
+    _DETECTORS_IN_WORKERS = tuple(detectors)
     bar = _progress(len(specs), progress)
     out: list[Result] = []
     if workers <= 1:
         for s in specs:
-            out.append(score_spec(s))
+            out.append(score_spec(s, detectors))
             bar.update(1)
     else:
         order = sorted(specs, key=lambda s: -(s.n_steps // s.logging_steps))  # long runs first: even finish
-        with get_context("spawn" if sys.platform == "darwin" else "fork").Pool(workers) as pool:
-            for r in pool.imap_unordered(score_spec, order, chunksize=4):
+        with get_context("fork" if sys.platform != "win32" else "spawn").Pool(workers) as pool:
+            for r in pool.imap_unordered(_score_all, order, chunksize=4):
                 out.append(r)
                 bar.update(1)
     bar.close()
@@ -218,7 +298,7 @@ def run_corpus(specs: list[Spec], workers: int = 2, progress: bool = True) -> li
     return out
 
 
-# -- scores ------------------------------------------------------------------------------------
+# -- scores ---------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -227,16 +307,24 @@ class Scores:
 
     n: int = 0
     detected: int = 0
+    clean: int = 0  # detected with no expected-gauge alarm before onset
     early: int = 0
     delays: list[float] = field(default_factory=list)
     healthy: int = 0
-    false_stops: int = 0
+    healthy_stop: int = 0
     healthy_any: int = 0
-    healthy_info: int = 0
+    clip_runs: int = 0
+    clip_early: int = 0  # clip_growing caught before the trend crosses 30 %
+    kl_runs: int = 0
+    kl_early: int = 0  # kl_growing caught before the trend crosses the warn line (reported, not a target)
 
     @property
     def recall(self) -> float:
         return self.detected / self.n if self.n else math.nan
+
+    @property
+    def clean_recall(self) -> float:
+        return self.clean / self.n if self.n else math.nan
 
     @property
     def early_rate(self) -> float:
@@ -247,104 +335,118 @@ class Scores:
         return statistics.median(self.delays) if self.delays else math.nan
 
     @property
-    def false_stop_rate(self) -> float:
-        return self.false_stops / self.healthy if self.healthy else math.nan
-
-    @property
     def healthy_any_rate(self) -> float:
         return self.healthy_any / self.healthy if self.healthy else math.nan
 
     @property
-    def healthy_info_rate(self) -> float:
-        return self.healthy_info / self.healthy if self.healthy else math.nan
+    def healthy_stop_rate(self) -> float:
+        return self.healthy_stop / self.healthy if self.healthy else math.nan
+
+    @property
+    def clip_early_rate(self) -> float:
+        return self.clip_early / self.clip_runs if self.clip_runs else math.nan
+
+    @property
+    def kl_early_rate(self) -> float:
+        return self.kl_early / self.kl_runs if self.kl_runs else math.nan
 
 
 def aggregate(results: Iterable[Result], detector: str) -> Scores:
     s = Scores()
     for r in results:
-        o = r.outcomes[detector]
+        o = r.outcomes.get(detector)
+        if o is None:
+            continue
         if r.spec.pathology is None:
             s.healthy += 1
-            s.false_stops += o.any_stop
+            s.healthy_stop += o.any_stop
             s.healthy_any += o.any_alarm
-            s.healthy_info += o.any_info
             continue
         s.n += 1
         s.early += o.early
         d = r.delay(detector)
         if d is not None:
             s.detected += 1
+            s.clean += not o.early_expected
             s.delays.append(d)
+        if r.spec.pathology == "clip_growing" and CLIP_MARK in r.marks:
+            s.clip_runs += 1
+            s.clip_early += o.first_match is not None and o.first_match < r.marks[CLIP_MARK]
+        if r.spec.pathology == "kl_growing":  # a run whose trend never crosses the line counts as caught in time
+            s.kl_runs += 1
+            s.kl_early += o.first_match is not None and o.first_match < r.marks.get(KL_MARK, r.spec.n_steps + 1)
     return s
 
 
-@dataclass
-class Paired:
-    """Delays on the runs both detectors detect cleanly (no expected-gauge alarm before onset)."""
-
-    core: list[float] = field(default_factory=list)
-    seed: list[float] = field(default_factory=list)
-    row_lag: list[float] = field(default_factory=list)  # (ours - seed) first detection, in logged rows
-
-    @property
-    def n(self) -> int:
-        return len(self.core)
-
-    def median(self, detector: str) -> float:
-        vals = self.core if detector == "core" else self.seed
-        return statistics.median(vals) if vals else math.nan
-
-    @property
-    def faster(self) -> int:
-        """Runs where ours detects strictly earlier."""
-        return sum(a < b for a, b in zip(self.core, self.seed, strict=True))
-
-    @property
-    def slower(self) -> int:
-        return sum(a > b for a, b in zip(self.core, self.seed, strict=True))
+def target_runs(results: Iterable[Result]) -> list[Result]:
+    """The runs the issue's recall and delay targets are about: trend and spread pathologies."""
+    return [r for r in results if r.kind in TARGET_KINDS]
 
 
-def paired(results: Iterable[Result]) -> Paired:
-    p = Paired()
-    for r in results:
-        if r.spec.pathology is None or any(r.outcomes[d].early_expected for d in DETECTORS):
-            continue
-        a, b = r.delay("core"), r.delay("seed")
-        if a is not None and b is not None:
-            p.core.append(a)
-            p.seed.append(b)
-            lag = r.outcomes["core"].first_match - r.outcomes["seed"].first_match  # type: ignore[operator]
-            p.row_lag.append(lag / r.spec.logging_steps)
-    return p
+def healthy_runs(results: Iterable[Result]) -> list[Result]:
+    return [r for r in results if r.spec.pathology is None]
 
 
-def check_targets(core: Scores, pair: Paired) -> dict[str, bool]:
-    """The issue's targets for our core, judged on one split."""
+def check_targets(results: list[Result], detector: str = "core") -> dict[str, tuple[float, bool]]:
+    """The issue's targets, judged on one split: name -> (value, met)."""
+    t = aggregate(target_runs(results), detector)
+    h = aggregate(healthy_runs(results), detector)
+    c = aggregate([r for r in results if r.spec.pathology == "clip_growing"], detector)
     return {
-        f"recall ≥ {TARGETS['recall']:.2f}": core.recall >= TARGETS["recall"],
-        "no false stops on healthy runs": core.false_stops == 0,
-        f"early fires ≤ {_pct(TARGETS['early'])}": core.early_rate <= TARGETS["early"],
-        f"healthy runs with any finding ≤ {_pct(TARGETS['healthy_any'])}":
-            core.healthy_any_rate <= TARGETS["healthy_any"],
-        "paired median delay ≤ seed rules'": pair.median("core") <= pair.median("seed"),
+        f"recall on trend and spread pathologies ≥ {TARGETS['recall']:.2f}": (t.recall, t.recall >= TARGETS["recall"]),
+        f"healthy runs with any warn/stop ≤ {_pct(TARGETS['healthy_any'])}":
+            (h.healthy_any_rate, h.healthy_any_rate <= TARGETS["healthy_any"]),
+        f"median delay (trend and spread) ≤ {TARGETS['delay']}": (t.median_delay, t.median_delay <= TARGETS["delay"]),
+        f"growing clip fraction caught before 30 % in ≥ {_pct(TARGETS['clip_early'])} of runs":
+            (c.clip_early_rate, c.clip_early_rate >= TARGETS["clip_early"]),
     }
 
 
-# -- real logs ---------------------------------------------------------------------------------
+# -- real benign runs (fixtures) -------------------------------------------------------------------
+
+FIXTURES = HERE / "fixtures"
+
+
+@dataclass
+class BenignResult:
+    name: str
+    rows: int
+    alarms: dict[str, tuple[str, ...]]  # detector -> the "gauge/rule" that raised warn/stop
+
+
+def score_real_benign(directory: Path = FIXTURES, detectors: Sequence[str] = DETECTORS) -> list[BenignResult]:
+    """Every detector on the real benign runs kept as fixtures (healthy by their source's oracle): any warn/stop
+    is a false alarm. Each fixture names its trainer, max_steps and gold rewards in ``_provenance``."""
+    import json
+
+    out: list[BenignResult] = []
+    for path in sorted(directory.glob("*.json")):
+        prov = json.loads(path.read_text()).get("_provenance", {})
+        rows = load_rows(path).rows
+        run = SyntheticRun(prov.get("family", "grpo_kl"), None, None, rows, 0, (),
+                           int(prov.get("max_steps", 0)), 1, tuple(prov.get("gold_rewards", ())))
+        trainer = prov.get("trainer", "grpo")
+        alarms = {d: tuple(sorted({f"{g}/{r}" for g, r, sev, _ in DETECTOR_FNS[d](run, trainer) if sev in ALARM}))
+                  for d in available(detectors)}
+        out.append(BenignResult(path.stem, len(rows), alarms))
+    return out
+
+
+# -- real logs ------------------------------------------------------------------------------------
 
 
 @dataclass
 class RealResult:
     name: str
     expected: str
-    core_verdict: str
-    core_ok: bool  # verdict, required findings and allowed gauges as in tests/test_real_logs.py
-    seed_verdict: str
-    seed_ok: bool  # verdict and allowed gauges (seed rules have no rule names to require)
+    verdicts: dict[str, str]
+    ok: dict[str, bool]
 
 
-def score_real_logs(directory: Path = REAL_LOGS) -> list[RealResult]:
-    """Both detectors on the real logs, judged against the fixed readings of the real-log test."""
+def score_real_logs(directory: Path = REAL_LOGS, detectors: Sequence[str] = DETECTORS) -> list[RealResult]:
+    """Every detector on the real logs, judged against the readings of the real-log test: the verdict,
+    and no alarm from a gauge the reading does not allow (the rule-based cores also owe the findings the
+    reading requires; the seed and z-score anchors have no rule names to require)."""
     from tests.test_real_logs import EXPECT
 
     out: list[RealResult] = []
@@ -353,18 +455,36 @@ def score_real_logs(directory: Path = REAL_LOGS) -> list[RealResult]:
         path = directory / name
         if not path.is_file():
             continue
-        s = analyze_path(str(path)).to_dict()
-        fired = {(f["gauge"], f["rule"]) for f in s["findings"]}
-        alarming = {f["gauge"] for f in s["findings"] if f["severity"] in ALARM}
-        core_ok = s["trainer"] == trainer and s["verdict"] == verdict and required <= fired and alarming <= allowed
-        seed = [f for f in seed_findings(load_rows(path).rows, trainer) if f.severity in ALARM]
-        sv = "stop" if any(f.severity == "stop" for f in seed) else ("warn" if seed else "ok")
-        seed_ok = sv == verdict and {f.gauge for f in seed} <= allowed
-        out.append(RealResult(name, verdict, s["verdict"], core_ok, sv, seed_ok))
+        rows = load_rows(path).rows
+        verdicts: dict[str, str] = {}
+        oks: dict[str, bool] = {}
+        for d in available(detectors):
+            if d == "core":
+                s = analyze_path(str(path)).to_dict()
+                fired = {(f["gauge"], f["rule"]) for f in s["findings"]}
+                alarming = {f["gauge"] for f in s["findings"] if f["severity"] in ALARM}
+                v = s["verdict"]
+                ok = s["trainer"] == trainer and v == verdict and required <= fired and alarming <= allowed
+            else:
+                if d == "before":
+                    assert BEFORE is not None
+                    c = BEFORE.analyze_rows(rows, trainer=trainer)
+                    found: list[Alarm] = [(f.gauge, f.rule, f.severity, f.step) for f in c.findings]
+                elif d == "seed":
+                    found = [(f.gauge, f.rule, f.severity, f.step) for f in seed_findings(rows, trainer)]
+                else:
+                    found = [(f.gauge, f.rule, f.severity, f.step) for f in zscore_findings(rows)]
+                alarms = [a for a in found if a[2] in ALARM]
+                v = "stop" if any(a[2] == "stop" for a in alarms) else ("warn" if alarms else "ok")
+                ok = v == verdict and {a[0] for a in alarms} <= allowed
+                if d == "before":
+                    ok = ok and required <= {(a[0], a[1]) for a in found}
+            verdicts[d], oks[d] = v, ok
+        out.append(RealResult(name, verdict, verdicts, oks))
     return out
 
 
-# -- rendering ---------------------------------------------------------------------------------
+# -- rendering ------------------------------------------------------------------------------------
 
 
 def _pct(x: float) -> str:
@@ -375,150 +495,266 @@ def _num(x: float) -> str:
     return "–" if x != x else f"{x:.2f}"
 
 
-def _rows(lags: list[float]) -> str:
-    return "–" if not lags else f"{statistics.median(lags):+g}"
+def _cells(vals: Sequence[str], bold_first: bool = True) -> str:
+    return " / ".join(f"**{v}**" if i == 0 and bold_first else v for i, v in enumerate(vals))
 
 
-def _vs(a: str, b: str) -> str:
-    return f"{a} / {b}"
+def verdict_table(results: list[Result], real: list[RealResult], dets: Sequence[str],
+                  benign: Sequence[BenignResult] = ()) -> list[str]:
+    """The headline: the issue's measures, ours beside every anchor."""
+    t = {d: aggregate(target_runs(results), d) for d in dets}
+    a = {d: aggregate(results, d) for d in dets}
+    hc = {d: aggregate([r for r in healthy_runs(results) if r.spec.block == "corpus"], d) for d in dets}
+    hb = {d: aggregate([r for r in healthy_runs(results) if r.spec.block == "benign"], d) for d in dets}
+    h = {d: aggregate(healthy_runs(results), d) for d in dets}
+    c = {d: aggregate([r for r in results if r.spec.pathology == "clip_growing"], d) for d in dets}
+    head = " | ".join(LABELS[d] for d in dets)
+    lines = [f"| measure | {head} | target |", "|---|" + "---|" * len(dets) + "---|"]
 
+    def row(name: str, vals: list[str], target: str = "") -> None:
+        lines.append(f"| {name} | " + " | ".join(f"**{v}**" if i == 0 else v for i, v in enumerate(vals))
+                     + f" | {target} |")
 
-def split_table(results: list[Result], title: str) -> list[str]:
-    """Markdown for one split: per (family, pathology), healthy runs, totals and the targets."""
-    by: dict[tuple[str, str | None], list[Result]] = defaultdict(list)
-    for r in results:
-        by[(r.spec.family, r.spec.pathology)].append(r)
-    seeds = sorted({r.spec.seed for r in results})
-    lines = [
-        f"### {title}: seeds {seeds[0]}–{seeds[-1]}, {len(results)} runs",
-        "",
-        "Each cell: **ours / seed rules**.",
-        "",
-        "| family | pathology | runs | recall | early fires | median delay | paired delay (runs) |",
-        "|---|---|---:|---|---|---|---|",
-    ]
-
-    def row(label: tuple[str, str], rs: list[Result], bold: bool = False) -> str:
-        c, s, p = aggregate(rs, "core"), aggregate(rs, "seed"), paired(rs)
-        cells = [str(c.n), _vs(_pct(c.recall), _pct(s.recall)), _vs(_pct(c.early_rate), _pct(s.early_rate)),
-                 _vs(_num(c.median_delay), _num(s.median_delay)),
-                 f"{_vs(_num(p.median('core')), _num(p.median('seed')))} ({p.n})"]
-        if bold:
-            cells = [f"**{x}**" for x in cells]
-        return "| " + " | ".join([*label, *cells]) + " |"
-
-    for fam, path in combinations(include_healthy=False):
-        if (fam, path) in by:
-            lines.append(row((fam, str(path)), by[(fam, path)]))
-    lines.append(row(("**all**", ""), results, bold=True))
-    lines += ["", "| healthy family | runs | false stops | any warn/stop |", "|---|---:|---|---|"]
-    c_all, s_all = aggregate(results, "core"), aggregate(results, "seed")
-    for fam in FAMILIES:
-        rs = by.get((fam, None), [])
-        if rs:
-            c, s = aggregate(rs, "core"), aggregate(rs, "seed")
-            lines.append(f"| {fam} | {c.healthy} | {_vs(_pct(c.false_stop_rate), _pct(s.false_stop_rate))} | "
-                         f"{_vs(_pct(c.healthy_any_rate), _pct(s.healthy_any_rate))} |")
-    lines.append(f"| **all** | **{c_all.healthy}** | "
-                 f"**{_vs(_pct(c_all.false_stop_rate), _pct(s_all.false_stop_rate))}** | "
-                 f"**{_vs(_pct(c_all.healthy_any_rate), _pct(s_all.healthy_any_rate))}** |")
-    p = paired(results)
-    lines += [
-        "",
-        "Targets (ours): " + ", ".join(
-            f"{name} {'✅' if ok else '❌'}" for name, ok in check_targets(c_all, p).items()) + ".",
-        "",
-        f"Paired delay: on the {p.n} runs both detect with no alarm from an expected gauge before onset, ours "
-        f"detects first on {p.faster}, the seed rules on {p.slower}, both on the same row on "
-        f"{p.n - p.faster - p.slower}; ours comes a median of {_rows(p.row_lag)} logged row(s) later.",
-    ]
-    for det, label in (("core", "ours"), ("seed", "seed rules")):
-        cnt = Counter(a for r in results if r.spec.pathology is None for a in r.outcomes[det].alarms)
-        if cnt:
-            top = ", ".join(f"`{k}` {v}" for k, v in cnt.most_common(6))
-            lines.append(f"Alarms on healthy runs by rule ({label}): {top}.")
-    lines.append(f"The seed's 'deserves a look' heuristics (info, not counted) fire on "
-                 f"{_pct(s_all.healthy_info_rate)} of healthy runs.")
-    lines.append("")
+    n_t = next(iter(t.values())).n if t else 0
+    row(f"recall, trend + spread pathologies ({n_t} runs)", [_pct(t[d].recall) for d in dets],
+        f"≥ {_pct(TARGETS['recall'])}")
+    row("… clean (no expected-gauge alarm before onset)", [_pct(t[d].clean_recall) for d in dets])
+    row(f"recall, all pathologies ({next(iter(a.values())).n if a else 0} runs)", [_pct(a[d].recall) for d in dets])
+    row("early fires: pathological runs with a warn/stop before onset", [_pct(a[d].early_rate) for d in dets])
+    row(f"healthy runs with any warn/stop ({next(iter(h.values())).healthy if h else 0})",
+        [_pct(h[d].healthy_any_rate) for d in dets], f"≤ {_pct(TARGETS['healthy_any'])}")
+    row(f"… corpus healthy runs ({next(iter(hc.values())).healthy if hc else 0})",
+        [_pct(hc[d].healthy_any_rate) for d in dets])
+    row(f"… benign sharpening GRPO runs, 1.5B-like ({next(iter(hb.values())).healthy if hb else 0})",
+        [_pct(hb[d].healthy_any_rate) for d in dets], "≤ 10 % (real runs)")
+    row("healthy runs with a stop", [_pct(h[d].healthy_stop_rate) for d in dets])
+    row("median delay, trend + spread (share of the run after onset)", [_num(t[d].median_delay) for d in dets],
+        f"≤ {TARGETS['delay']}")
+    row(f"growing clip fraction caught before 30 % ({next(iter(c.values())).clip_runs if c else 0} runs)",
+        [_pct(c[d].clip_early_rate) for d in dets], f"≥ {_pct(TARGETS['clip_early'])}")
+    k = {d: aggregate([r for r in results if r.spec.pathology == "kl_growing"], d) for d in dets}
+    row(f"growing KL caught before its warn line (0.5 per token, 6 per sequence; "
+        f"{next(iter(k.values())).kl_runs if k else 0} runs)", [_pct(k[d].kl_early_rate) for d in dets])
+    if benign:
+        row(f"real benign GRPO runs (fixtures) with any warn/stop ({len(benign)})",
+            [f"{sum(bool(b.alarms.get(d)) for b in benign)}/{len(benign)}" for d in dets], "0")
+    if real:
+        row(f"real TRL logs matching the reading ({len(real)})",
+            [f"{sum(r.ok.get(d, False) for r in real)}/{len(real)}" for d in dets])
     return lines
 
 
-def real_table(real: list[RealResult]) -> list[str]:
-    lines = ["### Real TRL logs: the readings fixed in `tests/test_real_logs.py`", "",
-             "| log | reading | ours | seed rules |", "|---|---|---|---|"]
+def pathology_table(results: list[Result], dets: Sequence[str]) -> list[str]:
+    by: dict[str, list[Result]] = defaultdict(list)
+    for r in results:
+        if r.spec.pathology:
+            by[r.spec.pathology].append(r)
+    head = " / ".join(LABELS[d] for d in dets)
+    lines = [f"Each cell: {head}.", "",
+             "| pathology | kind | families | runs | recall | early fires | median delay |",
+             "|---|---|---|---:|---|---|---|"]
+    order = sorted(by, key=lambda p: (KINDS.index(PATHOLOGIES[p].kind), p))
+    for p in order:
+        rs = by[p]
+        s = {d: aggregate(rs, d) for d in dets}
+        fams = ", ".join(f for f in FAMILIES if any(r.spec.family == f for r in rs))
+        lines.append(f"| {p} | {PATHOLOGIES[p].kind} | {fams} | {len(rs)} | "
+                     f"{_cells([_pct(s[d].recall) for d in dets])} | {_cells([_pct(s[d].early_rate) for d in dets])} | "
+                     f"{_cells([_num(s[d].median_delay) for d in dets])} |")
+    for kind in KINDS:
+        rs = [r for r in results if r.kind == kind]
+        if rs:
+            s = {d: aggregate(rs, d) for d in dets}
+            lines.append(f"| **all {kind}** | | | {len(rs)} | {_cells([_pct(s[d].recall) for d in dets])} | "
+                         f"{_cells([_pct(s[d].early_rate) for d in dets])} | "
+                         f"{_cells([_num(s[d].median_delay) for d in dets])} |")
+    return lines
+
+
+def family_table(results: list[Result], dets: Sequence[str]) -> list[str]:
+    by: dict[tuple[str, str], list[Result]] = defaultdict(list)
+    for r in results:
+        if r.spec.pathology:
+            by[(r.spec.family, r.spec.pathology)].append(r)
+    lines = ["| family | pathology | runs | recall | early fires | median delay |", "|---|---|---:|---|---|---|"]
+    for fam, path in combinations(include_healthy=False):
+        rs = by.get((fam, path))
+        if rs:
+            s = {d: aggregate(rs, d) for d in dets}
+            lines.append(f"| {fam} | {path} | {len(rs)} | {_cells([_pct(s[d].recall) for d in dets])} | "
+                         f"{_cells([_pct(s[d].early_rate) for d in dets])} | "
+                         f"{_cells([_num(s[d].median_delay) for d in dets])} |")
+    return lines
+
+
+def healthy_table(results: list[Result], dets: Sequence[str]) -> list[str]:
+    groups: dict[str, list[Result]] = defaultdict(list)
+    for r in healthy_runs(results):
+        label = f"{r.spec.family} (benign 1.5B-like, {r.spec.profile})" if r.spec.block == "benign" else r.spec.family
+        groups[label].append(r)
+    head = " / ".join(LABELS[d] for d in dets)
+    lines = [f"Each cell: {head}.", "", "| healthy runs | runs | any warn/stop | a stop |", "|---|---:|---|---|"]
+    for label in sorted(groups):
+        s = {d: aggregate(groups[label], d) for d in dets}
+        lines.append(f"| {label} | {len(groups[label])} | {_cells([_pct(s[d].healthy_any_rate) for d in dets])} | "
+                     f"{_cells([_pct(s[d].healthy_stop_rate) for d in dets])} |")
+    lines.append("")
+    for d in dets:
+        cnt = Counter(a for r in healthy_runs(results) for a in r.outcomes[d].alarms)
+        if cnt:
+            top = ", ".join(f"`{k}` {v}" for k, v in cnt.most_common(8))
+            lines.append(f"- Alarms on healthy runs by rule ({LABELS[d]}): {top}.")
+    return lines
+
+
+def real_table(real: list[RealResult], dets: Sequence[str]) -> list[str]:
+    lines = ["| log | reading | " + " | ".join(LABELS[d] for d in dets) + " |", "|---|---|" + "---|" * len(dets)]
     for r in real:
-        lines.append(f"| `{r.name}` | {r.expected} | {r.core_verdict} {'✅' if r.core_ok else '❌'} | "
-                     f"{r.seed_verdict} {'✅' if r.seed_ok else '❌'} |")
-    lines.append(f"| **matching the reading** | | **{sum(r.core_ok for r in real)}/{len(real)}** | "
-                 f"**{sum(r.seed_ok for r in real)}/{len(real)}** |")
-    lines += ["", "Ours must give the verdict, raise the required findings and alarm on no other gauge; the seed "
-              "rules must give the verdict and alarm on no other gauge.", ""]
+        lines.append(f"| `{r.name}` | {r.expected} | " + " | ".join(
+            f"{r.verdicts[d]} {'✅' if r.ok[d] else '❌'}" for d in dets) + " |")
     return lines
 
 
 def legend() -> list[str]:
-    lines = ["### The seed rules (`benchmarks/detection/seed_rules.py`)", "",
-             "| gauge | rule | severity | the posts' words (I = Part I, II = Part II, III = Part III) |",
+    lines = ["| gauge | rule | severity | the posts' words (I = Part I, II = Part II, III = Part III) |",
              "|---|---|---|---|"]
     for (gauge, rule), (sev, src) in SEED_RULES.items():
         lines.append(f"| {gauge} | {rule} | {sev} | {src} |")
-    return [*lines, ""]
+    return lines
 
 
-def render(held: list[Result], tune: list[Result], real: list[RealResult], elapsed: float, workers: int,
-           quick: bool) -> str:
+def render(held: list[Result], tune: list[Result], real: list[RealResult], dets: Sequence[str], elapsed: float,
+           workers: int, quick: bool, benign: Sequence[BenignResult] = ()) -> str:
     """The whole Markdown report."""
+    held_seeds = sorted({r.spec.seed for r in held})
+    tune_seeds = sorted({r.spec.seed for r in tune})
     lines = [
-        "## Detection quality: the core vs the seed blog's rules",
+        "## Detection quality: rlcluster against three anchors",
         "",
-        f"Generated by `python benchmarks/detection/bench.py{' --quick' if quick else ''}`; do not edit by hand.",
+        f"Generated by `python benchmarks/detection/bench.py --split all{' --quick' if quick else ''}` "
+        "(`make bench-detection`); do not edit by hand.",
         "",
-        f"Corpus: every `wandb_rlcluster.synthetic` family healthy ({HEALTHY_PER_FAMILY} runs per family and seed) "
-        "and with every pathology it can have (one run per seed). Each run draws n_steps log-uniform in "
-        f"{N_STEPS[0]}–{N_STEPS[1]}, logging_steps from {{{', '.join(map(str, LOGGING_STEPS))}}} (keeping at least "
-        f"{MIN_ROWS} logged rows), noise ×{NOISE[0]}–{NOISE[1]}, onset at {_pct(ONSET[0])}–{_pct(ONSET[1])} of the "
-        "run, eval rows on half the SFT/DPO runs. *Ours*: `InstrumentCluster` warn/stop findings. *Seed rules*: the "
-        "posts' thresholds applied literally, checked on every row (legend below).",
+        f"Corpus (`benchmarks/detection/synthetic`): every trainer family healthy ({HEALTHY_PER_FAMILY} runs per "
+        f"family and seed) and with every pathology it can have ({len(PATHOLOGIES)} pathologies, one run per "
+        f"family and seed), n_steps log-uniform in {N_STEPS[0]}–{N_STEPS[1]}, logging_steps from "
+        f"{{{', '.join(map(str, LOGGING_STEPS))}}} (at least {MIN_ROWS} logged rows; rows are means over the "
+        f"logging window, as TRL logs them), noise ×{NOISE[0]}–{NOISE[1]} (heavy-tailed, with single-step outliers), "
+        f"onset at {_pct(ONSET[0])}–{_pct(ONSET[1])} of the run unless the pathology names its own range; plus "
+        f"{BENIGN_PER_SEED} benign sharpening GRPO runs per seed shaped like real 1.5B GRPO/RLOO runs (120 steps, "
+        "16 completions a step, entropy halving while reward and a weight-0 gold reward rise).",
         "",
-        "Recall: a warn/stop from an expected gauge at or after onset. Early fires: any warn/stop before onset. "
-        "Delay: (first detection − onset) / (n_steps − onset); *median delay* is over each detector's own "
-        "detections, *paired delay* over the runs both detect with no alarm from an expected gauge before onset "
-        "(a rule already ringing before the onset has detected nothing). Defaults were tuned on the tuning seeds only; "
-        "the held-out seeds are the verdict.",
+        "Detectors: **ours** (this checkout's core, warn/stop findings, run with max_steps as the live callback "
+        "has it and the gold reward named where the run logs one); **seed rules** (the seed post's thresholds "
+        f"literally, every row, `seed_rules.py`); **z-score** (|z| > {THRESHOLD:g} against the previous {WINDOW} "
+        "logged values on every raw metric, no persistence: W&B's z-score automation trigger with its defaults, "
+        f"`anchors.py`); **before #10** (the core at commit `{BEFORE_COMMIT}`, the rules the first release shipped; "
+        f"{BEFORE_NOTE}).",
+        "",
+        "Recall: a warn/stop from one of the run's expected gauges at or after onset (*clean*: on runs where the "
+        "detector raised nothing from an expected gauge before onset). Early fires: pathological runs with any "
+        "warn/stop before onset. Delay: (first detection − onset) / (n_steps − onset). The targets are the issue's, "
+        "judged on the held-out seeds, which were run once the rules were settled.",
         "",
     ]
-    lines += split_table(held, "Held-out")
-    lines += split_table(tune, "Tuning")
+    for title, rs, seeds in (("Held-out", held, held_seeds), ("Tuning", tune, tune_seeds)):
+        if not rs:
+            continue
+        lines += [f"### {title}: seeds {seeds[0]}–{seeds[-1]}, {len(rs)} runs", ""]
+        lines += verdict_table(rs, real, dets, benign)
+        checks = check_targets(rs)
+        lines += ["", "Targets (ours): " + "; ".join(
+            f"{name}: {_pct(v) if 'recall' in name or '%' in name else _num(v)} {'✅' if ok else '❌'}"
+            for name, (v, ok) in checks.items()) + ".", ""]
+        lines += [f"#### {title}: per pathology", ""]
+        lines += pathology_table(rs, dets)
+        lines += ["", f"#### {title}: healthy runs", ""]
+        lines += healthy_table(rs, dets)
+        lines += ["", f"<details><summary>{title}: per family and pathology</summary>", ""]
+        lines += family_table(rs, dets)
+        lines += ["", "</details>", ""]
+    if benign:
+        lines += ["### Real benign GRPO runs (`benchmarks/detection/fixtures`)", "",
+                  "Healthy by their source's hidden-test oracle; any warn/stop is a false alarm.", "",
+                  "| run | rows | " + " | ".join(LABELS[d] for d in dets) + " |", "|---|---:|" + "---|" * len(dets)]
+        for b in benign:
+            lines.append(f"| `{b.name}` | {b.rows} | " + " | ".join(
+                ", ".join(f"`{a}`" for a in b.alarms[d]) or "quiet ✅" for d in dets) + " |")
+        lines.append("")
     if real:
-        lines += real_table(real)
+        lines += ["### Real TRL logs: the readings fixed in `tests/test_real_logs.py`", ""]
+        lines += real_table(real, dets)
+        lines += ["", "The cores must give the verdict, raise the required findings and alarm on no other gauge; the "
+                  "seed and z-score anchors must give the verdict and alarm on no other gauge.", ""]
+    lines += ["### The seed rules (`benchmarks/detection/seed_rules.py`)", ""]
     lines += legend()
-    lines += [f"Runtime {elapsed:.0f} s with {workers} worker process(es) on {platform.machine()}, "
+    lines += ["", f"Runtime {elapsed:.0f} s with {workers} worker process(es) on {platform.machine()}, "
               f"{os.cpu_count()} CPUs, Python {platform.python_version()}.", ""]
     return "\n".join(lines)
 
 
+def summary_text(results: list[Result], dets: Sequence[str]) -> str:
+    """A short plain-text summary for tuning (per kind and per pathology, healthy alarms by rule)."""
+    out = []
+    for d in dets:
+        t = aggregate(target_runs(results), d)
+        h = aggregate(healthy_runs(results), d)
+        hb = aggregate([r for r in healthy_runs(results) if r.spec.block == "benign"], d)
+        out.append(f"{LABELS[d]:>11}: trend+spread recall {_pct(t.recall)} (clean {_pct(t.clean_recall)}), "
+                   f"median delay {_num(t.median_delay)}, healthy any {_pct(h.healthy_any_rate)} "
+                   f"(benign {_pct(hb.healthy_any_rate)}), stops {_pct(h.healthy_stop_rate)}")
+    return "\n".join(out)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--split", choices=("tuning", "held-out", "all"), default="tuning",
+                    help="tuning seeds only (default; writes nothing), held-out only, or both (writes RESULTS.md)")
     ap.add_argument("--quick", action="store_true", help="3 seeds per split (a few seconds)")
+    ap.add_argument("--seeds", type=str, default=None, help="override the seed range, e.g. 0-9 (tuning only)")
+    ap.add_argument("--detectors", type=str, default=",".join(DETECTORS),
+                    help=f"comma-separated subset of {','.join(DETECTORS)}")
+    ap.add_argument("--only", type=str, default=None, help="comma-separated pathologies (plus healthy runs)")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--out", type=Path, default=None,
-                    help="Markdown output (default: RESULTS.md beside this file; --quick writes nothing unless given)")
-    ap.add_argument("--no-write", action="store_true", help="print only")
+                    help="Markdown output (default: RESULTS.md for --split all, nothing otherwise)")
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
 
+    dets = available([d.strip() for d in args.detectors.split(",") if d.strip()])
+    unknown = set(dets) - set(DETECTORS)
+    if unknown:
+        ap.error(f"unknown detector(s) {sorted(unknown)}")
     t0 = time.perf_counter()
-    tune_seeds = QUICK_SEEDS["tuning"] if args.quick else TUNING_SEEDS
-    held_seeds = QUICK_SEEDS["held-out"] if args.quick else HELD_OUT_SEEDS
-    specs = make_specs(held_seeds, "held-out") + make_specs(tune_seeds, "tuning")
-    results = run_corpus(specs, workers=args.workers, progress=not args.no_progress)
+    tune_seeds: Iterable[int] = QUICK_SEEDS["tuning"] if args.quick else TUNING_SEEDS
+    held_seeds: Iterable[int] = QUICK_SEEDS["held-out"] if args.quick else HELD_OUT_SEEDS
+    if args.seeds:
+        lo, _, hi = args.seeds.partition("-")
+        tune_seeds = range(int(lo), int(hi or lo) + 1)
+        if any(s in HELD_OUT_SEEDS for s in tune_seeds):
+            ap.error("--seeds overlaps the held-out seeds")
+    specs: list[Spec] = []
+    if args.split in ("held-out", "all"):
+        specs += make_specs(held_seeds, "held-out")
+    if args.split in ("tuning", "all"):
+        specs += make_specs(tune_seeds, "tuning")
+    if args.only:
+        keep = {p.strip() for p in args.only.split(",")}
+        specs = [s for s in specs if s.pathology is None or s.pathology in keep]
+    results = run_corpus(specs, workers=args.workers, progress=not args.no_progress, detectors=dets)
     held = [r for r in results if r.spec.split == "held-out"]
     tune = [r for r in results if r.spec.split == "tuning"]
-    real = score_real_logs() if REAL_LOGS.is_dir() else []
-    md = render(held, tune, real, time.perf_counter() - t0, args.workers, args.quick)
+    real = score_real_logs(detectors=dets) if REAL_LOGS.is_dir() else []
+    benign = score_real_benign(detectors=dets)
+    md = render(held, tune, real, dets, time.perf_counter() - t0, args.workers, args.quick, benign)
     print(md)
-    out = args.out if args.out is not None else (None if args.quick else RESULTS)
-    if out is not None and not args.no_write:
+    for title, rs in (("held-out", held), ("tuning", tune)):
+        if rs:
+            print(f"\n[{title}]\n" + summary_text(rs, dets), file=sys.stderr)
+    for b in benign:
+        print(f"[real benign] {b.name}: " + "; ".join(f"{LABELS[d]} {list(b.alarms[d]) or 'quiet'}" for d in dets),
+              file=sys.stderr)
+    out = args.out if args.out is not None else (RESULTS if args.split == "all" and not args.quick else None)
+    if out is not None:
         out.write_text(md)
         print(f"written to {out}", file=sys.stderr)
     return 0

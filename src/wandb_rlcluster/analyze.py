@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .core import FAMILY_LABELS, GAUGE_IDS, GAUGE_TITLES, InstrumentCluster, Row
+from .core import DIAGNOSIS_ID, FAMILY_LABELS, GAUGE_IDS, GAUGE_TITLES, InstrumentCluster, Row
 from .core.readers import LoadedLog, LogReadError, load_rows
 from .core.text import clean_text
 
@@ -40,11 +40,11 @@ SHOW: dict[str, tuple[str, ...]] = {
     "gradients": ("grad_norm", "spike_ratio", "spikes"),
     "learning_rate": ("learning_rate", "peak", "frac_at_zero"),
     "attention_entropy": ("mean", "vs_start"),
-    "samples": ("repetition_rate",),
+    "samples": ("repetition_rate", "rollout_repetitive_frac", "rollout_identical_groups"),
     "lora": ("norm_mean", "effective_rank", "norm_vs_start"),
     "efficiency": ("tokens_per_s", "step_time", "slowdown", "samples_per_s"),
     "convergence": ("eval_loss", "gap", "progress", "rows_since_improvement"),
-    "reward": ("reward_ewma", "trend_t", "margin_ewma", "accuracy_ewma"),
+    "reward": ("reward_ewma", "trend_t", "proxy_gold_gap", "margin_ewma", "accuracy_ewma"),
     "kl": ("kl", "kl_ewma", "kl_z"),
     "policy_ratio": ("ratio", "clip", "clip_asymmetry"),
     "length": ("mean_length", "vs_baseline", "clipped_ratio", "num_eos_tokens"),
@@ -109,6 +109,8 @@ class Analysis:
     first_step: int = 0
     last_step: int = 0
     alerts: list[Any] | None = None  # AlertEvents when rules were applied
+    #: example completions per finding, (gauge, rule, step) -> examples (rollouts_offline.add_evidence)
+    evidence: dict[tuple[str, str, int], list[dict[str, Any]]] = field(default_factory=dict)
 
     def verdict(self) -> str:
         """The worst finding; with alert rules, the worst alert that fired (as the live run would act)."""
@@ -120,6 +122,11 @@ class Analysis:
 
     def to_dict(self) -> dict[str, Any]:
         out = self.cluster.summary()
+        if self.evidence:
+            for f in out["findings"]:
+                ex = self.evidence.get((f["gauge"], f["rule"], f["step"]))
+                if ex:
+                    f["evidence"] = ex
         if self.alerts is not None:
             out["verdict"] = self.verdict()
             out["findings_verdict"] = self.cluster.verdict()
@@ -135,7 +142,8 @@ class Analysis:
 
 def analyze_stream(rows: Iterable[Mapping[str, object]], trainer: str | None = None, *, source: str = "<rows>",
                    source_format: str = "rows", max_steps: int = 0, alerts: Any = None,
-                   observer: Callable[[Row, InstrumentCluster, set[str]], None] | None = None) -> Analysis:
+                   observer: Callable[[Row, InstrumentCluster, set[str]], None] | None = None,
+                   params: Mapping[str, Mapping[str, Any]] | None = None) -> Analysis:
     """Feed rows through a fresh cluster, keeping a downsampled series per gauge for display.
 
     With ``alerts`` (an AlertConfig) the rules are evaluated row by row exactly as the
@@ -143,7 +151,7 @@ def analyze_stream(rows: Iterable[Mapping[str, object]], trainer: str | None = N
     ``observer(row, cluster, updated_gauges)`` is called after each row (the dashboard
     records its series there, in the same pass).
     """
-    params = alerts.gauge_params if alerts is not None else None
+    params = merge_params(alerts.gauge_params if alerts is not None else None, params)
     if trainer is None and (alerts is not None or observer is not None):
         # Rules and observers read the gauges row by row; a cluster still detecting its family holds its
         # first rows back and feeds them in one go, so rules would never see them (an alert in the first
@@ -239,17 +247,39 @@ def load_any(path: str) -> LoadedLog:
         if not run.history:
             raise LogReadError(f"rlcluster: cannot read {path!r}: the W&B run has no history rows yet "
                                "(wandb flushes its file every ~15 s while a run is open)")
-        return LoadedLog(rows=run.history, source_format="wandb_offline_run", path=str(run.path),
-                         meta={"run_id": run.run_id})
+        from .rollouts_offline import with_rollouts  # TRL's completions tables -> rollout statistics
+
+        rows, rollouts = with_rollouts(run)
+        return LoadedLog(rows=rows, source_format="wandb_offline_run", path=str(run.path),
+                         meta={"run_id": run.run_id, "rollouts": rollouts})
     return load_rows(path)
 
 
-def analyze_path(path: str, trainer: str | None = None, alerts: Any = None) -> Analysis:
-    """Read any supported log (file or W&B offline run) and analyse it (raises LogReadError on bad input)."""
+def analyze_path(path: str, trainer: str | None = None, alerts: Any = None,
+                 params: Mapping[str, Mapping[str, Any]] | None = None) -> Analysis:
+    """Read any supported log (file or W&B offline run) and analyse it (raises LogReadError on bad input).
+
+    ``params`` are gauge parameters over the alert file's, e.g. ``{"reward": {"gold": ["verifier"]}}``.
+    """
     log: LoadedLog = load_any(path)
     max_steps = log.meta.get("max_steps") if isinstance(log.meta, dict) else 0
-    return analyze_stream(log.rows, trainer, source=str(path), source_format=log.source_format,
-                          max_steps=int(max_steps) if isinstance(max_steps, (int, float)) else 0, alerts=alerts)
+    analysis = analyze_stream(log.rows, trainer, source=str(path), source_format=log.source_format,
+                              max_steps=int(max_steps) if isinstance(max_steps, (int, float)) else 0, alerts=alerts,
+                              params=params)
+    if log.meta.get("rollouts") is not None:
+        from .rollouts_offline import add_evidence
+
+        add_evidence(analysis, log.meta["rollouts"])  # type: ignore[arg-type]
+    return analysis
+
+
+def merge_params(*layers: Mapping[str, Mapping[str, Any]] | None) -> dict[str, dict[str, Any]] | None:
+    """Gauge parameters, later layers winning per gauge and name (None when there are none)."""
+    out: dict[str, dict[str, Any]] = {}
+    for layer in layers:
+        for gid, ps in (layer or {}).items():
+            out.setdefault(gid, {}).update(ps)
+    return out or None
 
 
 # -- rendering ---------------------------------------------------------------------------------
@@ -302,6 +332,13 @@ def render_text(analysis: Analysis, color: bool | None = None, stream: Any = Non
         spark = sparkline(analysis.sparks.get(gid, [])) if st != "no-data" else ""
         lines.append(f"  {GAUGE_TITLES[gid][:24]:<24} {paint(f'{st:<8}', st)} {spark:<24}  {nums}")
     findings = list(s["findings"])
+    diagnoses = [f for f in findings if f["gauge"] == DIAGNOSIS_ID]
+    if diagnoses:  # the cross-gauge picture leads: one named pattern says more than five findings
+        lead = [f"Diagnoses ({len(diagnoses)}):"]
+        for f in diagnoses:
+            sev = f["severity"]
+            lead.append(f"  step {f['step']:>6}  {paint(f'{sev.upper():<4}', sev)}  {f['rule']}: {f['message']}")
+        lines[3:3] = [*lead, ""]
     if analysis.alerts is not None:
         fired = [e for e in analysis.alerts if e.kind == "firing"]
         lines.append("")
@@ -321,6 +358,10 @@ def render_text(analysis: Analysis, color: bool | None = None, stream: Any = Non
             sev = f["severity"]
             lines.append(f"  step {f['step']:>6}  {paint(f'{sev.upper():<4}', sev)}  {c(f['gauge'])}/{c(f['rule'])}: "
                          f"{c(f['message'])}")
+            if f.get("evidence") and sev != "info":
+                from .core.rollouts import evidence_lines
+
+                lines.extend(f"                 e.g. {c(x)}" for x in evidence_lines(f["evidence"][:2], width=100))
     return "\n".join(lines)
 
 

@@ -19,6 +19,7 @@ from .alerts.notify import Notifier, clamp_wait
 from .core import GAUGE_IDS, InstrumentCluster
 from .core.findings import Finding
 from .core.keys import canonical_family, to_float
+from .core.rollouts import ROLLOUT_GAUGES, RolloutStats, evidence_focus
 from .core.text import clean_text
 from .live import probes
 from .live.distributed import any_rank
@@ -85,11 +86,19 @@ class RLClusterCallback(TrainerCallback, ExportableState):
             alerts file, else the defaults: a ``stall`` alert after max(10 x median step time, 10m) without a
             completed step (30m before the cadence is known, the first 3 steps left out), checked every 5s;
             a ``crash`` alert within 10s; a guardian process for hard deaths. Off with ``alerts=False``.
+        gold_rewards: names of held-out reward functions (TRL: in ``reward_funcs`` with weight 0 in
+            ``reward_weights``; logged as ``rewards/<name>/mean``). The trained ``reward`` is then the
+            proxy, and the reward gauge reports the proxy-gold gap and fires when the proxy keeps rising
+            while the gold stalls or falls (over-optimisation). Also settable in alerts.yaml
+            (``gold_rewards: [...]``); this argument wins.
 
     Stopping is decided on every rank from the same log row and then reduced across
     ranks, so all processes stop at the same step; logging happens on the main
     process only. The callback's state (windows, baselines, rule state) is saved in
     checkpoints and restored on ``resume_from_checkpoint``.
+
+    For GRPO/RLOO, ``cb.attach(trainer)`` also judges the completions the trainer generates
+    (``rollouts/...`` statistics) and puts example completions in every alert they explain.
     """
 
     def __init__(
@@ -120,6 +129,7 @@ class RLClusterCallback(TrainerCallback, ExportableState):
         crash_alert: bool | None = None,
         crash_timeout: float | str | None = None,
         guardian: bool | None = None,
+        gold_rewards: str | list[str] | tuple[str, ...] | None = None,
     ) -> None:
         if stop_on not in (None, "stop", "warn"):
             raise ValueError(f"stop_on must be 'stop', 'warn' or None, not {stop_on!r}")
@@ -164,6 +174,9 @@ class RLClusterCallback(TrainerCallback, ExportableState):
         gauge_params = {k: dict(v) for k, v in (self.alert_config.gauge_params if self.alert_config else {}).items()}
         for gid, ps in self.params.items():
             gauge_params.setdefault(gid, {}).update(ps)
+        self.gold_rewards = [gold_rewards] if isinstance(gold_rewards, str) else list(gold_rewards or [])
+        if self.gold_rewards:
+            gauge_params.setdefault("reward", {})["gold"] = self.gold_rewards
         self.cluster = InstrumentCluster(trainer=self.trainer, params=gauge_params, detect_rows=1)  # validates
         self.engine = AlertEngine(self.alert_config) if self.alert_config else None
         self.liveness_args = {k: v for k, v in dict(
@@ -189,6 +202,102 @@ class RLClusterCallback(TrainerCallback, ExportableState):
         self._restored = False
         self._events: list[AlertEvent] = []
         self._disable_forward_probes = ""
+        # rollout evidence (attach()): off unless a trainer was attached
+        self._tap: Any = None
+        self._rollouts: RolloutStats | None = None
+        self._rollout_row: dict[str, float] = {}
+        self._rollout_opts: dict[str, Any] = {}
+        self._rollout_state: Mapping[str, Any] | None = None
+        self.rollout_seconds = 0.0
+        self.rollout_calls = 0
+
+    # -- rollouts -----------------------------------------------------------------------------------
+    def attach(self, trainer: Any, *, ceilings: Mapping[str, float] | None = None,
+               redact: Any = None, text_to_channels: bool = True, max_chars: int = 300,
+               max_examples: int = 4) -> RLClusterCallback:
+        """Judge the completions a GRPO/RLOO trainer already generates, and show them with every alert.
+
+        ``cb.attach(trainer)`` (after building the trainer with ``callbacks=[cb]``, or instead of passing
+        it: attach adds the callback) reads each training batch's completions, per-function rewards and
+        advantages from the trainer at no extra generation cost, and on every logged step adds
+        ``rollouts/...`` statistics to the row (within-group length-reward correlation, identical groups,
+        repetition, empty and unfinished completions, reward ceilings, outliers; see ``core/rollouts.py``)
+        that the samples, length, reward and reward-signal gauges judge. Every alert of those gauges then
+        carries example completions (top reward, with length and per-function rewards; the most
+        repetitive; the ones that show the rule) in ``alerts.jsonl``, a W&B table
+        ``rlcluster/rollouts/evidence`` at that step, and the Slack/e-mail/W&B alert text.
+
+        Args:
+            trainer: a TRL ``GRPOTrainer`` or ``RLOOTrainer`` (others: one warning, nothing changes).
+            ceilings: known maximum per reward function, ``{"accuracy": 1.0}`` (default: the highest
+                value each function has given so far).
+            redact: ``text -> text | None`` applied to every prompt and completion before it is written
+                or sent anywhere; None from it (or an exception in it) withholds the text.
+            text_to_channels: False keeps example texts out of Slack, e-mail and W&B alerts (numbers
+                only there); the journal and the W&B table still hold the (redacted) text.
+            max_chars: characters kept of each completion (prompts: at most 120).
+            max_examples: completions per alert.
+        """
+        from .live.trl_rollouts import RolloutTap
+
+        handler = getattr(trainer, "callback_handler", None)
+        if handler is not None and self not in handler.callbacks:
+            trainer.add_callback(self)
+        accelerator = getattr(trainer, "accelerator", None)
+        self._rollout_opts = {"redact": redact, "text_to_channels": bool(text_to_channels),
+                              "max_chars": int(max_chars), "max_examples": int(max_examples)}
+        if not getattr(accelerator, "is_main_process", True):
+            return self  # statistics and evidence come from the main process, like every other live input
+        tap = RolloutTap(trainer)
+        if tap.install():
+            self._tap = tap
+            self._rollouts = RolloutStats(ceilings)
+            if self._rollout_state:
+                self._rollouts.load_state_dict(self._rollout_state)
+        return self
+
+    @property
+    def rollout_state(self) -> dict[str, Any]:
+        return self._rollouts.state_dict() if self._rollouts is not None else {}
+
+    @rollout_state.setter
+    def rollout_state(self, value: Mapping[str, Any]) -> None:
+        self._rollout_state = dict(value or {})
+        if self._rollouts is not None and value:
+            try:
+                self._rollouts.load_state_dict(value)
+            except Exception as e:  # noqa: BLE001
+                logger.warning("rlcluster: could not restore rollout state from the checkpoint (%s)", e)
+
+    def _judge_rollouts(self, row: dict[str, Any], step: int) -> None:
+        """Add this step's rollout statistics to the row (main process, attached trainer only)."""
+        self._rollout_row = {}
+        if self._tap is None or self._rollouts is None:
+            return
+        batch = self._tap.take(step)
+        if batch is None:
+            return
+        t0 = time.perf_counter()
+        stats = self._rollouts.update(batch)
+        self.rollout_seconds += time.perf_counter() - t0
+        self.rollout_calls += 1
+        row.update(stats)
+        self._rollout_row = stats
+
+    def _attach_evidence(self, events: list[AlertEvent]) -> None:
+        """Example completions for every alert of a rollout-aware gauge that fired on this row."""
+        if self._rollouts is None or self._rollouts.last is None:
+            return
+        opts = self._rollout_opts
+        cache: dict[str | None, list[dict[str, Any]]] = {}
+        for e in events:
+            if e.kind != "firing" or e.gauge not in ROLLOUT_GAUGES:
+                continue
+            focus = evidence_focus(e.metric)
+            if focus not in cache:
+                cache[focus] = self._rollouts.evidence(focus, max_chars=opts["max_chars"], redact=opts["redact"],
+                                                       max_examples=opts["max_examples"])
+            e.evidence = cache[focus]
 
     # -- checkpoint state (transformers' ExportableState) -------------------------------------------
     def state(self) -> dict[str, Any]:
@@ -202,10 +311,12 @@ class RLClusterCallback(TrainerCallback, ExportableState):
                 "attention_every": self.attention_every, "lora_every": self.lora_every,
                 "sample_every": self.sample_every, "sample_tokens": self.sample_tokens,
                 "log_to_wandb": self.log_to_wandb, "wandb_min_interval": self.wandb_min_interval,
-                "prefix": self.prefix, "channel_wait": self.channel_wait, **self.liveness_args,
+                "prefix": self.prefix, "channel_wait": self.channel_wait, "gold_rewards": self.gold_rewards,
+                **self.liveness_args,
             },
             "attributes": {"cluster_state": self.cluster.state_dict(),
-                           "engine_state": self.engine.state_dict() if self.engine else {}},
+                           "engine_state": self.engine.state_dict() if self.engine else {},
+                           **({"rollout_state": self.rollout_state} if self._rollouts is not None else {})},
         }
 
     @property
@@ -251,6 +362,8 @@ class RLClusterCallback(TrainerCallback, ExportableState):
             if stored and not self._restored and self.cluster.rows == 0 and state.global_step > 0:
                 self.cluster_state = stored.get("attributes", {}).get("cluster_state", {})
                 self.engine_state = stored.get("attributes", {}).get("engine_state", {})
+                if stored.get("attributes", {}).get("rollout_state"):
+                    self.rollout_state = stored["attributes"]["rollout_state"]
             if self.engine is not None and state.is_world_process_zero:
                 run = self.sink._run()
                 if run is not None:
@@ -261,6 +374,7 @@ class RLClusterCallback(TrainerCallback, ExportableState):
                     self.engine.fields["run_name"] = args.run_name
                 self.notifier = Notifier(self.alert_config, Path(args.output_dir) / "alerts.jsonl",  # type: ignore[arg-type]
                                          use_wandb=self.log_to_wandb, close_wait=self.channel_wait)
+                self.notifier.evidence_text = self._rollout_opts.get("text_to_channels", True)
                 if self.liveness is not None:
                     self.liveness.start(str(args.output_dir), self.notifier, self.engine.fields,
                                         step=state.global_step, max_steps=int(state.max_steps or 0),
@@ -357,12 +471,14 @@ class RLClusterCallback(TrainerCallback, ExportableState):
                                                to_float(num_tokens) if isinstance(num_tokens, (int, float)) else None)
                 self._live.update(eff)
                 row.update(self._live)
+                self._judge_rollouts(row, state.global_step)
             self._live = {}
             fired = self.cluster.update(row)
             updated = self.cluster.last_updated
             wanted = ("stop",) if self.stop_on == "stop" else ("stop", "warn")
             if self.engine is not None:
                 events = self.engine.evaluate(state.global_step, row, self.cluster, fired, updated)
+                self._attach_evidence(events)
                 self._events = events
                 self.alert_events.extend(e for e in events if e.kind == "firing")
                 hit_alerts = [e for e in events if e.kind == "firing" and e.severity in wanted]
@@ -490,6 +606,8 @@ class RLClusterCallback(TrainerCallback, ExportableState):
         for k, v in self._layer_norms.items():
             metrics[f"{p}/gradients/{k}"] = v
         self._layer_norms = {}
+        for k, v in self._rollout_row.items():  # the raw rollout statistics, for offline analysis of the run
+            metrics[f"{p}/{k}"] = v
         metrics[f"{p}/findings"] = float(len(self.cluster.findings))
         if self.engine is not None:  # an alert's state is itself a series: 0 inactive, 1 pending, 2 firing
             for name, st in self.engine.states().items():
@@ -499,6 +617,12 @@ class RLClusterCallback(TrainerCallback, ExportableState):
             self.sink.log_table(f"{p}/samples/table", ["step", "prompt", "completion", "repetition_rate"],
                                 self._samples, state.global_step)
             self._samples = []
+        shown = [e for e in events if e.evidence]
+        if shown:
+            from .core.rollouts import evidence_table
+
+            columns, data = evidence_table(shown)
+            self.sink.log_table(f"{p}/rollouts/evidence", columns, data, state.global_step)
 
     def _error(self, where: str, exc: BaseException) -> None:
         self.errors += 1

@@ -52,8 +52,9 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     trainer, alerts, code = _trainer_and_alerts(args)
     if code:
         return code
+    gold = [g.strip() for item in (args.gold or []) for g in item.split(",") if g.strip()]
     try:
-        analysis = analyze_path(args.path, trainer, alerts=alerts)
+        analysis = analyze_path(args.path, trainer, alerts=alerts, params={"reward": {"gold": gold}} if gold else None)
     except LogReadError as e:
         return _fail(str(e).splitlines()[0] if str(e) else "cannot read input")
     except MemoryError:
@@ -289,6 +290,9 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--alerts", metavar="FILE", nargs="?", const="default",
                    help="also apply alert rules (a YAML file; no FILE: the shipped alerts.yaml); the verdict is "
                         "then the worst alert, as in the live run")
+    a.add_argument("--gold", metavar="FN", action="append",
+                   help="a held-out reward function logged as rewards/FN/mean (TRL: weight 0 in reward_weights); the "
+                        "trained reward is then judged against it (proxy-gold gap, over-optimisation). Repeatable")
     a.set_defaults(func=_cmd_analyze)
 
     al = sub.add_parser("alerts", help="check alert rules and channels")

@@ -16,8 +16,9 @@ import re
 from typing import Any
 
 from .analyze import Analysis, Downsampler, analyze_stream, detect_trainer, load_any
-from .core import FAMILY_LABELS, GAUGE_TITLES, InstrumentCluster
+from .core import DIAGNOSIS_ID, FAMILY_LABELS, GAUGE_TITLES, InstrumentCluster
 from .core.keys import Row, canonical_family
+from .core.rollouts import evidence_lines
 from .core.text import clean_text
 from .layouts import Layout, PanelSpec, load_layout, thresholds
 
@@ -139,7 +140,7 @@ def _svg(panel: PanelSpec, store: SeriesStore, marks: list[tuple[str, float, str
     for f in findings:
         color = SEVERITY_COLOR.get(f["severity"], "#888")
         x = sx(float(f["step"]))
-        tip = _esc(f"step {f['step']} {f['severity'].upper()} {f['rule']}: {f['message']}")
+        tip = _esc(f"step {f['step']} {f['severity'].upper()} {f['rule']}: {f['message']}") + _examples(f, "&#10;")
         parts.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{PAD_T}" y2="{H - PAD_B}" stroke="{color}" '
                      f'stroke-width="1.5" opacity="0.8"><title>{tip}</title></line>')
         parts.append(f'<circle cx="{x:.1f}" cy="{PAD_T + 4}" r="3.5" fill="{color}"><title>{tip}</title></circle>')
@@ -158,6 +159,11 @@ def _svg(panel: PanelSpec, store: SeriesStore, marks: list[tuple[str, float, str
     legend = "".join(f'<span><i style="background:{PALETTE[i % len(PALETTE)]}"></i>{_esc(k)}</span>'
                      for i, (k, _) in enumerate(series))
     return "".join(parts) + f'<div class="legend">{legend}</div>'
+
+
+def _examples(finding: dict[str, Any], sep: str) -> str:
+    """A finding's example completions (rollout evidence), each escaped, after ``sep`` (a line break)."""
+    return "".join(f"{sep}{_esc('e.g. ' + x)}" for x in evidence_lines(finding.get("evidence") or [], width=160))
 
 
 def _md(text: str) -> str:
@@ -206,8 +212,16 @@ def render_dashboard(analysis: Analysis, store: SeriesStore, layout: Layout, ale
         f"{_esc(FAMILY_LABELS.get(family, family))} · {s['rows']} rows · steps "
         f"{analysis.first_step}–{analysis.last_step} · generated {_dt.datetime.now():%Y-%m-%d %H:%M}"
         "</div></header><main>",
-        "<h2>Status at a glance</h2><div class='status'>",
     ]
+    diagnoses = [f for f in s["findings"] if f["gauge"] == DIAGNOSIS_ID]
+    if diagnoses:  # the named cross-gauge patterns lead the page
+        out.append("<h2>Diagnoses</h2><table><tr><th>step</th><th>diagnosis</th><th>evidence, what to do</th></tr>")
+        for f in diagnoses:
+            c = SEVERITY_COLOR.get(f["severity"], "#888")
+            out.append(f"<tr><td>{f['step']}</td><td class='sev' style='color:{c}'>{html.escape(f['rule'])}</td>"
+                       f"<td>{html.escape(f['message'])}</td></tr>")
+        out.append("</table>")
+    out.append("<h2>Status at a glance</h2><div class='status'>")
     for gid, title in GAUGE_TITLES.items():
         g = gauges[gid]
         st = g["status"]
@@ -233,7 +247,8 @@ def render_dashboard(analysis: Analysis, store: SeriesStore, layout: Layout, ale
         for f in s["findings"]:
             c = SEVERITY_COLOR.get(f["severity"], "#888")
             out.append(f"<tr><td>{f['step']}</td><td class='sev' style='color:{c}'>{f['severity'].upper()}</td>"
-                       f"<td>{_esc(f['gauge'])}/{_esc(f['rule'])}</td><td>{_esc(f['message'])}</td></tr>")
+                       f"<td>{_esc(f['gauge'])}/{_esc(f['rule'])}</td><td>{_esc(f['message'])}"
+                       f"{_examples(f, '<br>')}</td></tr>")
         out.append("</table>")
     else:
         out.append("<p>No findings: every gauge stayed inside its thresholds.</p>")
@@ -265,4 +280,8 @@ def build_dashboard(path: str, trainer: str | None = None, alerts: Any = None) -
     collector = SeriesCollector(layout)
     analysis = analyze_stream(log.rows, family, source=str(path), source_format=log.source_format,
                               alerts=alert_config, observer=collector)
+    if log.meta.get("rollouts") is not None:
+        from .rollouts_offline import add_evidence
+
+        add_evidence(analysis, log.meta["rollouts"])  # type: ignore[arg-type]
     return render_dashboard(analysis, collector.store, layout, alert_config), analysis

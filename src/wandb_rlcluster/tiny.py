@@ -42,6 +42,7 @@ __all__ = [
     "SPECIAL_TOKENS",
     "build_model",
     "build_reward_model",
+    "bias_toward_eos",
     "build_tokenizer",
     "make_dataset",
     "make_trainer",
@@ -265,6 +266,18 @@ def pretrain(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, *, step
         opt.zero_grad(set_to_none=True)
     model.train(was_training)
     return model
+
+
+def bias_toward_eos(trainer: Any, bias: float = 6.0) -> None:
+    """Give the tiny model a strong EOS bias so it starts with short answers (and has room to grow)."""
+    model = trainer.model
+    old = model.lm_head
+    new = torch.nn.Linear(old.in_features, old.out_features, bias=True)
+    with torch.no_grad():
+        new.weight.copy_(old.weight)
+        new.bias.zero_()
+        new.bias[trainer.processing_class.eos_token_id] = bias
+    model.lm_head = new
 
 
 def _saved_init_model(tokenizer: PreTrainedTokenizerFast, output_dir: Path, *, seed: int,

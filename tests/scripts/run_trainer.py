@@ -45,6 +45,9 @@ def main() -> None:
     ap.add_argument("--cb-kwargs", default="{}", help="JSON extra RLClusterCallback arguments (stall_floor, ...)")
     ap.add_argument("--fault", default="", help="add a reward function that misbehaves at one step (GRPO): "
                     "sleep:STEP:SECONDS or raise:STEP (STEP is the global step while the reward is computed)")
+    ap.add_argument("--rewards", default="", help="comma-separated reward functions for GRPO/RLOO by name: "
+                    "length_chars, letter_a, letter_a_share, like_ocean (tiny.py / demo.py)")
+    ap.add_argument("--attach", default=None, help="JSON kwargs: cb.attach(trainer, **kwargs) (rollout evidence)")
     ap.add_argument("--slow-step", default="", help="STEP:SECONDS: a callback sleeps when that step begins (any "
                     "trainer), like a first step that compiles or loads")
     ap.add_argument("--user-sigterm", action="store_true", help="the script's own SIGTERM handler (counts, goes on), "
@@ -150,6 +153,12 @@ def main() -> None:
     overrides = json.loads(a.overrides)
     if a.save_steps:
         overrides.update(save_strategy="steps", save_steps=a.save_steps)
+    if a.rewards:
+        from wandb_rlcluster import demo, tiny
+
+        named = {"length_chars": demo.reward_length_chars, "letter_a": tiny.reward_letter_a,
+                 "letter_a_share": demo.reward_letter_a_share, "like_ocean": demo.reward_like_ocean}
+        overrides["reward_funcs"] = [named[n] for n in a.rewards.split(",")]
     if a.fault:
         from wandb_rlcluster.tiny import REWARD_FUNCS
 
@@ -167,6 +176,8 @@ def main() -> None:
         trainer.add_callback(cb)
         if wcb is not None:
             trainer.add_callback(wcb)
+    if a.attach is not None:  # after the callback is in place: attach() adds it only when it is missing
+        cb.attach(trainer, **json.loads(a.attach))
     order = [type(c).__name__ for c in trainer.callback_handler.callbacks]
     t_train = time.perf_counter()
     trainer.train(resume_from_checkpoint=a.resume)
@@ -201,6 +212,8 @@ def main() -> None:
         "channel_wait_seconds": getattr(cb, "channel_wait_seconds", None), "train_seconds": train_seconds,
         "output_dir": str(out / "trainer"), **timing, "leftovers": leftovers, "user_sigterm_calls": user_sigterm_calls,
         "written_at": time.time(),  # the parent measures from here to the process's end (exit hooks, daemon threads)
+        "rollout_calls": cb.rollout_calls, "rollout_seconds": cb.rollout_seconds,
+        "rollout_problem": cb._tap.problem if cb._tap is not None else None,
     }
     (out / f"result-rank{rank}.json").write_text(json.dumps(result, indent=1, default=str))
 

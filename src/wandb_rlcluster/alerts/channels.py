@@ -27,8 +27,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from email.message import EmailMessage
 from email.utils import formatdate, make_msgid
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
+from ..core.rollouts import evidence_lines
 from ..core.text import clean_text
 
 __all__ = [
@@ -67,6 +68,12 @@ class AlertMessage:
     run_name: str | None = None
     run_url: str | None = None
     value: float | None = None
+    #: example completions behind the alert (rollout evidence): dicts as RolloutStats.evidence() gives them
+    evidence: tuple[Any, ...] = ()
+    evidence_text: bool = True  # False: the examples' numbers only, no prompt/completion text
+
+    def evidence_lines(self, width: int = 300) -> list[str]:
+        return evidence_lines(self.evidence, with_text=self.evidence_text, width=width) if self.evidence else []
 
 
 class ChannelError(RuntimeError):
@@ -205,6 +212,7 @@ class SlackWebhookChannel:
         elif msg.run_name:
             context.append(f"*run* {_slack_escape(msg.run_name)}")
         section = _truncate(_slack_escape(msg.text), 3000) or " "  # Slack rejects empty section text
+        examples = msg.evidence_lines()
         body: dict = {
             "text": _truncate(f"{emoji} [{label}] {title}: {msg.text}", 3000),
             "blocks": [
@@ -216,6 +224,12 @@ class SlackWebhookChannel:
                 {"type": "context", "elements": [{"type": "mrkdwn", "text": _truncate(" · ".join(context), 3000)}]},
             ],
         }
+        if examples:  # the completions behind the alert, escaped (mrkdwn and control characters), one per line
+            lines = "\n".join(f"• {_slack_escape(x)}" for x in examples)
+            body["blocks"].insert(2, {"type": "section", "text": {
+                "type": "mrkdwn", "text": _truncate(f"*Examples from step {msg.step}*\n{lines}", 3000)}})
+            # model output is untrusted: escaped in the fallback text too (no <!channel> pings, no forged links)
+            body["text"] = _truncate(body["text"] + "\nExamples:\n" + "\n".join(map(_slack_escape, examples)), 3000)
         if self.username:
             body["username"] = self.username
         if self.channel:
@@ -336,6 +350,9 @@ class EmailChannel:
         em["Date"] = formatdate(localtime=True)
         em["Message-ID"] = make_msgid(domain="rlcluster.local")
         lines = [msg.text, "", f"rule:  {msg.rule}", f"gauge: {msg.gauge}", f"step:  {msg.step}"]
+        examples = msg.evidence_lines()
+        if examples:
+            lines[1:1] = ["", f"Examples from step {msg.step}:", *(f"- {x}" for x in examples)]
         value = _fmt_value(msg.value)
         if value is not None:
             lines.append(f"value: {value}")

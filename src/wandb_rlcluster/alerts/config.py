@@ -19,8 +19,8 @@ from typing import Any
 
 import yaml
 
-from ..core import GAUGE_CLASSES, GAUGE_IDS
-from ..core.keys import FAMILIES, canonical_family
+from ..core import DIAGNOSIS_ID, GAUGE_CLASSES, GAUGE_IDS, REPORTING_CLASSES
+from ..core.keys import FAMILIES, LIVE_INPUT_KEYS, TRL_LOGGED_KEYS, canonical_family, is_reward_function_key
 from ..core.readers import InputRefused, InputTooLarge, read_bounded
 from ..core.text import clean_text
 from ..safe_yaml import MAX_YAML_CHARS, compose_checked, construct
@@ -33,7 +33,9 @@ TEMPLATE_FIELDS = frozenset({"value", "step", "rule", "gauge", "severity", "run_
                              "trainer", "message", "expr", "project"})
 RULE_KEYS = frozenset({"name", "gauge", "when", "finding", "min_severity", "for", "keep_firing_for", "severity",
                        "cooldown", "trainers", "title", "text", "inhibits", "channels", "enabled"})
-TOP_KEYS = frozenset({"version", "extends", "defaults", "gauges", "channels", "rules", "watchdog"})
+TOP_KEYS = frozenset({"version", "extends", "defaults", "gauges", "channels", "rules", "watchdog", "gold_rewards"})
+#: What a rule's ``gauge`` may name: a gauge, or the cross-gauge diagnoses.
+RULE_GAUGES = (*GAUGE_IDS, DIAGNOSIS_ID)
 DEFAULT_KEYS = frozenset({"for", "cooldown", "keep_firing_for", "channels"})
 CHANNEL_KEYS = {
     "slack": frozenset({"type", "webhook_url_env", "min_severity", "username", "channel", "timeout"}),
@@ -401,22 +403,12 @@ def _did_you_mean(word: str, options: Any) -> str:
 
 @lru_cache(maxsize=1)
 def known_metrics() -> frozenset[str]:
-    """Every metric name a rule may reference: TRL's keys and rlcluster's derived values."""
-    from ..core import InstrumentCluster
-    from ..core.keys import LIVE_INPUT_KEYS
-    from ..synthetic import generate_run
-
-    names: set[str] = set(LIVE_INPUT_KEYS)
-    for fam, trainer in (("grpo_kl", "grpo"), ("dpo", "dpo"), ("ppo", "ppo"), ("sft", "sft")):
-        run = generate_run(fam, None, n_steps=60, seed=0, with_eval=fam == "sft")
-        c = InstrumentCluster(trainer=trainer)
-        for r in run.rows:
-            names.update(k for k in r if k != "step")
-            c.update(r)
-        for gid, g in c.gauges.items():
-            names.update(f"rlcluster/{gid}/{k}" for k in g.derived)
-    for gid in GAUGE_IDS:
-        names.add(f"rlcluster/{gid}/status")
+    """Every metric name a rule may reference: TRL's keys and rlcluster's derived values (static declarations:
+    ``TRL_LOGGED_KEYS`` and each gauge's ``inputs``/``outputs``; per-function rewards are matched by pattern)."""
+    names: set[str] = set(LIVE_INPUT_KEYS) | set(TRL_LOGGED_KEYS)
+    for g in REPORTING_CLASSES:
+        names.update(g.inputs)
+        names.update(f"rlcluster/{g.id}/{k}" for k in (*g.outputs, "status"))
     return frozenset(names)
 
 
@@ -510,9 +502,9 @@ def _finish_rule(loc: _Loc, d: dict[str, Any], defaults: dict[str, Any], channel
         return None
     ok = True
     gauge = d.get("gauge")
-    if gauge not in GAUGE_IDS:
-        loc.err(ln("gauge"), f"rule {name!r}: unknown gauge {gauge!r}{_did_you_mean(str(gauge), GAUGE_IDS)}; "
-                             f"gauges: {', '.join(GAUGE_IDS)}")
+    if gauge not in RULE_GAUGES:
+        loc.err(ln("gauge"), f"rule {name!r}: unknown gauge {gauge!r}{_did_you_mean(str(gauge), RULE_GAUGES)}; "
+                             f"gauges: {', '.join(RULE_GAUGES)}")
         ok = False
     sev = _severity(loc, ln("severity"), "severity", d.get("severity", "warn"))
     ok = ok and sev is not None
@@ -537,7 +529,8 @@ def _finish_rule(loc: _Loc, d: dict[str, Any], defaults: dict[str, Any], channel
             else:
                 known = known_metrics()
                 for n in expr.names:
-                    if n not in known and n.removeprefix("train/") not in known:
+                    bare = n.removeprefix("train/")
+                    if n not in known and bare not in known and not is_reward_function_key(bare):
                         loc.warn(ln("when"), lambda n=n: f"rule {name!r}: metric {n!r} is not one rlcluster knows"
                                  f"{_did_you_mean(n, known)}; fine for a custom metric, otherwise a typo "
                                  "means this rule never fires")
@@ -667,6 +660,13 @@ def _raw_document(path: str, text: str, loc: _Loc) -> dict[str, Any] | None:
                       if isinstance(gnode, yaml.MappingNode) else None) for gid, gnode, gl in _pairs(vnode)]
             for gid, params in _gauge_params(loc, items).items():
                 doc["gauges"].setdefault(gid, {}).update(params)
+        elif key == "gold_rewards":  # held-out reward functions: the reward gauge's `gold` parameter
+            gold = _as_list(_value(vnode))
+            if not isinstance(gold, list) or not all(isinstance(g, str) and g.strip() for g in gold):
+                loc.err(kline, "'gold_rewards' must be a list of reward function names as TRL logs them "
+                               "(rewards/<name>/mean), e.g. gold_rewards: [verifier]")
+                continue
+            doc["gauges"].setdefault("reward", {})["gold"] = [g.strip() for g in gold]
         elif key == "channels":
             if not isinstance(vnode, yaml.MappingNode):
                 loc.err(kline, "'channels' must map channel names to their settings")

@@ -14,7 +14,7 @@ import re
 import string
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..core import InstrumentCluster
@@ -43,11 +43,15 @@ class AlertEvent:
     suppressed: str | None = None  # "cooldown" | "inhibited by <rule>"
     cooldown: float = 0.0
     time: float = 0.0
+    #: example completions (rollout evidence, see RLClusterCallback.attach); journaled only when present
+    evidence: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         if d["value"] is not None and not math.isfinite(d["value"]):
             d["value"] = str(d["value"])
+        if not d["evidence"]:
+            del d["evidence"]
         return d
 
 

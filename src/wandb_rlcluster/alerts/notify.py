@@ -27,6 +27,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from ..core.rollouts import evidence_lines
 from ..core.text import clean_text
 from .config import ENV_FIELDS, SEVERITY_RANK, AlertConfig, ChannelConfig, env_name_problem
 from .engine import AlertEvent
@@ -161,6 +162,8 @@ class Notifier:
         # ids unique across processes writing the same journal (a resume appends to the same alerts.jsonl)
         self._session = uuid.uuid4().hex[:8]
         self._ids = itertools.count(1)
+        #: False keeps example completion texts (rollout evidence) out of W&B alerts and the channels
+        self.evidence_text = True
         if channels and config.channels:
             from .channels import AsyncDispatcher
 
@@ -197,7 +200,11 @@ class Notifier:
             return
         try:
             level = getattr(wandb.AlertLevel, WANDB_LEVEL[e.severity])
-            run.alert(title=e.title[:255], text=e.text, level=level, wait_duration=max(1, int(e.cooldown)))
+            text = e.text
+            if e.evidence:  # the completions behind the alert, bounded: W&B forwards this text to Slack itself
+                lines = evidence_lines(e.evidence, with_text=self.evidence_text, width=200)
+                text = (text + f"\n\nExamples from step {e.step}:\n" + "\n".join(f"- {x}" for x in lines))[:3000]
+            run.alert(title=e.title[:255], text=text, level=level, wait_duration=max(1, int(e.cooldown)))
             self.sent_wandb += 1
         except Exception as exc:  # noqa: BLE001 - W&B must never break training
             self._error("wandb.alert", exc)
@@ -207,8 +214,11 @@ class Notifier:
 
         rule = self.config.rule(e.rule)
         wanted = rule.channels if rule is not None and rule.channels is not None else tuple(self._channel_cfg)
+        evidence = tuple(e.evidence) if self.evidence_text else tuple(
+            {k: v for k, v in x.items() if k not in ("prompt", "completion")} for x in e.evidence)
         msg = AlertMessage(title=e.title, text=e.text, severity=e.severity, rule=e.rule, gauge=e.gauge, step=e.step,
-                           run_name=None, run_url=None, value=e.value)
+                           run_name=None, run_url=None, value=e.value, evidence=evidence,
+                           evidence_text=self.evidence_text)
         for name, cfg in self._channel_cfg.items():
             if name not in wanted or SEVERITY_RANK[e.severity] < SEVERITY_RANK.get(cfg.min_severity, 1):
                 continue

@@ -4,11 +4,13 @@ Shared by the live callback, the offline analyzer, the alert engine and the
 report builder.
 """
 
-from .cluster import GAUGE_CLASSES, GAUGE_IDS, GAUGE_TITLES, InstrumentCluster, analyze_rows
+from .cluster import GAUGE_CLASSES, GAUGE_IDS, GAUGE_TITLES, REPORTING_CLASSES, InstrumentCluster, analyze_rows
+from .diagnosis import DIAGNOSIS_ID, PATTERNS
 from .findings import Finding
 from .keys import FAMILIES, FAMILY_LABELS, Normalizer, Row, canonical_family, detect_family
 
 __all__ = [
+    "DIAGNOSIS_ID",
     "FAMILIES",
     "FAMILY_LABELS",
     "GAUGE_CLASSES",
@@ -17,6 +19,8 @@ __all__ = [
     "Finding",
     "InstrumentCluster",
     "Normalizer",
+    "PATTERNS",
+    "REPORTING_CLASSES",
     "Row",
     "analyze_rows",
     "canonical_family",

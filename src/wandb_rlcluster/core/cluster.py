@@ -10,6 +10,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from .diagnosis import DIAGNOSIS_ID, Diagnoser, publish
 from .findings import SEVERITY_RANK, Finding
 from .fundamentals import (
     AttentionEntropyGauge,
@@ -42,8 +43,12 @@ GAUGE_CLASSES: tuple[type[Gauge], ...] = (
     RewardSignalGauge,
 )
 GAUGE_IDS: tuple[str, ...] = tuple(g.id for g in GAUGE_CLASSES)
+#: Everything that writes ``rlcluster/<id>/<key>``: the fourteen gauges and the diagnoser.
+REPORTING_CLASSES: tuple[type[Gauge], ...] = (*GAUGE_CLASSES, Diagnoser)
 _KNOWN_INPUTS = frozenset(k for g in GAUGE_CLASSES for k in g.inputs)
 GAUGE_TITLES: dict[str, str] = {g.id: g.title for g in GAUGE_CLASSES}
+#: Gauges whose rules change severity with the reward's progress: they read the gold reward too.
+GOLD_AWARE = ("reward", "entropy", "length", "reward_signal", DIAGNOSIS_ID)
 
 # Rows to buffer before guessing the family when it was not given.
 DETECT_ROWS = 8
@@ -57,7 +62,7 @@ NO_DATA_NOTES = {
 
 
 class InstrumentCluster:
-    """Feeds rows to the fourteen gauges and keeps the findings.
+    """Feeds rows to the fourteen gauges, then to the diagnoser, and keeps the findings.
 
     Args:
         trainer: trainer family (``grpo``, ``rloo``, ``dpo``, ``kto``, ``orpo``,
@@ -80,9 +85,15 @@ class InstrumentCluster:
         self.detect_rows = max(1, detect_rows)
         self.family: str | None = canonical_family(trainer) if trainer else None
         self.params = {k: dict(v) for k, v in (params or {}).items()}
-        unknown = set(self.params) - set(GAUGE_IDS)
+        unknown = set(self.params) - set(GAUGE_IDS) - {DIAGNOSIS_ID}
         if unknown:
             raise ValueError(f"unknown gauge id(s) {sorted(unknown)}; expected one of {', '.join(GAUGE_IDS)}")
+        gold = self.params.get("reward", {}).get("gold")
+        if gold:
+            if isinstance(gold, str) or not all(isinstance(g, str) and g for g in gold):
+                raise ValueError(f"gold rewards must be a list of reward function names, not {gold!r}")
+            for gid in GOLD_AWARE:
+                self.params.setdefault(gid, {}).setdefault("gold", list(gold))
         self.max_steps = max_steps
         self.normalizer = Normalizer()
         self.gauges: dict[str, Gauge] = {}
@@ -101,8 +112,11 @@ class InstrumentCluster:
     def _build(self) -> None:
         assert self.family in FAMILIES
         self.gauges = {cls.id: cls(self.family, self.params.get(cls.id)) for cls in GAUGE_CLASSES}
-        lr = self.gauges["learning_rate"]
-        lr.max_steps = self.max_steps  # type: ignore[attr-defined]
+        # Last, so it sees every gauge's rule transitions of the row it is given.
+        diagnoser = Diagnoser(self.family, self.params.get(DIAGNOSIS_ID))
+        self.gauges[DIAGNOSIS_ID] = diagnoser
+        publish(self.gauges, diagnoser)
+        self.set_max_steps(self.max_steps)
 
     def set_family(self, trainer: str) -> None:
         """Fix the family before any row arrives (e.g. from the trainer's config class)."""
@@ -112,8 +126,9 @@ class InstrumentCluster:
 
     def set_max_steps(self, max_steps: int) -> None:
         self.max_steps = max_steps
-        if self.gauges:
-            self.gauges["learning_rate"].max_steps = max_steps  # type: ignore[attr-defined]
+        for g in self.gauges.values():  # the gauges that judge a run against its planned length
+            if hasattr(g, "max_steps"):
+                g.max_steps = max_steps
 
     # -- streaming -------------------------------------------------------------
     def update(self, raw: Mapping[str, object]) -> list[Finding]:
@@ -221,11 +236,11 @@ class InstrumentCluster:
 
     def statuses(self) -> dict[str, str]:
         """Current status of each gauge (``ok``/``warn``/``stop``/``no-data``)."""
-        return {gid: (g.status if g.applies() else "no-data") for gid, g in self.gauges.items()}
+        return {gid: (g.status if g.applies() else "no-data") for gid, g in self.gauges.items() if gid != DIAGNOSIS_ID}
 
     def recognised(self) -> bool:
         """True once any gauge has read one of its inputs (the log is a training log at all)."""
-        return any(g.rows_seen for g in self.gauges.values())
+        return any(g.rows_seen for gid, g in self.gauges.items() if gid != DIAGNOSIS_ID)
 
     def verdict(self) -> str:
         worst = max((SEVERITY_RANK[f.severity] for f in self.findings), default=0)

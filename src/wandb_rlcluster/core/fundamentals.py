@@ -6,7 +6,8 @@ import math
 
 from .gauge import Gauge, finite
 from .keys import Row
-from .stats import Baseline, Ewma, RollingSlope, RollingWindow, robust_z
+from .rollouts import ROLLOUT_DEFAULTS, ROLLOUT_INPUTS, ROLLOUT_OUTPUTS, samples_rules
+from .stats import Baseline, Ewma, OctaveMean, RollingSlope, RollingWindow, robust_z
 
 # Families whose "loss" is a surrogate or an RL objective: near zero, signed,
 # and free to rise while the model improves. A loss-spike rule means nothing there.
@@ -35,13 +36,23 @@ class NonFiniteTracker:
 
 
 class LossGauge(Gauge):
-    """Gauge 1 — loss landscape: level, trend, spikes and volatility."""
+    """Gauge 1 — loss landscape: level, trend, spikes and volatility.
+
+    A spike must hold ``spike_for`` logged rows to be a warning; a single row, however high, that is
+    gone the next row is ``info`` (a bad batch), unless such rows repeat (``loss-spike-repeated``).
+    ``loss-oscillating`` is convergence oscillation read from the train loss: its swing around a
+    9-row running median (robust to spikes and to the drop at an epoch boundary) grown well past the
+    swing over the run's previous octave, rows n/4 .. n/2 (a falling loss's relative noise grows slowly;
+    an oscillation sets in within a few periods).
+    """
 
     id = "loss"
     title = "Loss landscape"
     inputs = ("loss", "eval_loss")
+    outputs = ("loss", "loss_ewma", "loss_trend", "spike_ratio", "volatility_ratio", "eval_loss", "oscillation")
     defaults = {"window": 20, "spike_ratio": 2.0, "spike_ratio_now": 5.0, "spike_for": 2, "spike_min_rows": 10,
-                "nonfinite_for": 3, "var_ratio": 4.0}
+                "nonfinite_for": 3, "var_ratio": 4.0, "spike_repeat": 3, "spike_repeat_rows": 50, "osc_ratio": 2.2,
+                "osc_min": 0.12, "osc_for": 5}
 
     def setup(self) -> None:
         self.hist = RollingWindow(self.p["window"])
@@ -49,6 +60,10 @@ class LossGauge(Gauge):
         self.ewma = Ewma(0.1)
         self.trend = RollingSlope(50)
         self.long_var = RollingWindow(5 * self.p["window"])
+        self.spike_rows: list[int] = []
+        self.local = RollingWindow(9)
+        self.swing = RollingWindow(20)
+        self.swing_ref = OctaveMean()  # the swing earlier in the run: a falling loss's relative noise grows slowly
 
     def observe(self, row: Row) -> None:
         loss = row.values.get("loss")
@@ -68,20 +83,35 @@ class LossGauge(Gauge):
             return  # a surrogate's level says nothing: no spike or volatility rules, nothing to keep
         ref = self.hist.mean()
         spiky = False
+        n = self.rows_seen
         # judge against a half-filled window too: a spike in the first 20 rows of a short run is still a spike
         if len(self.hist) >= self.p["spike_min_rows"] and ref > 1e-3:
             ratio = loss / ref
             d["spike_ratio"] = ratio
             spiky = ratio > self.p["spike_ratio"]
-            # a jump far past the threshold needs no confirmation; a marginal one must persist
             huge = ratio > self.p["spike_ratio_now"]
             self.check(
                 "loss-spike", spiky, "warn", "loss", loss,
-                lambda: f"loss {loss:.4g} is {ratio:.1f}x its running mean {ref:.4g}"
-                + ("" if huge else f" for {self.p['spike_for']} logged steps")
-                + ": a spike (bad batch, LR too high, or data-order problem). Check grad_norm at the same steps.",
-                for_=1 if huge else self.p["spike_for"], clear=3,
+                lambda: f"loss {loss:.4g} is {ratio:.1f}x its running mean {ref:.4g} for {self.p['spike_for']} logged "
+                "steps: a spike (bad batch, LR too high, or data-order problem). Check grad_norm at the same steps.",
+                for_=self.p["spike_for"], clear=3,
             )
+            if huge and (not self.spike_rows or self.spike_rows[-1] != n - 1):
+                self.spike_rows.append(n)
+            self.spike_rows = [r for r in self.spike_rows if r > n - self.p["spike_repeat_rows"]]
+            self.check(
+                "loss-spike-single", huge, "info", "loss", loss,
+                lambda: f"loss {loss:.4g} jumped to {ratio:.1f}x its running mean {ref:.4g} at step {self.step}: "
+                "one bad batch if it is gone the next step; a warning if it stays or repeats.", clear=3,
+            )
+            count = len(self.spike_rows)
+            self.check(
+                "loss-spike-repeated", count >= self.p["spike_repeat"], "warn", "loss", loss,
+                lambda: f"the loss has jumped past {self.p['spike_ratio_now']:.0f}x its running mean {count} times "
+                f"in the last {self.p['spike_repeat_rows']} logged steps: not one bad batch but unstable training. "
+                "Lower the learning rate or tighten gradient clipping.", clear=10,
+            )
+        self._oscillation(loss)
         if not spiky:  # keep the spike out of the reference it is judged against
             self.hist.push(loss)
         self.recent.push(loss)
@@ -97,12 +127,38 @@ class LossGauge(Gauge):
             )
 
 
+    def _oscillation(self, loss: float) -> None:
+        """The loss swinging around its level (convergence oscillation), against its own early swing."""
+        p = self.p
+        d = self.derived
+        self.local.push(loss)
+        if not self.local.full:
+            return
+        med = self.local.median()
+        self.swing.push(loss - med)
+        if not self.swing.full:
+            return
+        # in loss units against its own earlier swing (a loss converging to its floor gets relatively noisier,
+        # not absolutely), and at least osc_min of the current level
+        sw = self.swing.robust()[1]
+        rel = sw / max(abs(med), 1e-12)
+        d["oscillation"] = rel
+        base = self.swing_ref.value
+        self.swing_ref.push(sw)
+        osc = base == base and self.swing_ref.n >= 16 and rel >= p["osc_min"] and sw >= p["osc_ratio"] * base
+        self.check("loss-oscillating", osc, "warn", "loss", loss,
+                   lambda: f"the loss swings {rel:.0%} around its running level, {sw / max(base, 1e-12):.1f}x its "
+                   "swing earlier in the run: it oscillates instead of converging (learning rate too high for this "
+                   "stage). Lower the learning rate or decay it sooner.", for_=p["osc_for"], clear=10)
+
+
 class GradientGauge(Gauge):
     """Gauge 2 — gradient health: norm level, spikes, vanishing/exploding, NaN."""
 
     id = "gradients"
     title = "Gradient health"
     inputs = ("grad_norm", "gradients/nonfinite", "gradients/layer_spread", "gradients/sparsity")
+    outputs = ("grad_norm", "spike_ratio", "spikes", "norm_vs_start", "nonfinite", "layer_spread", "sparsity")
     defaults = {
         "window": 50, "explode_ratio": 5.0, "explode_for": 3, "spike_ratio": 10.0,
         "vanish_ratio": 0.01, "vanish_for": 10, "zero_for": 5, "nonfinite_for": 3,
@@ -190,12 +246,19 @@ class GradientGauge(Gauge):
 
 
 class LearningRateGauge(Gauge):
-    """Gauge 3 — the schedule: warm-up, peak, decay, and LR stuck at zero."""
+    """Gauge 3 — the schedule: warm-up, peak, decay, LR stuck at zero, and a peak never reached.
+
+    "Peak never reached" is read from the schedule's shape: a learning rate that has only risen by
+    half-way through the planned steps (or, offline, over the whole log) is still warming up, so
+    the run trains at a fraction of the configured rate (warm-up longer than the run).
+    """
 
     id = "learning_rate"
     title = "Learning-rate dynamics"
     inputs = ("learning_rate",)
-    defaults = {"zero_frac": 1e-3, "zero_for": 10, "end_frac": 0.9}
+    outputs = ("learning_rate", "peak", "phase", "frac_at_zero")
+    defaults = {"zero_frac": 1e-3, "zero_for": 10, "end_frac": 0.9, "warmup_frac": 0.5, "rising_share": 0.8,
+                "min_rows": 10}
 
     def setup(self) -> None:
         self.peak = 0.0
@@ -203,6 +266,9 @@ class LearningRateGauge(Gauge):
         self.prev = math.nan
         self.zero_rows = 0
         self.max_steps = 0
+        self.first_lr = math.nan
+        self.rises = 0
+        self.falls = 0
 
     def observe(self, row: Row) -> None:
         lr = row.values["learning_rate"]
@@ -215,7 +281,12 @@ class LearningRateGauge(Gauge):
         d["peak"] = self.peak
         prev = self.prev
         if prev == prev:
-            d["phase"] = 0.0 if lr > prev * (1 + 1e-9) else (2.0 if lr < prev * (1 - 1e-9) else 1.0)
+            rising, falling = lr > prev * (1 + 1e-9), lr < prev * (1 - 1e-9)
+            self.rises += rising
+            self.falls += falling
+            d["phase"] = 0.0 if rising else (2.0 if falling else 1.0)
+        else:
+            self.first_lr = lr
         self.prev = lr
         near_zero = self.peak > 0 and lr <= self.p["zero_frac"] * self.peak
         if near_zero:
@@ -228,6 +299,17 @@ class LearningRateGauge(Gauge):
             f"{self.max_steps}: the schedule ended early and the remaining steps learn nothing.",
             for_=self.p["zero_for"],
         )
+        if self.max_steps > 0:
+            late = row.step >= self.p["warmup_frac"] * self.max_steps
+            self.check("lr-peak-not-reached", late and self._still_warming(), "warn", "learning_rate", lr,
+                       lambda: f"the learning rate is still rising at step {row.step} of {self.max_steps} "
+                       f"({lr:.2g}, up from {self.first_lr:.2g}): warm-up is longer than most of the run, so the "
+                       "configured peak is reached late or never. Shorten warmup_steps / warmup_ratio.")
+
+    def _still_warming(self) -> bool:
+        n = self.rises + self.falls
+        return (self.rows_seen >= self.p["min_rows"] and self.falls == 0
+                and self.rises >= self.p["rising_share"] * max(1, self.rows_seen - 1) and n > 0)
 
     def finish(self) -> None:
         frac = self.zero_rows / max(1, self.rows_seen)
@@ -237,6 +319,12 @@ class LearningRateGauge(Gauge):
                 f"learning rate was ~0 for {frac:.0%} of the logged steps: the schedule spent a large "
                 "part of the run not learning.",
             )
+        if self.max_steps <= 0:
+            lr = self.derived.get("learning_rate", math.nan)
+            self.check("lr-peak-not-reached", self._still_warming(), "warn", "learning_rate", lr,
+                       f"the learning rate rose on every logged step from {self.first_lr:.2g} to {lr:.2g} and never "
+                       "levelled off or decayed: warm-up outlasted the run, which never trained at its configured "
+                       "peak. Shorten warmup_steps / warmup_ratio.")
 
 
 class AttentionEntropyGauge(Gauge):
@@ -245,6 +333,7 @@ class AttentionEntropyGauge(Gauge):
     id = "attention_entropy"
     title = "Attention entropy"
     inputs = ("attention_entropy/mean",)
+    outputs = ("mean", "head_std", "max_possible", "vs_start", "vs_uniform")
     live_only = True
     defaults = {"collapse_ratio": 0.3, "saturation": 0.95, "jump_z": 8.0}
 
@@ -284,17 +373,23 @@ class AttentionEntropyGauge(Gauge):
 
 
 class SamplesGauge(Gauge):
-    """Gauge 5 — generated samples: repetition loops and format drift (live runs only)."""
+    """Gauge 5 — generated samples: repetition loops and format drift (live runs only).
+
+    Reads the greedy probe samples and, with rollouts (``RLClusterCallback.attach`` or a W&B completions
+    table), the training completions themselves (``core/rollouts.py``).
+    """
 
     id = "samples"
     title = "Generation samples"
-    inputs = ("samples/repetition_rate",)
+    inputs = ("samples/repetition_rate", *ROLLOUT_INPUTS["samples"])
+    outputs = ("repetition_rate", "distinct_2", "mean_chars", *ROLLOUT_OUTPUTS["samples"])
     live_only = True
-    defaults = {"repetition": 0.5, "repetition_for": 2}
+    defaults = {"repetition": 0.5, "repetition_for": 2, **ROLLOUT_DEFAULTS["samples"]}
 
     def observe(self, row: Row) -> None:
-        r = row.values["samples/repetition_rate"]
-        if not finite(r):
+        samples_rules(self, row)
+        r = row.values.get("samples/repetition_rate")
+        if r is None or not finite(r):
             return
         self.derived["repetition_rate"] = r
         for k in ("samples/distinct_2", "samples/mean_chars"):
@@ -311,6 +406,7 @@ class LoraGauge(Gauge):
     id = "lora"
     title = "LoRA adapter diagnostics"
     inputs = ("lora/norm_mean",)
+    outputs = ("norm_mean", "effective_rank", "rank", "rel_change", "norm_cv", "norm_vs_start")
     live_only = True
     defaults = {"norm_explosion": 10.0, "rank_collapse": 0.1, "layer_cv": 2.0}
 
@@ -358,6 +454,7 @@ class EfficiencyGauge(Gauge):
     title = "Compute efficiency"
     inputs = ("step_time", "num_tokens", "train_samples_per_second", "efficiency/tokens_per_s",
               "efficiency/mem_frac", "efficiency/steps_per_s")
+    outputs = ("samples_per_s", "tokens_per_s", "steps_per_s", "mem_frac", "util", "rss_gb", "step_time", "slowdown")
     defaults = {"slowdown": 1.5, "slowdown_for": 10, "mem_high": 0.88, "util_drop": 0.7}
 
     def setup(self) -> None:
@@ -419,7 +516,10 @@ class ConvergenceGauge(Gauge):
     id = "convergence"
     title = "Convergence"
     inputs = ("loss", "eval_loss")
-    defaults = {"patience": 5, "min_delta": 0.001, "gap_velocity": 0.1, "plateau_rows": 25,
+    outputs = ("rows_since_improvement", "progress", "eval_loss", "evals_since_improvement", "gap", "gap_velocity",
+               "eval_oscillation")
+    defaults = {"osc_evals": 6, "osc_flips": 4, "osc_amp": 0.02,
+                "patience": 5, "min_delta": 0.001, "gap_velocity": 0.1, "plateau_rows": 25,
                 "min_rows": 40, "progress": 0.05, "diverge_margin": 0.02}
 
     def setup(self) -> None:
@@ -476,6 +576,7 @@ class ConvergenceGauge(Gauge):
         self.check("eval-plateau", self.since_best_eval >= self.p["patience"], "warn", "eval_loss", ev,
                    lambda: f"eval_loss has not improved by {self.p['min_delta']:.1%} in {self.since_best_eval} "
                    f"evaluations (best {self.best_eval:.4g}): converged or stuck; early stopping would stop here.")
+        self._oscillation(ev)
         tr = self.train.mean
         if tr == tr:
             gap = ev - tr
@@ -498,3 +599,20 @@ class ConvergenceGauge(Gauge):
                 self.check("eval-diverging", diverging, "warn", "eval_loss", ev,
                            lambda: "eval_loss rose for 3 evaluations while train loss kept falling: "
                            "classic overfitting. Keep the best checkpoint; stop or regularise.")
+
+    def _oscillation(self, ev: float) -> None:
+        """Eval loss see-sawing: direction flips on most evaluations, by more than noise, with no new best."""
+        p = self.p
+        k = p["osc_evals"]
+        if len(self.evals) < k:
+            return
+        e = self.evals[-k:]
+        diffs = [b - a for a, b in zip(e, e[1:], strict=False)]
+        flips = sum(1 for a, b in zip(diffs, diffs[1:], strict=False) if a * b < 0)
+        amp = sum(abs(x) for x in diffs) / len(diffs) / max(abs(sum(e) / k), 1e-12)
+        self.derived["eval_oscillation"] = amp if flips >= p["osc_flips"] else 0.0
+        stuck = min(e[-3:]) > self.best_eval
+        self.check("eval-oscillating", flips >= p["osc_flips"] and amp >= p["osc_amp"] and stuck, "warn", "eval_loss",
+                   ev, lambda: f"eval_loss has changed direction {flips} times in the last {k} evaluations, by "
+                   f"{amp:.1%} on average, without a new best ({self.best_eval:.4g}): the run oscillates instead of "
+                   "converging (learning rate too high at this stage, or evaluation on a tiny set).")

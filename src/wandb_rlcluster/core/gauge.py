@@ -26,6 +26,9 @@ class Gauge:
     title: ClassVar[str] = ""
     #: Canonical keys this gauge reads (a row with none of them is ignored).
     inputs: ClassVar[tuple[str, ...]] = ()
+    #: Every key ``observe`` may write into ``derived`` (logged as ``rlcluster/<id>/<key>``): a static list, so
+    #: alert-rule validation knows the metric names without running anything (tests check it stays complete).
+    outputs: ClassVar[tuple[str, ...]] = ()
     #: Gauges whose inputs exist only inside a live run (attention, LoRA, ...).
     live_only: ClassVar[bool] = False
     #: Default parameters; ``family_defaults`` overrides them per trainer family.
@@ -44,6 +47,11 @@ class Gauge:
         self._rules: dict[str, list[int]] = {}
         self._out: list[Finding] = []
         self._inputs = frozenset(self.inputs)
+        #: Where rule transitions are published (the cluster's diagnoser), with this gauge's position.
+        self.bus: list[Any] | None = None
+        self.bus_pos = 0
+        self.row_index = 0
+        self._nfiring = 0  # rules firing now: status and firing() are read on every row
         self.setup()
 
     # -- subclass API ---------------------------------------------------------
@@ -66,6 +74,7 @@ class Gauge:
         """Feed one row; returns the findings that fired on it."""
         self._out = []
         self.step = row.step
+        self.row_index = row.index
         if not self._inputs or not self._inputs.isdisjoint(row.values):
             self.rows_seen += 1
             self.observe(row)
@@ -99,8 +108,12 @@ class Gauge:
             st[2] = 0
             if not st[1] and st[0] >= max(1, for_):
                 st[1] = 1
+                self._nfiring += 1
                 text = message() if callable(message) else message
-                self._out.append(Finding(self.id, rule, severity, self.step, metric, value, text))
+                finding = Finding(self.id, rule, severity, self.step, metric, value, text)
+                self._out.append(finding)
+                if self.bus is not None:
+                    self.bus.append((self.row_index, self.bus_pos, self.id, rule, finding))
                 if SEVERITY_RANK[severity] > SEVERITY_RANK.get(self.worst, 0):
                     self.worst = severity
         else:
@@ -109,9 +122,14 @@ class Gauge:
                 st[2] += 1
                 if st[2] >= clear:
                     st[1] = 0
+                    self._nfiring -= 1
+                    if self.bus is not None:
+                        self.bus.append((self.row_index, self.bus_pos, self.id, rule, None))
         return bool(st[1])
 
     def firing(self) -> list[str]:
+        if not self._nfiring:
+            return []
         return [r for r, st in self._rules.items() if st[1]]
 
     @property
@@ -119,6 +137,8 @@ class Gauge:
         """Current status: the worst severity among rules firing now."""
         if not self.rows_seen:
             return "no-data"
+        if not self._nfiring:
+            return "ok"
         rank = max((st[3] for st in self._rules.values() if st[1]), default=0)
         return {0: "ok", 1: "warn", 2: "stop"}[rank]
 
@@ -139,7 +159,7 @@ class Gauge:
         return out
 
     # -- checkpointing --------------------------------------------------------
-    _SKIP_STATE: ClassVar[frozenset[str]] = frozenset({"family", "p", "_out", "_inputs"})
+    _SKIP_STATE: ClassVar[frozenset[str]] = frozenset({"family", "p", "_out", "_inputs", "bus", "bus_pos"})
 
     def state_dict(self) -> dict[str, Any]:
         """JSON-serialisable state, so a resumed run keeps its baselines."""
@@ -164,6 +184,7 @@ class Gauge:
                 cur.load_state_dict(v["__state__"])
             elif not hasattr(cur, "load_state_dict"):
                 setattr(self, k, v)
+        self._nfiring = sum(1 for st in self._rules.values() if st[1])
 
 
 def finite(x: float | None) -> bool:

@@ -46,8 +46,44 @@ LIVE_INPUT_KEYS = frozenset({
     "gradients/nonfinite", "gradients/layer_spread", "gradients/sparsity",
     "efficiency/tokens_per_s", "efficiency/steps_per_s", "efficiency/mem_frac", "efficiency/util",
     "efficiency/rss_gb",
+    # rollout statistics (RLClusterCallback.attach, or TRL's completions table offline): what they mean is in
+    # core/rollouts.py ROLLOUT_KEYS, with the per-reward-function ones; tests/test_rollouts.py keeps both lists equal
+    "rollouts/completions", "rollouts/groups", "rollouts/mean_length", "rollouts/length_reward_corr",
+    "rollouts/length_reward_dof", "rollouts/identical_group_frac", "rollouts/near_identical_group_frac",
+    "rollouts/distinct_frac", "rollouts/empty_frac", "rollouts/no_eos_frac", "rollouts/repetition_mean",
+    "rollouts/repetitive_frac", "rollouts/reward_outlier_frac", "rollouts/reward_outlier_z",
+    "rollouts/ceiling_frac_max", "rollouts/advantage_share_max",
 })
 LIVE_INPUT_PREFIXES = frozenset(k.split("/", 1)[0] for k in LIVE_INPUT_KEYS)
+
+# What TRL 1.16 / transformers 5 trainers log, by name (the per-reward-function keys ``rewards/<fn>/mean`` and
+# ``rewards/<fn>/std`` are open-ended: see ``is_reward_function_key``). Alert-rule validation uses this list to
+# tell a typo from a metric rlcluster knows; nothing is read from it at training time.
+TRL_LOGGED_KEYS = frozenset({
+    # every trainer (transformers' Trainer), eval and end-of-run summary rows
+    "loss", "grad_norm", "learning_rate", "epoch", "num_tokens", "mean_token_accuracy", "entropy",
+    "eval_loss", "eval_runtime", "eval_samples_per_second", "eval_steps_per_second",
+    "train_runtime", "train_samples_per_second", "train_steps_per_second", "total_flos", "train_loss",
+    # GRPO / RLOO
+    "reward", "reward_std", "frac_reward_zero_std", "kl", "step_time",
+    "completions/mean_length", "completions/min_length", "completions/max_length", "completions/clipped_ratio",
+    "completions/mean_terminated_length", "completions/min_terminated_length", "completions/max_terminated_length",
+    "clip_ratio/low_mean", "clip_ratio/low_min", "clip_ratio/high_mean", "clip_ratio/high_max",
+    "clip_ratio/region_mean",
+    # DPO / KTO / ORPO / reward model
+    "rewards/chosen", "rewards/rejected", "rewards/margins", "rewards/accuracies",
+    "logps/chosen", "logps/rejected", "logits/chosen", "logits/rejected", "accuracy", "margin",
+    # PPO (objective/kl is a per-sequence sum)
+    "eps", "episode", "objective/kl", "objective/entropy", "objective/non_score_reward", "objective/rlhf_reward",
+    "objective/scores", "policy/approxkl_avg", "policy/clipfrac_avg", "policy/entropy_avg", "loss/policy_avg",
+    "loss/value_avg", "val/clipfrac_avg", "val/ratio", "val/ratio_var", "val/num_eos_tokens",
+})
+
+
+def is_reward_function_key(key: str) -> bool:
+    """``rewards/<fn>/mean`` or ``rewards/<fn>/std``: one reward function's statistics (GRPO/RLOO)."""
+    parts = key.split("/")
+    return len(parts) == 3 and parts[0] == "rewards" and bool(parts[1]) and parts[2] in ("mean", "std")
 SUMMARY_KEYS = frozenset({"train_runtime", "train_loss", "total_flos"})
 
 FAMILIES = ("grpo", "dpo", "kto", "orpo", "online_dpo", "ppo", "reward", "sft")
@@ -103,6 +139,8 @@ def _canonical_key(raw: str) -> str | None:
         # Our own W&B keys: the live probes' raw inputs feed the live-only gauges when a run is
         # analysed offline; derived values and statuses are outputs, not inputs.
         rest = key[10:]
+        if rest.startswith("rollouts/reward/"):  # per-reward-function rollout statistics (attach())
+            return rest
         return rest if rest.split("/", 1)[0] in LIVE_INPUT_PREFIXES and rest in LIVE_INPUT_KEYS else None
     if key in ALIASES:
         return ALIASES[key]

@@ -1,35 +1,191 @@
-"""Gauges 9-12 and the GRPO extras: reward, KL, policy ratio, length, entropy, reward signal."""
+"""Gauges 9-12 and the GRPO extras: reward, KL, policy ratio, length, entropy, reward signal.
+
+Most of the seed post's "what to watch for" items are trends and spreads, not level lines: KL or
+clipping *growing*, KL *noisy*, length *creeping*, the length *spread* collapsing, the margin
+*plateauing*. Those rules judge a metric against its own start and its own step-to-step noise, and a
+signal that is normal while a policy learns (entropy falling, answers getting shorter) takes its
+severity from the context: is the reward (and the gold reward, when one is logged) still rising?
+"""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from .gauge import Gauge, finite
 from .keys import Row
-from .stats import Baseline, Ewma, RollingCorrelation, RollingSlope, RollingWindow, RunningRegression, robust_z
+from .rollouts import ROLLOUT_DEFAULTS, ROLLOUT_OUTPUTS, length_rules, reward_rules, reward_signal_rules
+from .stats import (
+    Baseline,
+    DiffNoise,
+    Ewma,
+    HalfRunTrend,
+    OctaveMean,
+    RollingCorrelation,
+    RollingSlope,
+    RollingWindow,
+    RunningRegression,
+    ShiftDetector,
+    robust_z,
+)
 
 PREFERENCE_FAMILIES = frozenset({"dpo", "kto", "orpo"})
 GROUP_FAMILIES = frozenset({"grpo"})
 
 
+def _floor(level: float) -> float:
+    """A noise floor for a series at ``level``: a constant start must not make every change infinite sigmas."""
+    return 1e-3 * max(1.0, abs(level)) if level == level else 1e-3
+
+
+class RewardProgress:
+    """Is the run's reward still improving (and its gold reward, when one is logged)?
+
+    The context that tells a learning run's normal signals from a failing run's: entropy falling,
+    answers getting shorter, the length spread narrowing are what a policy does while it sharpens on
+    a reward that keeps rising, and what it does when it collapses onto a template while the reward
+    stays flat. Each gauge that needs the context keeps its own copy (a few additions per row), so
+    gauges stay independent and the batch path (gauge by gauge) sees what the live path sees.
+    """
+
+    __slots__ = ("reg", "recent", "now", "gold_keys", "gold_reg", "n")
+
+    def __init__(self, gold: Iterable[str] = (), recent: int = 30) -> None:
+        self.reg = RunningRegression()
+        self.recent = RollingWindow(recent)
+        self.now = RollingCorrelation(45)  # (row, reward): is it still rising?
+        self.gold_keys = tuple(f"rewards/{g}/mean" for g in gold)
+        self.gold_reg = RunningRegression()
+        self.n = 0
+
+    def push(self, v: Mapping[str, float]) -> None:
+        r = v.get("reward")
+        if r is None:
+            r = v.get("objective/scores")
+        if r is None or not finite(r):
+            return
+        self.n += 1
+        self.reg.push(float(self.n), r)
+        self.recent.push(r)
+        self.now.push(float(self.n), r)
+        if self.gold_keys:
+            gs = [v[k] for k in self.gold_keys if k in v and finite(v[k])]
+            if gs:
+                self.gold_reg.push(float(self.n), sum(gs) / len(gs))
+
+    def known(self) -> bool:
+        """Enough reward rows to say anything (a log without a reward has no context)."""
+        return self.n >= 10
+
+    def improving(self, min_t: float = 1.0, now: bool = False) -> bool:
+        """Rising over the run (trend t >= ``min_t``: rewards are noisy), not back below its own average, and the
+        gold reward, when one is logged, not falling (a noisy held-out check rarely shows a clear rise).
+
+        ``now``: also still clearly rising over the last 45 rows (t >= 1.5); a reward that climbed early and
+        then stalled stays "up over the run" long after it stopped improving.
+        """
+        if self.n < 10 or self.reg.t_stat() < min_t:
+            return False
+        if now and self.now.full and self.now.t_stat() < 1.5:
+            return False
+        if self.recent.mean() < self.reg.sy / self.reg.n:
+            return False
+        return not self.gold_keys or self.gold_reg.n < 10 or self.gold_reg.t_stat() >= 0.0
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"reg": self.reg.state_dict(), "recent": self.recent.state_dict(), "now": self.now.state_dict(),
+                "gold_reg": self.gold_reg.state_dict(), "n": self.n}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.reg.load_state_dict(state["reg"])
+        self.recent.load_state_dict(state["recent"])
+        self.now.load_state_dict(state["now"])
+        self.gold_reg.load_state_dict(state["gold_reg"])
+        self.n = int(state["n"])
+
+
+class _Component:
+    """One reward function's running picture: where it started, its smoothed level, ceiling and spread."""
+
+    __slots__ = ("start", "std_start", "mean", "std", "peak")
+
+    def __init__(self, window: int) -> None:
+        self.start = RollingWindow(window)  # frozen once full
+        self.std_start = RollingWindow(window)
+        self.mean = Ewma(0.1)
+        self.std = Ewma(0.2)
+        self.peak = -math.inf
+
+    def push(self, mean: float, std: float | None) -> None:
+        e = self.mean.push(mean)
+        if not self.start.full:
+            self.start.push(mean)
+        self.peak = max(self.peak, e)
+        if std is not None and finite(std):
+            self.std.push(std)
+            if not self.std_start.full:
+                self.std_start.push(std)
+
+    def gain(self) -> float:
+        """How far its smoothed level moved from its start, in units of its start's row-to-row spread."""
+        m0 = self.start.mean()  # the start window is frozen once full: O(1) running sums
+        return (self.mean.mean - m0) / max(self.start.std(), 0.02 * max(1.0, abs(m0)))
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"start": self.start.state_dict(), "std_start": self.std_start.state_dict(),
+                "mean": self.mean.state_dict(), "std": self.std.state_dict(), "peak": self.peak}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.start.load_state_dict(state["start"])
+        self.std_start.load_state_dict(state["std_start"])
+        self.mean.load_state_dict(state["mean"])
+        self.std.load_state_dict(state["std"])
+        self.peak = float(state["peak"])
+
+
 class RewardGauge(Gauge):
     """Gauge 9 — reward dynamics.
 
-    GRPO/RLOO/PPO: is the reward improving, flat-lined, or climbing suspiciously
-    together with length (hacking)? DPO family: margin and accuracy together —
-    never the chosen reward alone, which often falls in healthy runs.
+    GRPO/RLOO/PPO: is the reward improving, flat-lined, unstable, shifting, or climbing suspiciously
+    together with length (hacking)? A sudden upward shift alone is only ``info``: a policy that finds
+    the solution jumps too; it becomes a warning in the reward-hacking diagnosis, when length or KL
+    moves with it. Signals that never look at a trusted reward cannot tell hacking from learning, so
+    a user can name held-out *gold* reward functions (TRL: weight 0 in ``reward_weights``, still
+    logged as ``rewards/<fn>/mean``): the trained ``reward`` is the proxy, and the proxy rising while
+    the gold stalls or falls is over-optimisation (Gao et al. 2023). Without gold, the per-function
+    rewards still show one component carrying the whole rise (``info``: a format reward is usually
+    learned long before correctness), or pinned at its ceiling while the others stay flat for 50
+    logged steps (``warn``: that component gives no signal any more and nothing else is learned).
+
+    DPO family: margin and accuracy together — never the chosen reward alone, which often falls in
+    healthy runs; but a chosen reward climbing past +1 without the rejected side falling is the
+    post's "unbounded reward growth".
     """
 
     id = "reward"
     title = "Reward dynamics"
     inputs = ("reward", "objective/scores", "objective/rlhf_reward", "rewards/margins", "rewards/chosen",
               "rewards/accuracies", "accuracy", "margin")
+    outputs = ("reward", "reward_ewma", "trend_t", "length_corr", "accuracy_ewma", "margin", "margin_ewma",
+               "margin_peak", "chosen_ewma", "reward_noise", "volatility_ratio", "shift_up", "shift_down", "gold",
+               "gold_ewma", "gold_peak", "proxy_gold_gap", "proxy_gain_since_gold_peak", "gold_trend_t", "gold_half_t",
+               "margin_recent_t", *ROLLOUT_OUTPUTS["reward"])
     defaults = {
         "window": 15, "min_rows": 50, "plateau_t": 1.0, "plateau_for": 20,
         "flat_span": 1e-2, "flat_rows": 20, "flat_stop_rows": 50,
         "hack_length_ratio": 1.5, "hack_corr": 0.6, "hack_gain_sigma": 3.0,
+        "volatile_ratio": 2.2, "volatile_for": 5, "volatile_warmup": 30,
+        "shift_k": 1.0, "shift_h": 12.0, "shift_alpha": 0.05,
+        "gold": [], "gold_stall_rows": 15, "gold_gap_sigma": 3.0, "gold_for": 10, "gold_stall_t": 0.5, "gold_half": 0,
+        "gold_alpha": 0.1,
+        "component_gain_sigma": 4.0, "component_flat_sigma": 1.0, "component_for": 10, "component_dead": 0.01,
+        "saturated_for": 50,
         "margin_collapse": 0.5, "margin_peak_min": 0.2, "accuracy_chance": 0.55, "dpo_min_rows": 30,
-        "margin_learning_t": 2.0,
+        "margin_learning_t": 2.0, "margin_plateau_growth": 0.2, "plateau_accuracy": 0.7, "margin_plateau_for": 15,
+        "margin_plateau_rows": 20,
+        "margin_shrink": 0.15, "margin_shrink_t": -2.0, "margin_shrink_sd": 5.0, "margin_shrink_for": 10,
+        "runaway_level": 1.0, "runaway_t": 3.0, **ROLLOUT_DEFAULTS["reward"],
     }
 
     def setup(self) -> None:
@@ -41,17 +197,67 @@ class RewardGauge(Gauge):
         self.ewma = Ewma(0.1)
         self.len_base = Baseline(10)
         self.rl = RollingCorrelation(30)  # (reward, length) pairs
+        self.noise = DiffNoise(20)
+        self.noise_ref = OctaveMean()  # the reward's (DPO: margin's relative) noise earlier in the run
+        self.shift = ShiftDetector(k=self.p["shift_k"], h=self.p["shift_h"], alpha=self.p["shift_alpha"], warmup=w)
+        self.up_since = 0
+        self.down_since = 0
+        self.reward_rows = 0
+        # gold: the held-out reward functions, averaged into one series
+        self.gold_keys = tuple(f"rewards/{g}/mean" for g in self.p["gold"])
+        self.gold_names = ", ".join(f"'{g}'" for g in self.p["gold"])
+        self.gold_e = Ewma(self.p["gold_alpha"])
+        self.gold_first = RollingWindow(w)
+        self.gold_peak = -math.inf
+        self.gold_peak_step = 0
+        self.gold_peak_row = 0
+        self.proxy_at_gold_peak = math.nan
+        self.proxy_trend = RollingCorrelation(30)
+        self.gold_trend = RollingCorrelation(60)  # long: a slowly rising, noisy gold must not look stalled
+        self.gold_half = HalfRunTrend()  # gold and proxy over the same second half of the run so far
+        self.proxy_half = HalfRunTrend()
+        self.half_from = [0, 0]  # steps where the half-run spans (previous, current) began
+        self.half_levels = [0.0, 0.0, 0.0, 0.0]  # proxy and gold EWMAs there: (prev proxy, prev gold, cur ...)
+        self.components: dict[str, _Component] = {}
+        self._comp_keys: tuple[tuple[str, str, str], ...] = ()
+        self._row_width = -1
+        # preference families
         self.margin = Ewma(0.1)
         self.margin_peak = -math.inf
         self.margin_trend = RunningRegression()  # is the margin still rising? (slow learners sit near chance)
+        self.margin_noise = DiffNoise(20)
+        self.margin_recent = RollingCorrelation(30)
+        self.margin_half = HalfRunTrend()  # a slow learner's trend needs the run's whole second half
+        self.margin_mark = [0.0, 0.0]  # the margin EWMA where margin_half's previous and current spans began
         self.acc = Ewma(0.1)
         self.chosen = Ewma(0.1)
         self.chosen_start = Baseline(5)
+        self.chosen_recent = RollingCorrelation(30)
+        self.rejected = Ewma(0.1)
+        self.rejected_recent = RollingCorrelation(30)
         self.pref_rows = 0
+
+    # the per-function components are a dict of objects: serialise them by hand
+    def state_dict(self) -> dict[str, Any]:
+        out = super().state_dict()
+        out["components"] = {fn: c.state_dict() for fn, c in self.components.items()}
+        out.pop("_comp_keys", None)
+        out["_row_width"] = -1
+        return out
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        comps = state.get("components") or {}
+        super().load_state_dict({k: v for k, v in state.items() if k != "components"})
+        self.components = {}
+        for fn, cs in comps.items():
+            c = _Component(self.p["window"])
+            c.load_state_dict(cs)
+            self.components[fn] = c
 
     def observe(self, row: Row) -> None:
         if row.kind != "train":
             return
+        reward_rules(self, row)
         v = row.values
         if self.family in PREFERENCE_FAMILIES or "rewards/margins" in v:
             self._preference(row)
@@ -72,36 +278,41 @@ class RewardGauge(Gauge):
         r = v[key]
         if not finite(r):
             return
+        p = self.p
         d = self.derived
+        self.reward_rows += 1
+        n = self.reward_rows
         d["reward"] = r
-        d["reward_ewma"] = self.ewma.push(r)
+        e = self.ewma.push(r)
+        d["reward_ewma"] = e
         if not self.first.full:
             self.first.push(r)
         self.flat.push(r)
         # Flat-lined reward: no learning signal at all.
-        span = self.p["flat_span"] * max(1.0, abs(r))
+        span = p["flat_span"] * max(1.0, abs(r))
         # the O(1) variance rules most rows out before the O(window) min/max is needed
         flat = self.flat.full and self.flat.var() <= span * span and (self.flat.max() - self.flat.min()) <= span
         self.flat_rows = self.flat_rows + 1 if flat else 0
         self.check("reward-flatline", flat, "warn", key, r,
-                   lambda: f"{key} has been pinned at {r:.4g} for {self.p['flat_rows']} logged steps: every "
+                   lambda: f"{key} has been pinned at {r:.4g} for {p['flat_rows']} logged steps: every "
                    "completion gets the same score (format penalty? broken reward function?). There is no "
                    "learning signal.")
-        long_flat = flat and self.flat_rows + self.p["flat_rows"] >= self.p["flat_stop_rows"]
+        long_flat = flat and self.flat_rows + p["flat_rows"] >= p["flat_stop_rows"]
         self.check("reward-flatline-persistent", long_flat, "stop", key, r,
-                   lambda: f"{key} has not moved for {self.p['flat_stop_rows']} logged steps: the run cannot learn. "
+                   lambda: f"{key} has not moved for {p['flat_stop_rows']} logged steps: the run cannot learn. "
                    "Stop and fix the reward before spending more compute.")
         # Plateau: no significant upward trend over the whole run so far.
         self.trend.push(float(self.rows_seen), r)
-        if self.rows_seen >= self.p["min_rows"]:
+        if self.rows_seen >= p["min_rows"]:
             t = self.trend.t_stat()
             d["trend_t"] = t
             m1 = self.first.mean()
-            self.check("reward-plateau", t < self.p["plateau_t"] and not flat, "warn", key, r,
+            self.check("reward-plateau", t < p["plateau_t"] and not flat, "warn", key, r,
                        lambda: f"reward is not improving: no upward trend over {self.rows_seen} logged steps "
                        f"(t={t:.1f}; started near {m1:.3g}, now {d['reward_ewma']:.3g}). The policy is stable but "
                        "not learning; check the learning rate, the task's difficulty and frac_reward_zero_std.",
-                       for_=self.p["plateau_for"], clear=10)
+                       for_=p["plateau_for"], clear=10)
+        self._stability(key, r, e)
         # Hacking: reward gains far beyond its start, length growing with it.
         length = v.get("completions/mean_length")
         if length is not None and finite(length) and length > 0:
@@ -113,17 +324,182 @@ class RewardGauge(Gauge):
                 gain = (self.rl.mean_x() - self.first.mean()) / sigma
                 corr = self.rl.corr()
                 d["length_corr"] = corr
-                p = self.p
                 hack = lr > p["hack_length_ratio"] and corr > p["hack_corr"] and gain > p["hack_gain_sigma"]
                 self.check("reward-hacking", hack, "warn", key, r,
                            lambda: f"reward is up {gain:.1f} sigma while completions grew {lr:.1f}x and track it "
                            f"(corr {corr:.2f}): the policy may be paying for length, not quality. Read samples; "
                            "check KL; add a length penalty.",
                            for_=3)
+        if self.gold_keys:
+            self.proxy_trend.push(float(n), r)
+            self._gold(v, key, e)
+            if self.gold_peak == -math.inf and n >= 5:  # a typo in the name must not look like a silent gold
+                self.note = (f"gold reward {self.gold_names} not in the log (expected "
+                             f"{', '.join(self.gold_keys)})")
+            elif self.note.startswith("gold reward"):
+                self.note = ""
+        if len(v) != self._row_width:  # re-scan for reward components only when the row's shape changes
+            self._row_width = len(v)
+            gold = set(self.gold_keys)
+            self._comp_keys = tuple(
+                (k[8:-5], k, k[:-5] + "/std") for k in v
+                if k.startswith("rewards/") and k.endswith("/mean") and k not in gold and k.count("/") == 2
+            )
+        if len(self._comp_keys) >= 2:
+            self._components(v)
+
+    def _stability(self, key: str, r: float, e: float) -> None:
+        """High reward variance (unstable optimisation) and change points, both against the run's own noise."""
+        p = self.p
+        d = self.derived
+        self.noise.push(r)
+        if len(self.noise) >= 10:
+            self._volatility(key, r, self.noise.sigma(), self.noise_ref)
+        det = self.shift
+        up_from = self.step if det.up <= 0 else self.up_since
+        down_from = self.step if det.down <= 0 else self.down_since
+        det.push(r, floor=_floor(self.first.mean()))
+        self.up_since, self.down_since = up_from, down_from
+        d["shift_up"] = det.up
+        d["shift_down"] = det.down
+        ref = det.ref
+        self.check("reward-shift-up", det.up > p["shift_h"], "info", key, r,
+                   lambda: f"{key} shifted up since step {self.up_since} (now {e:.3g}, {det.z:+.1f} sigma of its own "
+                   "noise): a jump, not the run's slow trend. Often the policy found something; if length or KL "
+                   "jumped with it, or a gold reward did not, it found a loophole. Read samples from that step.",
+                   clear=10)
+        self.check("reward-shift-down", det.down > p["shift_h"], "warn", key, r,
+                   lambda: f"{key} dropped since step {self.down_since} (now {e:.3g}, reference {ref:.3g}, "
+                   f"{det.z:+.1f} sigma of its own noise): the policy lost something it had (forgetting, a "
+                   "collapse, or a harder slice of prompts). Check KL, entropy and samples at that step.", clear=10)
+
+    def _volatility(self, key: str, x: float, sig: float, ref: OctaveMean) -> None:
+        """High reward (DPO: margin) variance: row-to-row noise far above its level earlier in the run.
+
+        The reference is the noise over the run's previous octave (rows n/4 .. n/2), not its first rows:
+        early, fast learning is noisy, and a binary reward's noise moves with its success rate; noise
+        that grows 2-3x within the last quarter of the run is what unstable optimisation looks like.
+        """
+        p = self.p
+        d = self.derived
+        d["reward_noise"] = sig
+        base = ref.value
+        ref.push(sig)
+        if base != base or ref.n < p["volatile_warmup"]:
+            return
+        vr = sig / max(base, 1e-12)
+        d["volatility_ratio"] = vr
+        self.check("reward-volatile", vr > p["volatile_ratio"], "warn", key, x,
+                   lambda: f"{key} now swings {vr:.1f}x as much from row to row as earlier in the run "
+                   f"(noise {sig:.3g} vs {base:.3g}): unstable optimisation. Lower the learning rate or raise the KL "
+                   "penalty (beta).", for_=p["volatile_for"], clear=10)
+
+    def _gold(self, v: Mapping[str, float], key: str, e: float) -> None:
+        """Proxy vs gold: the trained reward rising while a held-out reward stalls or falls."""
+        gs = [v[k] for k in self.gold_keys if k in v and finite(v[k])]
+        if not gs:
+            return
+        p = self.p
+        d = self.derived
+        g = sum(gs) / len(gs)
+        ge = self.gold_e.push(g)
+        self.gold_trend.push(float(self.reward_rows), g)
+        self.gold_half.push(g)
+        self.proxy_half.push(v[key])
+        k = self.gold_half.n
+        if k >= 4 and k & (k - 1) == 0:
+            self.half_from = [self.half_from[1], self.step]
+            self.half_levels = [*self.half_levels[2:], e, ge]
+        if not self.gold_first.full:
+            self.gold_first.push(g)
+        n = self.reward_rows
+        if ge > self.gold_peak:
+            self.gold_peak, self.gold_peak_step, self.gold_peak_row, self.proxy_at_gold_peak = ge, self.step, n, e
+        d["gold"] = g
+        d["gold_ewma"] = ge
+        d["gold_peak"] = self.gold_peak
+        if not (self.first.full and self.gold_first.full):
+            return
+        proxy_sigma = max(self.first.std(), _floor(self.first.mean()))
+        gold_sigma = max(self.gold_first.std(), _floor(self.gold_first.mean()))
+        proxy_gain = (e - self.first.mean()) / proxy_sigma
+        gold_gain = (ge - self.gold_first.mean()) / gold_sigma
+        gap = proxy_gain - gold_gain
+        d["proxy_gold_gap"] = gap
+        # the proxy's rise since the gold's peak, in standard errors of its EWMA (not of one noisy row)
+        since = (e - self.proxy_at_gold_peak) / (proxy_sigma * _EWMA10_SD * math.sqrt(2.0))
+        d["proxy_gain_since_gold_peak"] = since
+        stall = n - self.gold_peak_row
+        t = self.proxy_trend.t_stat()
+        gt = self.gold_trend.t_stat()
+        d["gold_trend_t"] = gt
+        after_peak = (stall >= p["gold_stall_rows"] and since >= p["gold_gap_sigma"] and t >= 2.0
+                      and gt <= p["gold_stall_t"])
+        # the same over the second half of the run so far (a noisy gold's EWMA peak sits high by chance): the
+        # proxy's EWMA rose clearly, the gold's did not, and their trends agree
+        pht, ght = self.proxy_half.t_stat(), self.gold_half.t_stat()
+        d["gold_half_t"] = ght
+        se = _EWMA10_SD * math.sqrt(2.0)
+        proxy_rise = (e - self.half_levels[0]) / (proxy_sigma * se)
+        gold_rise = (ge - self.half_levels[1]) / (gold_sigma * se)
+        over_half = (self.gold_half.rows() >= 20 and pht >= 2.0 and ght <= p["gold_stall_t"]
+                     and proxy_rise >= p["gold_gap_sigma"] and gold_rise <= 0.0)
+        over = n >= p["min_rows"] and (after_peak or (over_half and p["gold_half"]))
+        peak, pstep, p0 = self.gold_peak, self.gold_peak_step, self.proxy_at_gold_peak
+        if over_half and not after_peak:
+            pstep = self.half_from[0]
+        self.check("proxy-gold-divergence", over, "warn", key, e,
+                   lambda: f"over-optimisation: the proxy {key} rose from {p0:.3g} to {e:.3g} since step {pstep}, "
+                   f"while the gold reward {self.gold_names} peaked there at {peak:.3g} and is now "
+                   f"{ge:.3g} ({'falling' if ge < peak - 0.5 * gold_sigma else 'stalled'}). Proxy-gold gap since "
+                   f"the start: proxy {e - self.first.mean():+.3g}, gold {ge - self.gold_first.mean():+.3g} "
+                   f"({gap:.1f} sigma of their early noise). The policy is learning the proxy's loopholes, not the "
+                   f"task: keep the checkpoint from step {pstep}, then raise beta, fix the proxy, or stop earlier.",
+                   for_=p["gold_for"], clear=10)
+
+    def _components(self, v: Mapping[str, float]) -> None:
+        """Without gold: one reward function carrying the whole rise, or pinned at its ceiling, the others flat."""
+        p = self.p
+        comps = self.components
+        for fn, mk, sk in self._comp_keys:
+            m = v.get(mk)
+            if m is None or not finite(m):
+                continue
+            c = comps.get(fn)
+            if c is None:
+                c = comps[fn] = _Component(p["window"])
+            c.push(m, v.get(sk))
+        ready = [(fn, c) for fn, c in comps.items() if c.start.full]
+        if len(ready) < 2:
+            return
+        gains = [(c.gain(), fn, c) for fn, c in ready]
+        rising = [x for x in gains if x[0] >= p["component_gain_sigma"]]
+        flat = [fn for g, fn, _ in gains if g < p["component_flat_sigma"]]
+        lead = rising[0] if len(rising) == 1 and len(flat) == len(gains) - 1 else None
+        for g, fn, c in gains:
+            is_lead = lead is not None and lead[1] == fn
+            std0 = c.std_start.mean() if len(c.std_start) else math.nan
+            pinned = (is_lead and c.std.count > 0 and c.mean.mean >= c.peak - 0.05 * abs(c.peak - c.start.mean())
+                      and (c.std.mean <= p["component_dead"] or (std0 == std0 and c.std.mean <= 0.25 * std0)))
+            others = ", ".join(f"'{o}'" for o in flat)
+            level = c.mean.mean
+            self.check(f"reward-component-saturated:{fn}", pinned, "warn", f"rewards/{fn}/mean", level,
+                       lambda fn=fn, g=g, level=level, others=others: f"reward function '{fn}' is pinned at its "
+                       f"ceiling ({level:.3g}, every completion scores alike; up {g:.1f} sigma since the start) while "
+                       f"{others} stay flat: the policy has learned the easy part and gets no signal from it any more; "
+                       "the task itself is not being learned. Check the other functions' scale and weights.",
+                       for_=p["saturated_for"], clear=10)
+            self.check(f"reward-component-dominant:{fn}", is_lead and not pinned, "info", f"rewards/{fn}/mean", level,
+                       lambda fn=fn, g=g, level=level, others=others: f"reward function '{fn}' carries the whole "
+                       f"reward rise (up {g:.1f} sigma since the start, now {level:.3g}) while {others} stay flat: "
+                       "the policy optimises one component. If it is a format or length check, the task is not being "
+                       "learned; log a held-out gold reward to tell hacking from learning.",
+                       for_=p["component_for"], clear=10)
 
     def _preference(self, row: Row) -> None:
         v = row.values
         d = self.derived
+        p = self.p
         m = v.get("rewards/margins")
         c, rj = v.get("rewards/chosen"), v.get("rewards/rejected")
         if m is None and c is not None and rj is not None:
@@ -133,19 +509,46 @@ class RewardGauge(Gauge):
             return
         self.pref_rows += 1
         self.margin_trend.push(float(self.pref_rows), m)
+        self.margin_half.push(m)
+        if self.pref_rows >= 4 and self.pref_rows & (self.pref_rows - 1) == 0:  # where margin_half's spans start
+            self.margin_mark = [self.margin_mark[1], self.margin.mean]
+        self.margin_recent.push(float(self.pref_rows), m)
+        self.margin_noise.push(m)
+        if len(self.margin_noise) >= 10:  # relative to the margin's level: its noise grows as it grows
+            self._volatility("rewards/margins", m, self.margin_noise.sigma() / max(abs(self.margin.mean), 0.05),
+                             self.noise_ref)
         me = self.margin.push(m)
         d["margin"] = m
         d["margin_ewma"] = me
-        warm = self.pref_rows >= self.p["dpo_min_rows"]
+        warm = self.pref_rows >= p["dpo_min_rows"]
         if warm:
             self.margin_peak = max(self.margin_peak, me)
         d["margin_peak"] = self.margin_peak if self.margin_peak > -math.inf else me
         peak = self.margin_peak
-        collapsed = warm and peak >= self.p["margin_peak_min"] and me < self.p["margin_collapse"] * peak
+        collapsed = warm and peak >= p["margin_peak_min"] and me < p["margin_collapse"] * peak
         self.check("margin-collapse", collapsed, "warn", "rewards/margins", m,
                    lambda: f"reward margin fell to {me:.3g} from a peak of {peak:.3g}: chosen and rejected are "
                    "converging and the preference signal is being undone (LR too high, noisy pairs, beta too low).",
                    for_=5)
+        # The same convergence, early: a steady fall from the peak, far beyond the EWMA's own noise (the peak of a
+        # noisy EWMA sits high by itself), over the second half of the run so far or the last 30 rows.
+        drop = (peak - me) / peak if peak > 0 else 0.0
+        rt = 0.0
+        shrinking = False
+        if warm and peak >= p["margin_peak_min"] and drop >= 0.5 * p["margin_shrink"] and not collapsed:
+            ht = self.margin_half.t_stat() if self.margin_half.rows() >= 20 else 0.0
+            rt30 = self.margin_recent.t_stat() if self.margin_recent.full else 0.0
+            rt = min(ht, rt30 + 1.0)  # falling over the last 30 rows counts when it is one sigma clearer
+            sd = self.margin_noise.sigma() * _EWMA10_SD if len(self.margin_noise) >= 10 else math.inf
+            # 15 % off the peak with t <= -2, or 8 % with t <= -5
+            steady = (drop >= p["margin_shrink"] and rt <= p["margin_shrink_t"]) or rt <= 2.5 * p["margin_shrink_t"]
+            shrinking = steady and peak - me >= p["margin_shrink_sd"] * sd
+        d["margin_recent_t"] = rt
+        self.check("margin-shrinking", shrinking, "warn", "rewards/margins", m,
+                   lambda: f"chosen and rejected rewards are converging: the margin fell {1 - me / peak:.0%} from its "
+                   f"peak {peak:.3g} to {me:.3g} and keeps falling (trend t={rt:.1f}). The model is losing the "
+                   "preference it learned: lower the learning rate, check for noisy pairs, keep the best checkpoint.",
+                   for_=p["margin_shrink_for"], clear=10)
         self.check("margin-negative", warm and me < 0, "warn", "rewards/margins", m,
                    lambda: f"reward margin is negative ({me:.3g}): the policy now prefers the rejected answers. "
                    "Check that chosen/rejected are not swapped.", for_=5)
@@ -153,14 +556,25 @@ class RewardGauge(Gauge):
             a = self.acc.push(acc)
             d["accuracy_ewma"] = a
             # Near chance while the margin still climbs is a slow start, not a failure to learn.
-            learning = self.margin_trend.t_stat() > self.p["margin_learning_t"]
-            chance = warm and a < self.p["accuracy_chance"] and not learning
+            chance = warm and a < p["accuracy_chance"] and not self.margin_trend.t_stat() > p["margin_learning_t"]
             self.check("accuracy-chance", chance, "warn", "rewards/accuracies", acc,
                        lambda: f"preference accuracy {a:.2f} is near chance after {self.pref_rows} steps: the model "
                        "is not learning the preference.", for_=10)
+            # Plateau: the margin stopped rising while accuracy is still far from where a learned preference sits.
+            half = self.margin_half
+            grown = (me - self.margin_mark[0]) / max(abs(me), 1e-9) if half.rows() >= p["margin_plateau_rows"] \
+                else math.inf
+            plateau = (warm and grown < p["margin_plateau_growth"] and me > 0
+                       and p["accuracy_chance"] <= a < p["plateau_accuracy"] and not collapsed)
+            self.check("margin-plateau", plateau, "warn", "rewards/margins", m,
+                       lambda: f"the reward margin has stopped growing at {me:.3g} ({grown:+.0%} over the last "
+                       f"{half.rows()} steps, half the run) with accuracy only {a:.2f}: the model stopped learning "
+                       "from the preference data early. The learning rate may be too low, or the data's signal is "
+                       "exhausted (people overestimate it).", for_=p["margin_plateau_for"], clear=10)
         if c is not None and finite(c):
             ce = self.chosen.push(c)
             self.chosen_start.push(c)
+            self.chosen_recent.push(float(self.pref_rows), c)
             d["chosen_ewma"] = ce
             # The trap: chosen reward falling while the margin grows is common and often harmless.
             healthy_margin = me > 0 and not collapsed
@@ -168,21 +582,50 @@ class RewardGauge(Gauge):
             self.check("chosen-reward-falling", warm and falling, "info", "rewards/chosen", c,
                        lambda: f"chosen reward drifts down ({ce:.3g}) while the margin grows ({me:.3g}): likelihood "
                        "displacement, common in DPO and usually harmless. Watch logps/chosen.", for_=10, clear=20)
+            # Unbounded growth: chosen keeps climbing past +runaway_level while the rejected side does not fall.
+            if rj is not None and finite(rj):
+                self.rejected.push(rj)
+            if rj is not None and finite(rj):
+                self.rejected_recent.push(float(self.pref_rows), rj)
+            ct = 0.0
+            runaway = False
+            if warm and ce > p["runaway_level"] and self.chosen_recent.full:
+                ct = self.chosen_recent.t_stat()
+                # over the same rows the chosen side climbed, the rejected side did not fall: the margin is not why
+                rej_holding = not self.rejected_recent.full or self.rejected_recent.t_stat() > -2.0
+                runaway = ct >= p["runaway_t"] and rej_holding
+            kl = v.get("objective/kl", v.get("kl"))
+            kl_txt = f"; KL to the reference is {kl:.3g}" if kl is not None and finite(kl) else \
+                "; DPO logs no KL, but a chosen reward of +1 is already a large log-ratio to the reference"
+            self.check("chosen-reward-runaway", runaway, "warn", "rewards/chosen", c,
+                       lambda: f"chosen reward keeps climbing ({ce:.3g}, trend t={ct:.1f}) while the rejected reward "
+                       f"does not fall{kl_txt}: unbounded growth, the policy exploits the implicit reward rather than "
+                       "learning the preference. Raise beta or lower the learning rate.", for_=5, clear=10)
 
 
 class KLGauge(Gauge):
-    """Gauge 10 — KL to the reference policy: level, growth, spikes, sign.
+    """Gauge 10 — KL to the reference policy: level, growth, noise, spikes, sign.
 
     GRPO/RLOO log a per-token ``kl`` only when beta > 0; PPO and Online DPO log
     a per-sequence ``objective/kl``. Thresholds are per family because the two
-    are not the same quantity.
+    are not the same quantity. The level lines (0.5 / 1.0 per token) come last:
+    ``kl-growing`` reads the slope and its acceleration against the series' own
+    noise and fires while KL is still below the warn line; ``kl-noisy`` compares
+    the row-to-row noise with KL's own level and with its noise early in the run
+    (and counts negative estimates). A single-step spike gone the next row is
+    ``info``; spikes that repeat are a warning.
     """
 
     id = "kl"
     title = "KL health"
     inputs = ("kl", "objective/kl")
+    outputs = ("kl", "kl_ewma", "kl_slope", "kl_z", "kl_trend_t", "kl_acceleration", "kl_projected", "kl_cv",
+               "kl_negative_share")
     defaults = {"warn": 0.5, "stop": 1.0, "for": 3, "clear": 10, "near_zero": 1e-4, "near_zero_rows": 50,
-                "negative": -0.01, "spike_z": 10.0, "spike_min": 0.1, "start_rows": 5}
+                "negative": -0.01, "spike_z": 10.0, "spike_min": 0.1, "start_rows": 5, "spike_repeat": 3,
+                "spike_repeat_rows": 25, "grow_rows": 20, "grow_t": 4.0, "grow_min": 0.2, "grow_accel": 1.3,
+                "grow_accel_max": 3.0, "grow_for": 3, "noisy_ratio": 3.0, "noisy_cv": 0.3, "noisy_negative": 0.2,
+                "noisy_for": 5, "noisy_min": 0.01}
     family_defaults = {
         # per-sequence sums: values scale with completion length
         "ppo": {"warn": 6.0, "stop": 20.0, "near_zero": 1e-3, "negative": -0.5, "spike_min": 2.0},
@@ -194,6 +637,15 @@ class KLGauge(Gauge):
         self.start = Baseline(self.p["start_rows"])
         self.ewma = Ewma(0.2)
         self.slope = RollingSlope(20)
+        w = self.p["grow_rows"]
+        self.recent = RollingCorrelation(w)  # (row, kl): the slope now and how far it stands out of the noise
+        self.longer = RollingCorrelation(2 * w)  # the slope over twice as long: is it accelerating?
+        self.noise = DiffNoise(20)
+        self.negatives = RollingWindow(20)
+        self.cv_base = Baseline(10)
+        self.cv_ref = OctaveMean()
+        self.neg_base = Baseline(10)
+        self.spike_rows: list[int] = []
         self.start_checked = False
         self.note = ""
 
@@ -210,6 +662,7 @@ class KLGauge(Gauge):
             return
         p = self.p
         d = self.derived
+        n = self.rows_seen
         d["kl"] = kl
         e = self.ewma.push(kl)
         d["kl_ewma"] = e
@@ -228,12 +681,25 @@ class KLGauge(Gauge):
                    lambda: f"{key} is negative on average ({e:.3g}): the estimator is being fed mismatched "
                    "log-probs (sampling temperature/top-k differ from the training forward pass, or the "
                    "reference model differs).", for_=5)
+        self._growth(key, kl, e, float(n))
+        self._noise(key, kl)
         if len(self.win) >= 10:
             z = robust_z(kl, self.win, floor=1e-6)
             d["kl_z"] = z
-            self.check("kl-spike", z > p["spike_z"] and kl > p["spike_min"], "warn", key, kl,
-                       lambda: f"{key} spiked to {kl:.3g} ({z:.0f} robust sigmas above its recent median): a "
-                       "sudden jump often precedes instability. Check the batch at this step.", clear=3)
+            spike = z > p["spike_z"] and kl > p["spike_min"]
+            if spike and (not self.spike_rows or self.spike_rows[-1] != n - 1):
+                self.spike_rows.append(n)  # one entry per spike, however many rows it lasts
+            self.spike_rows = [r for r in self.spike_rows if r > n - p["spike_repeat_rows"]]
+            self.check("kl-spike", spike, "info", key, kl,
+                       lambda: f"{key} spiked to {kl:.3g} ({z:.0f} robust sigmas above its recent median): often one "
+                       "batch the model handles very differently from the reference; investigate that batch. One "
+                       "spike that is gone the next step is not a trend.", clear=3)
+            repeated = len(self.spike_rows) >= p["spike_repeat"]
+            count = len(self.spike_rows)
+            self.check("kl-spike-repeated", repeated, "warn", key, kl,
+                       lambda: f"{key} has spiked {count} times in the last {p['spike_repeat_rows']} logged steps "
+                       f"(now {kl:.3g}): the spikes repeat, so the updates are unstable, not one odd batch. Lower "
+                       "the learning rate or raise beta.", clear=p["spike_repeat_rows"] // 5)
         self.win.push(kl)
         self.start.push(kl)
         if self.start.ready and not self.start_checked:
@@ -250,26 +716,111 @@ class KLGauge(Gauge):
                        "is not moving away from the reference (beta too high, LR too low, or the reference is "
                        "updated with the policy).", for_=20, clear=10)
 
+    def _growth(self, key: str, kl: float, e: float, n: float) -> None:
+        """KL growing without bound, seen in its slope before it crosses the warn line."""
+        p = self.p
+        d = self.derived
+        self.recent.push(n, kl)
+        self.longer.push(n, kl)
+        if not self.longer.full or e < p["grow_min"] * p["warn"]:  # far below the line: nothing to project
+            self.check("kl-growing", False, "warn", key, kl, "")
+            return
+        w = self.recent.size
+        s1, s2, t = self.recent.slope(), self.longer.slope(), self.recent.t_stat()
+        d["kl_trend_t"] = t
+        accel = s2 > 0 and s1 > p["grow_accel"] * s2
+        d["kl_acceleration"] = s1 / s2 if s2 > 0 else 0.0
+        # where the current slope (steeper still if it is accelerating) takes KL within one window
+        projected = e + s1 * w * (min(s1 / s2, p["grow_accel_max"]) if accel else 1.0)
+        d["kl_projected"] = projected
+        growing = t >= p["grow_t"] and e >= p["grow_min"] * p["warn"] and projected >= p["warn"]
+        why = f"{'accelerating and ' if accel else ''}on course to pass {p['warn']} within about {w} logged steps"
+        self.check("kl-growing", growing, "warn", key, kl,
+                   lambda: f"{key} is growing ({e:.3g} now, {s1:+.3g} per logged step, trend t={t:.0f}) and {why}: "
+                   "runaway policy drift, caught before the level line. Raise beta or lower the learning rate now; "
+                   "in PPO check that clipping is working.", for_=p["grow_for"], clear=p["clear"])
+
+    def _noise(self, key: str, kl: float) -> None:
+        """KL noisy with high variance: row-to-row noise large against its own level and against the same ratio
+        over the run's previous octave (KL near 0 at the start says little about its noise later)."""
+        p = self.p
+        d = self.derived
+        self.noise.push(kl)
+        self.negatives.push(1.0 if kl < 0 else 0.0)
+        if not self.recent.full:  # the growth rule's last 20 (row, kl) pairs: their mean is the level
+            return
+        level = self.recent.mean_y()
+        sig = self.noise.sigma(robust=True)
+        cv = sig / max(abs(level), 1e-3 * p["warn"])
+        neg = self.negatives.mean()
+        d["kl_cv"] = cv
+        d["kl_negative_share"] = neg
+        self.cv_base.push(cv)
+        self.neg_base.push(neg)
+        cb, nb = self.cv_base.value, self.neg_base.value
+        ref = self.cv_ref.value  # the noise ratio over the run's previous octave: KL near 0 early says little
+        self.cv_ref.push(cv)
+        if cb != cb:
+            return
+        if ref == ref:
+            cb = ref
+        relevant = sig >= p["noisy_min"] * p["warn"]  # noise on a KL of 1e-3 moves nothing
+        noisy_cv = relevant and cv >= max(p["noisy_cv"], p["noisy_ratio"] * cb)
+        noisy_neg = neg >= p["noisy_negative"] and neg >= nb + p["noisy_negative"]
+        self.check("kl-noisy", noisy_cv or noisy_neg, "warn", key, kl,
+                   lambda: f"{key} has turned noisy: row-to-row noise {sig:.3g} is {cv:.1f}x its level {level:.3g} "
+                   f"(earlier in the run {cb:.2f}x)" + (f", and {neg:.0%} of the recent estimates are negative"
+                                                      if neg > 0 else "")
+                   + ": unstable optimisation. The learning rate is probably too high for this KL penalty.",
+                   for_=p["noisy_for"], clear=p["clear"])
+
 
 class PolicyRatioGauge(Gauge):
-    """Gauge 11 — importance ratio and clip fractions (PPO; off-policy GRPO only).
+    """Gauge 11 — importance ratio and clip fractions (PPO; off-policy GRPO only), and PPO's value function.
 
     Default GRPO is on-policy (num_iterations=1): the ratio is exactly 1 and
     every clip fraction 0, so clip rules stay silent until clipping is seen.
+    ``clip-growing`` reads the clip fraction's trend against its own start and
+    noise, so a fraction climbing towards 30 % is caught on the way (the post:
+    it often precedes a KL explosion); it waits while the learning rate is
+    still warming up, when clipping rises in every healthy run. ``clip-low`` is
+    deliberately ``info``: the fraction fades in every healthy run as the
+    schedule decays the learning rate, so "< 1 %" is a hint (updates are timid),
+    not an alarm. The value-function rules (PPO's ``loss/value_avg`` and
+    ``val/clipfrac_avg``) live here because a value function that diverges
+    shows up in the same updates.
     """
 
     id = "policy_ratio"
     title = "Policy ratio & clipping"
     inputs = ("val/ratio", "policy/clipfrac_avg", "clip_ratio/region_mean", "clip_ratio/low_mean",
-              "clip_ratio/high_mean")
+              "clip_ratio/high_mean", "val/ratio_var", "loss/value_avg", "val/clipfrac_avg")
+    outputs = ("ratio", "ratio_deviation", "clip_asymmetry", "clip", "clip_ewma", "clip_trend_t", "clip_vs_start",
+               "ratio_var", "value_loss", "value_loss_vs_start", "value_clip")
     defaults = {"ratio_warn": (0.7, 1.5), "ratio_stop": (0.5, 2.0), "clip_warn": 0.3, "clip_stop": 0.5,
-                "clip_low": 0.01, "for": 3, "warn_for": 1}  # stop after 3 rows out of range, warn after 2
+                "clip_low": 0.01, "for": 3, "warn_for": 1,  # stop after 3 rows out of range, warn after 2
+                "grow_rows": 20, "grow_t": 3.0, "grow_abs": 0.03, "grow_sigma": 3.0, "grow_ratio": 1.5,
+                "grow_for": 3, "ratio_var_x": 4.0, "ratio_var_min": 1e-3, "value_growth": 3.0, "value_t": 3.0,
+                "value_clip": 0.3}
     family_defaults = {"grpo": {"clip_warn": 0.4, "clip_stop": 0.6}}
 
     def setup(self) -> None:
         self.off_policy = False
         self.clip_ewma = Ewma(0.2)
         self.clip_slope = RollingSlope(20)
+        self.clip_trend = RollingCorrelation(self.p["grow_rows"])
+        self.clip_base = Baseline(10)
+        self.clip_noise = DiffNoise(20)
+        self.clip_rows = 0
+        self.lr_prev = math.nan
+        self.lr_rose_at = 0  # clip row count when the learning rate last rose (warm-up)
+        self.var_base = Baseline(10)
+        self.var_ewma = Ewma(0.3)
+        self.ratio_win = RollingWindow(20)
+        self.value_base = Baseline(10)
+        self.value_ewma = Ewma(0.2)
+        self.value_trend = RollingCorrelation(20)
+        self.value_rows = 0
         self.note = ""
 
     def applies(self) -> bool:
@@ -295,6 +846,10 @@ class PolicyRatioGauge(Gauge):
             self.check("ratio-warn", not lo <= ratio <= hi, "warn", "val/ratio", ratio,
                        lambda: f"policy ratio {ratio:.3g} is outside [{lo}, {hi}]: updates are drifting off-policy.",
                        for_=p["warn_for"])
+            self.ratio_win.push(ratio)
+        self._ratio_variance(v)
+        self._value(v)
+        lr = v.get("learning_rate")
         key = "policy/clipfrac_avg" if "policy/clipfrac_avg" in v else "clip_ratio/region_mean"
         clip = v.get(key)
         if clip is None and "clip_ratio/low_mean" in v and "clip_ratio/high_mean" in v:
@@ -315,6 +870,11 @@ class PolicyRatioGauge(Gauge):
         ce = self.clip_ewma.push(clip)
         d["clip_ewma"] = ce
         self.clip_slope.push(row.step, clip)
+        self.clip_rows += 1
+        if lr is not None and finite(lr):
+            if self.lr_prev == self.lr_prev and lr > self.lr_prev * (1 + 1e-9):
+                self.lr_rose_at = self.clip_rows
+            self.lr_prev = lr
         self.check("clip-stop", clip > p["clip_stop"], "stop", key, clip,
                    lambda: f"{clip:.0%} of tokens are clipped for {p['for']} logged steps: each update is far too "
                    "large; KL explosion usually follows. Stop; lower LR or num_iterations.", for_=p["for"])
@@ -324,23 +884,130 @@ class PolicyRatioGauge(Gauge):
         self.check("clip-low", self.rows_seen > 20 and ce < p["clip_low"], "info", key, clip,
                    lambda: f"clip fraction ~{ce:.2%} on an off-policy run: updates are very timid; a larger LR "
                    "would learn faster.", for_=10)
+        self._clip_growth(key, clip, ce)
+
+    def _clip_growth(self, key: str, clip: float, ce: float) -> None:
+        """Clip fraction growing over time: judged against its own start and noise, before the 30 % line."""
+        p = self.p
+        d = self.derived
+        self.clip_trend.push(float(self.clip_rows), clip)
+        self.clip_noise.push(clip)
+        self.clip_base.push(clip)
+        base = self.clip_base.value
+        if base != base or not self.clip_trend.full:
+            return
+        t = self.clip_trend.t_stat()
+        sig = self.clip_noise.sigma()
+        d["clip_trend_t"] = t
+        d["clip_vs_start"] = ce / max(base, 1e-6)
+        warming = self.clip_rows - self.lr_rose_at < self.clip_trend.size
+        need = base + max(p["grow_abs"], p["grow_sigma"] * sig)
+        growing = (t >= p["grow_t"] and ce >= need and ce >= p["grow_ratio"] * base and not warming
+                   and ce < p["clip_warn"])
+        self.check("clip-growing", growing, "warn", key, clip,
+                   lambda: f"clip fraction keeps growing: {ce:.1%} now from {base:.1%} at the start (trend t={t:.1f}): "
+                   "the updates are getting more aggressive, which often precedes a KL explosion. Lower the "
+                   "learning rate (or num_iterations) before it passes "
+                   f"{p['clip_warn']:.0%}.", for_=p["grow_for"], clear=10)
+
+    def _ratio_variance(self, v: Mapping[str, float]) -> None:
+        """Variance of the importance ratio (PPO's val/ratio_var, else the ratio's own spread) vs its start."""
+        p = self.p
+        d = self.derived
+        rv = v.get("val/ratio_var")
+        metric = "val/ratio_var"
+        if rv is None or not finite(rv):
+            if "val/ratio" not in v or len(self.ratio_win) < 10:
+                return
+            rv, metric = self.ratio_win.var(), "val/ratio"
+        e = self.var_ewma.push(rv)
+        self.var_base.push(rv)
+        d["ratio_var"] = e
+        base = self.var_base.value
+        if base != base:
+            return
+        high = e >= p["ratio_var_x"] * max(base, p["ratio_var_min"] / p["ratio_var_x"]) and e >= p["ratio_var_min"]
+        self.check("ratio-variance", high, "warn", metric, rv,
+                   lambda: f"the policy ratio's variance rose to {e:.3g} ({e / max(base, 1e-12):.0f}x its start): some "
+                   "tokens move far more than others in each update, the trust region is fraying. Lower the "
+                   "learning rate or the number of PPO epochs.", for_=3, clear=10)
+
+    def _value(self, v: Mapping[str, float]) -> None:
+        """PPO's value function: value loss growing, value clipping high (the post's "value function" row)."""
+        p = self.p
+        d = self.derived
+        vl = v.get("loss/value_avg")
+        if vl is not None and finite(vl):
+            self.value_rows += 1
+            e = self.value_ewma.push(vl)
+            self.value_base.push(vl)
+            self.value_trend.push(float(self.value_rows), vl)
+            d["value_loss"] = vl
+            b = self.value_base.value
+            if b == b and b > 0 and self.value_trend.full:
+                ratio = e / b
+                t = self.value_trend.t_stat()
+                d["value_loss_vs_start"] = ratio
+                self.check("value-loss-growing", ratio >= p["value_growth"] and t >= p["value_t"], "warn",
+                           "loss/value_avg", vl,
+                           lambda: f"value loss keeps growing: {e:.3g} now, {ratio:.1f}x its start (trend t={t:.1f}): "
+                           "the value function cannot follow the returns, so advantages turn to noise. Lower the "
+                           "learning rate, check reward scale/whitening, or use a smaller vf_coef.", for_=3, clear=10)
+        vc = v.get("val/clipfrac_avg")
+        if vc is not None and finite(vc):
+            d["value_clip"] = vc
+            self.check("value-clip-high", vc > p["value_clip"], "warn", "val/clipfrac_avg", vc,
+                       lambda: f"{vc:.0%} of value predictions are clipped: the value function moves too far per "
+                       "update (value loss unstable). Lower the learning rate or widen cliprange_value.", for_=3)
 
 
 class LengthGauge(Gauge):
-    """Gauge 12 — generation length: drift, explosion, collapse, truncation."""
+    """Gauge 12 — generation length: drift, trend, explosion, collapse, spread, truncation.
+
+    The baseline is the first logged rows, or the SFT model's length distribution when the user
+    measured it (params ``baseline_mean`` and ``baseline_std`` in tokens, ``batch_completions`` the
+    number of completions per logged batch): the post's "> 30 % change in mean or > 50 % change in
+    variance deserves investigation" is judged against it at warn level. The within-batch spread is
+    read from ``completions/min_length`` and ``max_length`` (TRL logs no std): batches where nearly
+    every completion hit the cap are left out, their min = max = cap says nothing about diversity.
+    Answers getting shorter, or more alike, while the reward keeps improving is what a sharpening
+    policy does: then it is ``info``, not a warning. ``truncation-gap`` (mean vs mean_terminated) is
+    the post's own truncation measure; where ``completions/clipped_ratio`` is logged, ``truncation``
+    judges the same thing directly, so the gap is only reported.
+    """
 
     id = "length"
     title = "Generation length"
     inputs = ("completions/mean_length", "completions/clipped_ratio", "val/num_eos_tokens")
+    outputs = ("mean_length", "truncation_gap", "vs_baseline", "spread", "clipped_ratio", "num_eos_tokens",
+               "length_trend_t", "spread_vs_start", "variance_vs_baseline", "length_projected",
+               *ROLLOUT_OUTPUTS["length"])
     # A 2x / 0.5x ratio is far outside healthy drift, so a light EWMA (0.5) held 3 rows is enough; heavier
     # smoothing only delayed detection (benchmarks/detection, tuning seeds) and bought no fewer false alarms.
     defaults = {"explode": 2.0, "collapse": 0.5, "drift": 0.3, "for": 3, "smooth": 0.5, "truncation": 0.2,
-                "truncation_for": 3, "spread_collapse": 0.05, "baseline_rows": 10}
+                "truncation_for": 3, "spread_collapse": 0.25, "spread_deep": 0.15, "variance_change": 0.5,
+                "baseline_rows": 10, "drift_for": 5, "trend_rows": 60, "trend_t": 5.0, "trend_min": 0.25,
+                "trend_target": 0.45, "trend_now": 0.15,
+                "trend_for": 3, "gap": 0.1, "baseline_mean": 0.0, "baseline_std": 0.0, "batch_completions": 0,
+                "gold": [], "significance": 4.0, **ROLLOUT_DEFAULTS["length"]}
 
     def setup(self) -> None:
-        self.base = Baseline(self.p["baseline_rows"])
-        self.spread_base = Baseline(self.p["baseline_rows"])
-        self.ewma = Ewma(self.p["smooth"])
+        p = self.p
+        self.base = Baseline(p["baseline_rows"])
+        if p["baseline_mean"] > 0:
+            self.base.value = float(p["baseline_mean"])
+        self.spread_base = Baseline(p["baseline_rows"])
+        if p["baseline_mean"] > 0 and p["baseline_std"] > 0:
+            self.spread_base.value = _expected_range(p["batch_completions"]) * p["baseline_std"] / p["baseline_mean"]
+        self.ewma = Ewma(p["smooth"])
+        self.slow = Ewma(0.2)
+        self.spread_ewma = Ewma(0.2)
+        self.trend = RollingCorrelation(p["trend_rows"])
+        self.progress = RewardProgress(p["gold"])
+        self.len_rows = 0
+        self.max_steps = 0  # set by the cluster when the planned run length is known
+        self.len_noise = DiffNoise(20)
+        self.spread_noise = DiffNoise(20)
 
     def applies(self) -> bool:
         return self.family in ("grpo", "ppo", "online_dpo")
@@ -348,43 +1015,48 @@ class LengthGauge(Gauge):
     def observe(self, row: Row) -> None:
         if row.kind != "train":
             return
+        length_rules(self, row)
         v = row.values
         p = self.p
         d = self.derived
+        self.progress.push(v)
         L = v.get("completions/mean_length")
+        c = v.get("completions/clipped_ratio")
         if L is not None and finite(L) and L >= 0:
             d["mean_length"] = L
+            self.len_rows += 1
             e = self.ewma.push(L)
+            slow = self.slow.push(L)
+            self.len_noise.push(L)
+            self.trend.push(float(self.len_rows), L)
             self.base.push(L)
             term = v.get("completions/mean_terminated_length")
             if term is not None and finite(term):
-                d["truncation_gap"] = L - term
+                gap = L - term
+                d["truncation_gap"] = gap
+                if L > 0 and (c is None or not finite(c)):
+                    frac = gap / L
+                    self.check("truncation-gap", frac > p["gap"], "warn", "completions/mean_terminated_length", term,
+                               lambda: f"mean length {L:.0f} is {frac:.0%} above the mean length of completions that "
+                               f"ended with EOS ({term:.0f}): many answers are cut off at max_completion_length "
+                               "before they conclude. Raise the limit or find out why the model rambles.",
+                               for_=p["truncation_for"], clear=5)
             if self.base.ready and self.base.value > 0:
-                ratio = e / self.base.value
+                b = self.base.value
+                ratio = e / b
                 d["vs_baseline"] = ratio
                 self.check("length-explosion", ratio > p["explode"], "warn", "completions/mean_length", L,
-                           lambda: f"completions are {ratio:.1f}x their starting length ({self.base.value:.0f} -> "
+                           lambda: f"completions are {ratio:.1f}x their starting length ({b:.0f} -> "
                            f"{e:.0f} tokens): length bias. If reward rose with it, the policy is being paid for "
                            "verbosity; add a length penalty or check the reward.", for_=p["for"])
                 self.check("length-collapse", ratio < p["collapse"], "warn", "completions/mean_length", L,
                            lambda: f"completions shrank to {ratio:.2f}x their starting length "
-                           f"({self.base.value:.0f} -> {e:.0f} tokens): terse collapse, often a reward that "
+                           f"({b:.0f} -> {e:.0f} tokens): terse collapse, often a reward that "
                            "punishes length or rewards an empty answer.", for_=p["for"])
-                self.check("length-drift", abs(ratio - 1) > p["drift"], "info", "completions/mean_length", L,
-                           lambda: f"mean length moved {ratio - 1:+.0%} from its start.", for_=10, clear=10)
-            mn, mx = v.get("completions/min_length"), v.get("completions/max_length")
-            if mn is not None and mx is not None and finite(mn) and finite(mx) and L > 0:
-                spread = (mx - mn) / L
-                d["spread"] = spread
-                self.spread_base.push(spread)
-                sb = self.spread_base.value
-                collapsed = sb == sb and sb > 4 * p["spread_collapse"] and spread < p["spread_collapse"]
-                clipped_all = (v.get("completions/clipped_ratio") or 0.0) >= 0.95
-                self.check("length-variance-collapse", collapsed and not clipped_all, "warn",
-                           "completions/max_length", spread,
-                           lambda: f"min and max completion length are within {spread:.0%} of the mean: every "
-                           "answer has the same length, a sign of mode collapse onto a template.", for_=p["for"])
-        c = v.get("completions/clipped_ratio")
+                self._drift(L, slow / b, b, slow)
+        mn, mx = v.get("completions/min_length"), v.get("completions/max_length")
+        if L is not None and mn is not None and mx is not None and finite(L) and finite(mn) and finite(mx) and L > 0:
+            self._spread(L, mn, mx, c)
         if c is not None and finite(c):
             d["clipped_ratio"] = c
             self.check("truncation", c > p["truncation"], "warn", "completions/clipped_ratio", c,
@@ -398,29 +1070,194 @@ class LengthGauge(Gauge):
                        lambda: "no completion ends with an EOS token: every sample is truncated, so the reward "
                        "model scores unfinished text (check the stop token / generation config).", for_=10)
 
+    def _drift(self, L: float, ratio: float, b: float, slow: float) -> None:
+        """Mean change vs the baseline (the post's > 30 %) and a steady trend, both with the reward as context."""
+        p = self.p
+        d = self.derived
+        pct = ratio - 1.0
+        # the reward's context and the trend's t-statistic only where a rule could use them (they cost a row)
+        moved = abs(pct) >= min(p["trend_now"], p["drift"])
+        improving = self.progress.improving(now=True) if moved and pct < 0 else True
+        t = self.trend.t_stat() if moved and self.trend.full else 0.0
+        d["length_trend_t"] = t
+        # the smoothed level and the 10-row baseline are both noisy estimates: only a move that stands
+        # `significance` of their combined standard errors away from the baseline counts
+        sd = self.len_noise.sigma() * _BASE_EWMA_SD if len(self.len_noise) >= 10 else math.inf
+        if abs(slow - b) < p["significance"] * sd:
+            pct = 0.0
+        self.check("length-grew", pct > p["drift"], "warn", "completions/mean_length", L,
+                   lambda: f"mean length is {pct:+.0%} vs the baseline ({b:.0f} -> {slow:.0f} tokens), past the "
+                   f"{p['drift']:.0%} that deserves a look: the model is learning that verbosity pays. Check the "
+                   "reward for a length bias; consider length normalisation or a brevity penalty.",
+                   for_=p["drift_for"], clear=10)
+        self.check("length-shrank", pct < -p["drift"] and not improving, "warn", "completions/mean_length", L,
+                   lambda: f"mean length is {pct:+.0%} vs the baseline ({b:.0f} -> {slow:.0f} tokens) and the reward "
+                   "is not improving: the model is learning that short answers are safer. Check the reward "
+                   "distribution for penalties it avoids by saying less.", for_=p["drift_for"], clear=10)
+        self.check("length-shorter-concise", pct < -p["drift"] and improving, "info", "completions/mean_length", L,
+                   lambda: f"mean length is {pct:+.0%} vs the baseline while the reward keeps improving: the model "
+                   "is getting more concise. Usually healthy; read a few samples to be sure nothing is cut.",
+                   for_=p["drift_for"], clear=10)
+        # A steady trend, early: where the slope of the last `trend_rows` rows takes the mean by the end of the run
+        # (the callback knows max_steps); without it, the change so far must reach `trend_min`.
+        slope = self.trend.slope() / b if self.trend.full else 0.0
+        rows_left = 0.0
+        if self.max_steps > 0 and self.len_rows > 1 and self.step > 0:
+            rows_left = max(0.0, (self.max_steps - self.step) * self.len_rows / self.step)
+        projected = pct + slope * rows_left
+        d["length_projected"] = projected
+        far = (abs(projected) >= p["trend_target"] and abs(pct) >= p["trend_now"]) or abs(pct) >= p["trend_min"]
+        steady = self.trend.full and abs(t) >= p["trend_t"] and far and pct * t > 0
+        where = (f", on course for {projected:+.0%} by step {self.max_steps}" if abs(pct) < p["trend_min"]
+                 else "")
+        self.check("length-trend-up", steady and t > 0, "warn", "completions/mean_length", L,
+                   lambda: f"length is steadily increasing ({pct:+.0%} vs the baseline{where}, trend t={t:.0f} over "
+                   f"the last {self.trend.size} logged steps): a length bias in the reward is being learned. Add "
+                   "length normalisation or a brevity penalty before it explodes.", for_=p["trend_for"], clear=10)
+        self.check("length-trend-down", steady and t < 0 and not improving, "warn",
+                   "completions/mean_length", L,
+                   lambda: f"length is steadily decreasing ({pct:+.0%} vs the baseline{where}, trend t={t:.0f}) while "
+                   "the reward does not improve: the model learns to say less. Check which penalty it avoids.",
+                   for_=p["trend_for"], clear=10)
+
+    def _spread(self, L: float, mn: float, mx: float, clipped: float | None) -> None:
+        """Within-batch length spread (max - min) / mean vs its start: variance change and collapse."""
+        p = self.p
+        d = self.derived
+        spread = (mx - mn) / L
+        d["spread"] = spread
+        if clipped is not None and finite(clipped) and clipped >= 0.95:
+            return  # everything at the cap: min = max = cap measures the limit, not the policy's diversity
+        self.spread_base.push(spread)
+        se = self.spread_ewma.push(spread)
+        self.spread_noise.push(spread)
+        sb = self.spread_base.value
+        if sb != sb or sb <= 1e-3:
+            return
+        sratio = se / sb
+        # the range of a small batch is a noisy estimate of its spread: only a change that stands out counts
+        sd = self.spread_noise.sigma() * _BASE_EWMA_SD if len(self.spread_noise) >= 10 else math.inf
+        significant = abs(se - sb) >= p["significance"] * sd
+        var_ratio = sratio * sratio
+        d["spread_vs_start"] = sratio
+        d["variance_vs_baseline"] = var_ratio
+        collapsed = sratio < p["spread_collapse"] and significant
+        improving = self.progress.improving(now=True) if collapsed else True
+        deep = sratio < p["spread_deep"] and significant  # one template whatever the reward does
+        self.check("length-variance-collapse", collapsed and (deep or not improving), "warn", "completions/max_length",
+                   spread,
+                   lambda: f"the length spread within a batch fell to {sratio:.2f}x its start ((max - min) / mean "
+                   f"{sb:.2f} -> {se:.2f}){'' if improving else ' while the reward is not improving'}: answers are "
+                   "converging on one template, a sign of mode collapse. Raise the temperature or add an entropy "
+                   "bonus.", for_=p["for"], clear=10)
+        self.check("length-spread-narrowing", collapsed and improving and not deep, "info", "completions/max_length",
+                   spread,
+                   lambda: f"the length spread within a batch fell to {sratio:.2f}x its start while the reward keeps "
+                   "improving: the policy is sharpening. Healthy unless samples look like one template.",
+                   for_=p["for"], clear=10)
+        vc = p["variance_change"]
+        # a milder narrowing: the reward having risen over the run is enough to call it sharpening
+        narrower = significant and var_ratio < 1 - vc and not collapsed and not self.progress.improving()
+        changed = (significant and var_ratio > 1 + vc and not collapsed) or narrower
+        self.check("length-variance-change", changed, "warn", "completions/max_length", spread,
+                   lambda: f"the length variance is {var_ratio:.2f}x the baseline's (spread (max - min) / mean "
+                   f"{sb:.2f} -> {se:.2f}), past the {vc:.0%} change that deserves a look: the output distribution "
+                   "is changing shape. Read samples; compare with the SFT model.", for_=p["drift_for"], clear=10)
+
+
+_EWMA_SD = math.sqrt(0.2 / (2 - 0.2))
+"""Standard deviation of an EWMA(0.2) of independent noise, in units of the noise's own sigma."""
+_EWMA10_SD = math.sqrt(0.1 / (2 - 0.1))
+"""The same for an EWMA(0.1)."""
+_BASE_EWMA_SD = math.sqrt(0.2 / (2 - 0.2) + 1.57 / 10)
+"""Standard error of an EWMA(0.2) minus the median of 10 earlier rows (pi/2 / n: a median's variance)."""
+
+
+def _expected_range(n: int) -> float:
+    """Expected max - min of ``n`` normal draws, in sigmas (Blom's approximation); 16 when n is unknown."""
+    from statistics import NormalDist
+
+    n = int(n) if n and n >= 2 else 16
+    return 2.0 * NormalDist().inv_cdf((n - 0.375) / (n + 0.25))
+
 
 class EntropyGauge(Gauge):
-    """Policy entropy: collapse (lost exploration) and spikes (forgetting)."""
+    """Policy entropy: sharpening or collapse (by context), and spikes (forgetting).
+
+    Entropy falls in every policy that learns; what it means depends on the run around it. Falling
+    while the reward (and the gold reward, when logged) keeps rising is sharpening: ``info``.
+    Falling while the reward is flat, or while nearly every group has lost its reward spread (zero-std
+    groups also pile up when prompts get solved, so below 90 % they count only with a flat reward), is
+    mode collapse: ``warn``, then ``stop`` if it goes on; a collapsing length spread is reported with it.
+    Below 0.2x its start it is a warning whatever the reward does (few alternatives are sampled any more).
+    There is deliberately no absolute floor (Part III's "below 1.0"): where entropy starts is a property
+    of the model family (a base model near 1.5, an instruct model near 0.3), not of the run's health —
+    on real healthy GRPO runs that floor was most of the false alarms.
+    """
 
     id = "entropy"
     title = "Policy entropy"
     inputs = ("entropy", "objective/entropy", "policy/entropy_avg")
-    defaults = {"floor": 1.0, "floor_for": 2, "collapse_ratio": 0.5, "for": 5, "smooth": 0.2, "spike_z": 8.0,
-                "baseline_rows": 10}
+    outputs = ("entropy", "entropy_ewma", "vs_start")
+    defaults = {"collapse_ratio": 0.7, "sharpening_ratio": 0.5, "deep_ratio": 0.2, "stop_ratio": 0.2, "stop_for": 20,
+                "for": 5,
+                "smooth": 0.2, "spike_z": 8.0, "baseline_rows": 10, "zero_std_rise": 0.3, "zero_std_alone": 0.9,
+                "gold": []}
 
     def setup(self) -> None:
         self.base = Baseline(self.p["baseline_rows"])
         self.ewma = Ewma(self.p["smooth"])
         self.win = RollingWindow(30)
+        self.progress = RewardProgress(self.p["gold"])
+        self.zero = Ewma(0.3)
+        self.zero_base = Baseline(self.p["baseline_rows"])
+        self.spread = Ewma(0.2)
+        self.spread_base = Baseline(self.p["baseline_rows"])
 
     def applies(self) -> bool:
         return self.family in ("grpo", "ppo", "online_dpo")
+
+    def _context(self, v: Mapping[str, float]) -> None:
+        """The signals that say whether a falling entropy is sharpening or collapse."""
+        self.progress.push(v)
+        f = v.get("frac_reward_zero_std")
+        if f is not None and finite(f):
+            self.zero.push(f)
+            self.zero_base.push(f)
+        L, mn, mx = v.get("completions/mean_length"), v.get("completions/min_length"), v.get("completions/max_length")
+        if L and mn is not None and mx is not None and finite(L) and finite(mn) and finite(mx) and L > 0:
+            c = v.get("completions/clipped_ratio")
+            if c is None or not finite(c) or c < 0.95:
+                s = (mx - mn) / L
+                self.spread.push(s)
+                self.spread_base.push(s)
+
+    def _why_collapse(self) -> list[str]:
+        """The collapse signs present now (empty: the context says sharpening)."""
+        reasons = []
+        prog = self.progress
+        flat = prog.known() and not prog.improving()
+        if flat:
+            reasons.append("the reward is not improving" + (" (or the gold reward is not)" if prog.gold_keys else ""))
+        zb, ze = self.zero_base.value, self.zero.mean
+        # zero-std groups piling up while the reward still rises are mostly solved prompts: they count on their
+        # own only once nearly every group has lost its signal
+        if zb == zb and ze >= max(0.5, zb + self.p["zero_std_rise"]) and (flat or ze >= self.p["zero_std_alone"]):
+            reasons.append(f"zero-std groups rose to {ze:.0%} (from {zb:.0%})")
+        if reasons:
+            sb = self.spread_base.value
+            if sb == sb and sb > 1e-3 and self.spread.mean < 0.5 * sb:
+                reasons.append(f"the length spread fell to {self.spread.mean / sb:.2f}x its start")
+        return reasons
 
     def observe(self, row: Row) -> None:
         if row.kind != "train" or not self.applies():
             return
         v = row.values
-        key = next(k for k in self.inputs if k in v)
+        self._context(v)
+        key = next((k for k in self.inputs if k in v), None)
+        if key is None:
+            return
         h = v[key]
         if not finite(h):
             return
@@ -434,16 +1271,28 @@ class EntropyGauge(Gauge):
         if b == b and b > 0:
             rel = e / b
             d["vs_start"] = rel
-            self.check("entropy-collapse", rel < p["collapse_ratio"], "warn", key, h,
-                       lambda: f"entropy fell to {rel:.2f}x its start ({b:.3g} -> {e:.3g}): the policy is "
-                       "collapsing onto few answers and has stopped exploring. Consider a higher temperature, "
-                       "clip-higher (epsilon_high), an entropy bonus, or more diverse prompts.", for_=p["for"])
-            # The blog's absolute floor only means something for per-token entropy that started above it.
-            # A level crossing like KL > 0.5: raw values held for floor_for rows, no smoothing lag on top.
-            if key == "entropy":
-                self.check("entropy-low", b >= p["floor"] and h < p["floor"], "warn", key, h,
-                           lambda: f"token entropy {h:.3g} fell below {p['floor']} (started at {b:.3g}): "
-                           "exploration is drying up.", for_=p["floor_for"])
+            falling = rel < p["collapse_ratio"]
+            context = self._why_collapse() if falling else []
+            if not self.progress.known():  # no reward logged at all: no context, only a halving counts
+                halved = rel < p["sharpening_ratio"]
+                context = ["no reward is logged to tell sharpening from collapse"] if halved else []
+            reasons = list(context)
+            if rel < p["deep_ratio"] and not reasons:  # however well the reward does, few alternatives are left
+                reasons.append(f"it is below {p['deep_ratio']}x its start: the policy hardly samples alternatives "
+                               "any more, which caps what it can still learn")
+            why = "; ".join(reasons)
+            self.check("entropy-collapse", bool(reasons), "warn", key, h,
+                       lambda: f"entropy fell to {rel:.2f}x its start ({b:.3g} -> {e:.3g}) and {why}: mode collapse, "
+                       "the policy has stopped exploring. Raise the temperature, use clip-higher (epsilon_high), "
+                       "add an entropy bonus, or filter prompts by difficulty.", for_=p["for"])
+            self.check("entropy-collapse-persistent", bool(context) and rel < p["stop_ratio"], "stop", key, h,
+                       lambda: f"entropy has stayed below {p['stop_ratio']}x its start ({e:.3g}) for {p['stop_for']} "
+                       f"logged steps and {why}: the policy has collapsed and further steps learn nothing. Stop and "
+                       "resume from an earlier checkpoint with more exploration.", for_=p["stop_for"])
+            self.check("entropy-sharpening", rel < p["sharpening_ratio"] and not reasons, "info", key, h,
+                       lambda: f"entropy fell to {rel:.2f}x its start ({b:.3g} -> {e:.3g}) while the reward keeps "
+                       "improving: the policy is sharpening on what it learned. Normal; watch for the reward "
+                       "stalling.", for_=p["for"], clear=10)
         if len(self.win) >= 10:
             z = robust_z(h, self.win, floor=1e-6)
             self.check("entropy-spike", z > p["spike_z"], "info", key, h,
@@ -464,10 +1313,14 @@ class RewardSignalGauge(Gauge):
     id = "reward_signal"
     title = "Reward signal (GRPO)"
     inputs = ("frac_reward_zero_std", "reward_std")
+    outputs = ("reward_std", "frac_zero_std", "frac_zero_std_ewma", "dead_components", "length_reward_corr",
+               *ROLLOUT_OUTPUTS["reward_signal"])
     defaults = {"zero_std_warn": 0.5, "zero_std_stop": 0.99, "for": 5, "stop_for": 10, "smooth": 0.3,
-                "std_low": 0.05, "component_dead": 0.01, "component_for": 10}
+                "std_low": 0.05, "component_dead": 0.01, "component_for": 10, "gold": [],
+                **ROLLOUT_DEFAULTS["reward_signal"]}
 
     def setup(self) -> None:
+        self.progress = RewardProgress(self.p["gold"])
         self.zero = Ewma(self.p["smooth"])
         self.std_ewma = Ewma(self.p["smooth"])
         self.comp_fns: list[str] = []
@@ -478,12 +1331,19 @@ class RewardSignalGauge(Gauge):
     def applies(self) -> bool:
         return self.family in GROUP_FAMILIES
 
+    def state_dict(self) -> dict[str, Any]:
+        out = super().state_dict()
+        out["_row_width"] = -1  # the component key cache is not saved: a resumed gauge must scan the next row
+        return out
+
     def observe(self, row: Row) -> None:
         if row.kind != "train" or not self.applies():
             return
+        reward_signal_rules(self, row)
         v = row.values
         p = self.p
         d = self.derived
+        self.progress.push(v)
         f = v.get("frac_reward_zero_std")
         std = v.get("reward_std")
         if std is not None and finite(std):
@@ -497,9 +1357,15 @@ class RewardSignalGauge(Gauge):
                        lambda: f"every group has identical rewards for {p['stop_for']} logged steps: advantages "
                        "are all zero and the policy receives no gradient. The task is either solved or "
                        "impossible for this model: change the prompts or the reward.", for_=p["stop_for"])
-            self.check("zero-std-high", ze > p["zero_std_warn"], "warn", "frac_reward_zero_std", f,
+            # while the reward climbs clearly, groups losing their spread are mostly prompts being solved
+            solved = self.progress.improving(min_t=3.0)
+            self.check("zero-std-high", ze > p["zero_std_warn"] and not solved, "warn", "frac_reward_zero_std", f,
                        lambda: f"{ze:.0%} of groups have zero reward variance: the learning signal is vanishing "
                        "(prompts too easy or too hard). Filter prompts by difficulty or raise num_generations.",
+                       for_=p["for"], clear=5)
+            self.check("zero-std-solved", ze > p["zero_std_warn"] and solved, "info", "frac_reward_zero_std", f,
+                       lambda: f"{ze:.0%} of groups have zero reward variance while the reward keeps climbing: "
+                       "prompts are being solved and stop teaching anything. Add harder prompts when it nears 100 %.",
                        for_=p["for"], clear=5)
         # One unambiguous row: no group had any reward spread and the optimizer got a zero gradient —
         # the step changed nothing (the seed's dead-run signal, made specific to group-relative training).

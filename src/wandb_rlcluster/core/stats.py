@@ -94,12 +94,20 @@ class RollingWindow:
         return list(self.buf)
 
     def state_dict(self) -> dict[str, object]:
-        return {"size": self.size, "buf": list(self.buf)}
+        # the running sums and the robust cache's phase too: a resumed run must judge each row exactly as an
+        # unbroken one (re-pushing the window gives sums a few ulps off and refreshes the median at other rows)
+        return {"size": self.size, "buf": list(self.buf), "sum": self._sum, "sumsq": self._sumsq,
+                "pushes": self._pushes, "robust": list(self._robust), "robust_at": self._robust_at}
 
     def load_state_dict(self, state: dict[str, object]) -> None:
         self.__init__(int(state.get("size", self.size)))  # type: ignore[misc, arg-type]
         for v in state.get("buf", []):  # type: ignore[union-attr]
             self.push(float(v))
+        if "pushes" in state:  # checkpoints written before these keys existed resume from the values alone
+            self._sum, self._sumsq = float(state["sum"]), float(state["sumsq"])  # type: ignore[arg-type]
+            self._pushes, self._robust_at = int(state["pushes"]), int(state["robust_at"])  # type: ignore[arg-type]
+            med, mad = state["robust"]  # type: ignore[misc]
+            self._robust = (float(med), float(mad))
 
 
 def median(values: Iterable[float]) -> float:
@@ -290,6 +298,16 @@ class RollingCorrelation:
         den = n * self.sxx - self.sx * self.sx
         return (n * self.sxy - self.sx * self.sy) / den if den > 0 else 0.0
 
+    def t_stat(self) -> float:
+        """The slope's t-statistic, r·sqrt((n-2)/(1-r²)): how far the trend stands out of the window's noise."""
+        n = len(self.pts)
+        if n < 4:
+            return 0.0
+        r = self.corr()
+        if r >= 1.0 or r <= -1.0:
+            return math.copysign(1e6, r) if r else 0.0
+        return r * math.sqrt((n - 2) / (1.0 - r * r))
+
     def mean_x(self) -> float:
         return self.sx / len(self.pts) if self.pts else math.nan
 
@@ -297,13 +315,177 @@ class RollingCorrelation:
         return self.sy / len(self.pts) if self.pts else math.nan
 
     def state_dict(self) -> dict[str, object]:
-        return {"size": self.size, "pts": [list(p) for p in self.pts]}
+        return {"size": self.size, "pts": [list(p) for p in self.pts],
+                "sums": [self.sx, self.sy, self.sxx, self.syy, self.sxy]}
 
     def load_state_dict(self, state: dict[str, object]) -> None:
         self.__init__(int(state.get("size", self.size)))  # type: ignore[misc, arg-type]
         for x, y in state.get("pts", []):  # type: ignore[union-attr]
             self.push(float(x), float(y))
+        if "sums" in state:  # the exact running sums (re-pushing gives them a few ulps off)
+            self.sx, self.sy, self.sxx, self.syy, self.sxy = (float(v) for v in state["sums"])  # type: ignore[union-attr]
 
 
 #: A rolling least-squares slope is the same running sums; one class serves both.
 RollingSlope = RollingCorrelation
+
+
+class DiffNoise:
+    """A series' step-to-step noise: std of its first differences over a window, divided by sqrt(2).
+
+    Differencing removes a trend and a level, so this is the noise a rule should compare a change
+    against, whatever the series is doing; one outlier moves it little over 20 rows.
+    """
+
+    __slots__ = ("last", "win")
+
+    def __init__(self, size: int = 20) -> None:
+        self.last = math.nan
+        self.win = RollingWindow(size)
+
+    def push(self, x: float) -> None:
+        if self.last == self.last:
+            self.win.push(x - self.last)
+        self.last = x
+
+    def sigma(self, robust: bool = False) -> float:
+        """Std of the differences / sqrt(2); ``robust`` uses their MAD, which one spike cannot inflate."""
+        if len(self.win) < 2:
+            return math.nan
+        return (self.win.robust()[1] if robust else self.win.std()) / math.sqrt(2.0)
+
+    def __len__(self) -> int:
+        return len(self.win)
+
+    def state_dict(self) -> dict[str, object]:
+        return {"last": self.last, "win": self.win.state_dict()}
+
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        self.last = float(state.get("last", math.nan))  # type: ignore[arg-type]
+        self.win.load_state_dict(state.get("win", {}))  # type: ignore[arg-type]
+
+
+class ShiftDetector:
+    """Two-sided CUSUM of a series against a slow EWMA reference, in units of its own noise.
+
+    ``up``/``down`` accumulate how far the series sits above/below where it has been, beyond an
+    allowance of ``k`` sigmas per row; a value over ``h`` is a change point. A slow ramp keeps the
+    reference close behind and adds nothing; a jump of a few sigmas crosses ``h`` within a few rows.
+    The noise is the robust (MAD) sigma of recent residuals, so the threshold follows the run's own
+    noise. ``since_up``/``since_down`` hold the row count at which the current excursion began.
+    """
+
+    __slots__ = ("k", "h", "alpha", "warmup", "ref", "resid", "up", "down", "n", "since_up", "since_down", "z")
+
+    def __init__(self, k: float = 0.5, h: float = 8.0, alpha: float = 0.05, warmup: int = 10,
+                 window: int = 30) -> None:
+        self.k, self.h, self.alpha, self.warmup = k, h, alpha, max(2, int(warmup))
+        self.ref = math.nan
+        self.resid = RollingWindow(window)
+        self.up = self.down = 0.0
+        self.n = 0
+        self.since_up = self.since_down = 0
+        self.z = 0.0
+
+    def push(self, x: float, floor: float = 1e-12) -> None:
+        self.n += 1
+        if self.ref != self.ref:
+            self.ref = x
+            return
+        r = x - self.ref
+        if self.n > self.warmup:
+            sigma = max(self.resid.robust()[1], floor)
+            z = r / sigma
+            self.z = z
+            if self.up <= 0.0:
+                self.since_up = self.n
+            if self.down <= 0.0:
+                self.since_down = self.n
+            self.up = max(0.0, self.up + z - self.k)
+            self.down = max(0.0, self.down - z - self.k)
+        self.resid.push(r)
+        self.ref += self.alpha * r if self.n > self.warmup else (x - self.ref) / self.n
+
+    def sigma(self) -> float:
+        return self.resid.robust()[1] if len(self.resid) >= 2 else math.nan
+
+    def state_dict(self) -> dict[str, object]:
+        return {k: getattr(self, k) for k in self.__slots__ if k != "resid"} | {"resid": self.resid.state_dict()}
+
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        for k in self.__slots__:
+            if k == "resid":
+                self.resid.load_state_dict(state.get("resid", {}))  # type: ignore[arg-type]
+            elif k in state:
+                setattr(self, k, state[k])
+
+
+class HalfRunTrend:
+    """The trend of a series over (at least) the last half of the values seen so far, O(1) per value.
+
+    A fixed window is too short for a slow learner in a long run and too long for a short one. A new
+    regression starts at every power-of-two count; the one started at the previous power of two always
+    covers between the last half and the last three quarters of the run, whatever its length.
+    """
+
+    __slots__ = ("n", "cur", "prev")
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.cur = RunningRegression()
+        self.prev = RunningRegression()
+
+    def push(self, y: float) -> None:
+        self.n += 1
+        if self.n >= 4 and self.n & (self.n - 1) == 0:  # a power of two: the current span becomes the previous
+            self.prev, self.cur = self.cur, RunningRegression()
+        self.cur.push(float(self.n), y)
+        self.prev.push(float(self.n), y)
+
+    def t_stat(self) -> float:
+        return self.prev.t_stat()
+
+    def rows(self) -> int:
+        return self.prev.n
+
+    def state_dict(self) -> dict[str, object]:
+        return {"n": self.n, "cur": self.cur.state_dict(), "prev": self.prev.state_dict()}
+
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        self.n = int(state["n"])  # type: ignore[call-overload]
+        self.cur.load_state_dict(state["cur"])  # type: ignore[arg-type]
+        self.prev.load_state_dict(state["prev"])  # type: ignore[arg-type]
+
+
+class OctaveMean:
+    """The mean of a series over its previous octave: values number n/4 .. n/2 when n have been seen.
+
+    A reference that moves with the run (the noise of a learning run drifts) yet always lies well
+    before the present, so a change that builds over the last quarter of the run stands out against it.
+    """
+
+    __slots__ = ("n", "_sum", "_count", "value")
+
+    def __init__(self) -> None:
+        self.n = 0
+        self._sum = 0.0
+        self._count = 0
+        self.value = math.nan
+
+    def push(self, x: float) -> None:
+        self.n += 1
+        if self.n >= 4 and self.n & (self.n - 1) == 0:  # a power of two closes the octave
+            if self._count:
+                self.value = self._sum / self._count
+            self._sum, self._count = 0.0, 0
+        self._sum += x
+        self._count += 1
+
+    def state_dict(self) -> dict[str, object]:
+        return {"n": self.n, "sum": self._sum, "count": self._count, "value": self.value}
+
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        self.n = int(state["n"])  # type: ignore[call-overload]
+        self._sum = float(state["sum"])  # type: ignore[arg-type]
+        self._count = int(state["count"])  # type: ignore[call-overload]
+        self.value = float(state["value"])  # type: ignore[arg-type]

@@ -1,0 +1,416 @@
+"""Every early-warning rule of issue #10, by name: it fires at or after the onset on a stream built to show it,
+and stays silent on a healthy stream of the same family.
+
+The streams are built here (a few lines each, TRL 1.16 key names, seeded Gaussian noise), not taken from the
+benchmark generator, so each test says exactly what shape its rule is for.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from collections.abc import Callable
+
+import pytest
+
+from wandb_rlcluster.core import DIAGNOSIS_ID, InstrumentCluster, analyze_rows
+from wandb_rlcluster.core.findings import Finding
+
+N, ONSET = 300, 150
+Row = dict[str, float]
+Maker = Callable[[int, random.Random], Row]
+
+
+def ramp(i: int, start: int = ONSET, span: int = 100) -> float:
+    """0 before ``start``, rising linearly to 1 over ``span`` rows."""
+    return min(1.0, max(0.0, (i - start) / span))
+
+
+def build(make: Maker, n: int = N, seed: int = 0) -> list[Row]:
+    rng = random.Random(seed)
+    return [{"step": float(i), **make(i, rng)} for i in range(1, n + 1)]
+
+
+def grpo(i: int, g: random.Random, *, reward: float | None = None, length: float = 200.0, spread: float = 1.2,
+         entropy: float | None = None, kl: float | None = None, zero_std: float = 0.1, lr: float = 1e-6,
+         spread_noise: float = 0.05) -> Row:
+    """A healthy GRPO row (beta > 0 when ``kl`` is given): reward creeping up, entropy easing down."""
+    L = length * (1 + g.gauss(0, 0.03))
+    row = {
+        "loss": 0.01 + g.gauss(0, 0.01), "grad_norm": abs(0.3 + g.gauss(0, 0.03)), "learning_rate": lr,
+        "reward": (0.3 + 0.3 * i / N if reward is None else reward) + g.gauss(0, 0.05),
+        "reward_std": abs(0.3 + g.gauss(0, 0.02)),
+        "frac_reward_zero_std": min(1.0, max(0.0, zero_std + g.gauss(0, 0.03))),
+        "completions/mean_length": L,
+        "completions/min_length": max(1.0, L * (1 - spread / 2) * (1 + g.gauss(0, spread_noise))),
+        "completions/max_length": L * (1 + spread / 2) * (1 + g.gauss(0, spread_noise)),
+        "completions/clipped_ratio": 0.02, "completions/mean_terminated_length": L * 0.99,
+        "entropy": (1.2 * (1 - 0.2 * i / N) if entropy is None else entropy) * (1 + g.gauss(0, 0.02)),
+    }
+    if kl is not None:
+        row["kl"] = kl
+    return row
+
+
+def ppo(i: int, g: random.Random, *, kl: float = 5.0, kl_noise: float = 0.5, clip: float = 0.06,
+        ratio_var: float = 0.001, value_loss: float | None = None, value_clip: float = 0.05, lr: float = 3e-6) -> Row:
+    """A healthy TRL PPO row: per-sequence KL ~5 nats, clip fraction ~6 %, value loss easing down."""
+    return {
+        "loss": 1.0 + g.gauss(0, 0.05), "learning_rate": lr,
+        "objective/kl": kl + g.gauss(0, kl_noise), "objective/scores": 0.2 + 0.4 * i / N + g.gauss(0, 0.05),
+        "objective/entropy": 25.0 * (1 - 0.1 * i / N) + g.gauss(0, 1.0),
+        "policy/clipfrac_avg": max(0.0, clip + g.gauss(0, 0.01)), "val/ratio": 1.0 + g.gauss(0, 0.02),
+        "val/ratio_var": max(0.0, ratio_var * (1 + g.gauss(0, 0.1))),
+        "loss/value_avg": (1.0 - 0.3 * i / N if value_loss is None else value_loss) * (1 + g.gauss(0, 0.05)),
+        "val/clipfrac_avg": max(0.0, value_clip + g.gauss(0, 0.01)), "val/num_eos_tokens": 30.0,
+    }
+
+
+def dpo(i: int, g: random.Random, *, margin: float | None = None, acc: float | None = None,
+        chosen: float | None = None, rejected: float | None = None) -> Row:
+    """A healthy DPO row: margin and accuracy rising, chosen drifting slightly down, rejected falling."""
+    c = -0.1 * i / N if chosen is None else chosen
+    r = -1.2 * i / N if rejected is None else rejected
+    m = (c - r) if margin is None else margin
+    a = 0.55 + 0.3 * i / N if acc is None else acc
+    return {"loss": 0.69 - 0.3 * i / N + g.gauss(0, 0.02), "grad_norm": 1.0 + g.gauss(0, 0.1),
+            "learning_rate": 5e-7, "rewards/chosen": c + g.gauss(0, 0.05), "rewards/rejected": r + g.gauss(0, 0.05),
+            "rewards/margins": m + g.gauss(0, 0.07), "rewards/accuracies": min(1.0, max(0.0, a + g.gauss(0, 0.05)))}
+
+
+def found(rows: list[Row], trainer: str, rule: str, gauge: str | None = None, **kw: object) -> list[Finding]:
+    cluster = analyze_rows(rows, trainer=trainer, **kw)  # type: ignore[arg-type]
+    return [f for f in cluster.findings if f.rule.split(":")[0] == rule and (gauge is None or f.gauge == gauge)]
+
+
+def alarms(rows: list[Row], trainer: str, **kw: object) -> list[tuple[str, str, int]]:
+    cluster = analyze_rows(rows, trainer=trainer, **kw)  # type: ignore[arg-type]
+    return [(f.gauge, f.rule, f.step) for f in cluster.findings if f.severity in ("warn", "stop")]
+
+
+# (rule, gauge, severity, trainer, pathological row maker, healthy row maker of the same family, extra kwargs)
+CASES: list[tuple[str, str, str, str, Maker, Maker, dict[str, object]]] = [
+    # --- KL -------------------------------------------------------------------------------------------------
+    ("kl-growing", "kl", "warn", "grpo",
+     lambda i, g: grpo(i, g, kl=0.03 * math.exp(max(0, i - ONSET) / 25) + g.gauss(0, 0.003)),
+     lambda i, g: grpo(i, g, kl=0.02 + 0.04 * i / N + g.gauss(0, 0.004)), {}),
+    ("kl-noisy", "kl", "warn", "ppo",
+     lambda i, g: ppo(i, g, kl_noise=0.5 + 4.5 * ramp(i)),
+     lambda i, g: ppo(i, g), {}),
+    # --- policy ratio, clipping, value function (PPO) --------------------------------------------------------
+    ("clip-growing", "policy_ratio", "warn", "ppo",
+     lambda i, g: ppo(i, g, clip=0.06 + 0.3 * ramp(i, span=150)),
+     # healthy: clipping rises with the learning rate during warm-up, then holds
+     lambda i, g: ppo(i, g, clip=0.02 + 0.04 * min(1.0, i / 40), lr=3e-6 * min(1.0, i / 40)), {}),
+    ("ratio-variance", "policy_ratio", "warn", "ppo",
+     lambda i, g: ppo(i, g, ratio_var=0.001 + 0.03 * ramp(i, span=30)), lambda i, g: ppo(i, g), {}),
+    ("value-loss-growing", "policy_ratio", "warn", "ppo",
+     lambda i, g: ppo(i, g, value_loss=0.8 + 4.0 * ramp(i)), lambda i, g: ppo(i, g), {}),
+    ("value-clip-high", "policy_ratio", "warn", "ppo",
+     lambda i, g: ppo(i, g, value_clip=0.05 + 0.45 * ramp(i, span=30)), lambda i, g: ppo(i, g), {}),
+    # --- reward ---------------------------------------------------------------------------------------------
+    ("reward-volatile", "reward", "warn", "grpo",
+     lambda i, g: dict(grpo(i, g), reward=0.3 + 0.3 * i / N + g.gauss(0, 0.05 + 0.3 * ramp(i, span=30))),
+     lambda i, g: grpo(i, g), {}),
+    ("reward-shift-up", "reward", "info", "grpo",
+     lambda i, g: grpo(i, g, reward=0.3 + 0.4 * ramp(i, span=5)), lambda i, g: grpo(i, g), {}),
+    ("reward-shift-down", "reward", "warn", "grpo",
+     lambda i, g: grpo(i, g, reward=0.6 - 0.35 * ramp(i, span=5)), lambda i, g: grpo(i, g), {}),
+    ("proxy-gold-divergence", "reward", "warn", "grpo",
+     lambda i, g: dict(grpo(i, g, reward=0.3 + 0.5 * i / N),
+                       **{"rewards/gold/mean": 0.2 + 0.3 * min(i, ONSET) / N - 0.3 * ramp(i) + g.gauss(0, 0.03)}),
+     lambda i, g: dict(grpo(i, g, reward=0.3 + 0.5 * i / N),
+                       **{"rewards/gold/mean": 0.2 + 0.3 * i / N + g.gauss(0, 0.03)}),
+     {"params": {"reward": {"gold": ["gold"]}}}),
+    ("reward-component-dominant", "reward", "info", "grpo",
+     lambda i, g: dict(grpo(i, g), **{"rewards/fmt/mean": 0.1 + 0.6 * ramp(i) + g.gauss(0, 0.04),
+                                      "rewards/fmt/std": 0.3 + g.gauss(0, 0.02),
+                                      "rewards/acc/mean": 0.3 + g.gauss(0, 0.04), "rewards/acc/std": 0.4}),
+     lambda i, g: dict(grpo(i, g), **{"rewards/fmt/mean": 0.1 + 0.6 * ramp(i) + g.gauss(0, 0.04),
+                                      "rewards/fmt/std": 0.3 + g.gauss(0, 0.02),
+                                      "rewards/acc/mean": 0.3 + 0.3 * ramp(i) + g.gauss(0, 0.04),
+                                      "rewards/acc/std": 0.4}), {}),
+    ("reward-component-saturated", "reward", "warn", "grpo",
+     lambda i, g: dict(grpo(i, g), **{"rewards/fmt/mean": min(1.0, 0.2 + 0.8 * ramp(i, span=60) + abs(g.gauss(0, 0.03))
+                                                              * (1 - ramp(i, span=60))),
+                                      "rewards/fmt/std": 0.35 * (1 - ramp(i, span=60)),
+                                      "rewards/acc/mean": 0.3 + g.gauss(0, 0.04), "rewards/acc/std": 0.4}),
+     lambda i, g: dict(grpo(i, g), **{"rewards/fmt/mean": min(1.0, 0.2 + 0.8 * ramp(i, span=60)),
+                                      "rewards/fmt/std": 0.35 * (1 - ramp(i, span=60)),
+                                      "rewards/acc/mean": 0.3 + 0.3 * ramp(i) + g.gauss(0, 0.04),
+                                      "rewards/acc/std": 0.4}), {}),
+    # --- DPO ------------------------------------------------------------------------------------------------
+    ("margin-plateau", "reward", "warn", "dpo",
+     lambda i, g: dpo(i, g, margin=0.4 * min(1.0, i / 60), acc=0.5 + 0.1 * min(1.0, i / 60)),
+     lambda i, g: dpo(i, g, acc=0.55 + 0.1 * i / N), {"onset": 60}),
+    ("margin-shrinking", "reward", "warn", "dpo",
+     lambda i, g: dpo(i, g, margin=1.2 * min(i, ONSET) / ONSET - 0.9 * ramp(i), acc=0.8), lambda i, g: dpo(i, g), {}),
+    ("chosen-reward-runaway", "reward", "warn", "dpo",
+     lambda i, g: dpo(i, g, chosen=3.0 * ramp(i, span=150), rejected=-0.2), lambda i, g: dpo(i, g), {}),
+    # --- length ---------------------------------------------------------------------------------------------
+    ("length-grew", "length", "warn", "grpo",
+     lambda i, g: grpo(i, g, length=200 * (1 + 0.5 * ramp(i, span=40))), lambda i, g: grpo(i, g), {}),
+    ("length-shrank", "length", "warn", "grpo",
+     lambda i, g: grpo(i, g, reward=0.4, length=200 * (1 - 0.4 * ramp(i, span=40))),
+     lambda i, g: grpo(i, g, reward=0.4), {}),
+    # a steady creep to +/-50 % by the end (max_steps known, as live): caught while still under the 30 % line;
+    # the healthy control drifts +15 % over the whole run
+    ("length-trend-up", "length", "warn", "grpo",
+     lambda i, g: grpo(i, g, length=200 * (1 + 0.5 * ramp(i, span=150))),
+     lambda i, g: grpo(i, g, length=200 * (1 + 0.15 * i / N)), {"max_steps": N}),
+    ("length-trend-down", "length", "warn", "grpo",
+     lambda i, g: grpo(i, g, reward=0.4, length=200 * (1 - 0.45 * ramp(i, span=150))),
+     lambda i, g: grpo(i, g, reward=0.4, length=200 * (1 - 0.15 * i / N)), {"max_steps": N}),
+    ("length-variance-change", "length", "warn", "grpo",
+     lambda i, g: grpo(i, g, spread=1.2 + 0.8 * ramp(i, span=30)), lambda i, g: grpo(i, g), {}),
+    ("length-variance-collapse", "length", "warn", "grpo",
+     lambda i, g: grpo(i, g, reward=0.4, spread=1.2 - 1.0 * ramp(i, span=40)), lambda i, g: grpo(i, g, reward=0.4), {}),
+    ("truncation-gap", "length", "warn", "grpo",
+     lambda i, g: {k: v for k, v in grpo(i, g).items() if k != "completions/clipped_ratio"}
+     | {"completions/mean_terminated_length": 200 * (0.99 - 0.3 * ramp(i, span=20))},
+     lambda i, g: {k: v for k, v in grpo(i, g).items() if k != "completions/clipped_ratio"}, {}),
+    # --- entropy --------------------------------------------------------------------------------------------
+    ("entropy-collapse", "entropy", "warn", "grpo",
+     lambda i, g: grpo(i, g, reward=0.4, entropy=1.2 * (1 - 0.5 * ramp(i))),
+     lambda i, g: grpo(i, g, reward=0.4), {}),
+    ("entropy-collapse-persistent", "entropy", "stop", "grpo",
+     lambda i, g: grpo(i, g, reward=0.4, entropy=1.2 * (1 - 0.92 * ramp(i, span=60)), zero_std=0.1 + 0.85 * ramp(i)),
+     lambda i, g: grpo(i, g, reward=0.4), {}),
+    # --- learning rate, convergence ------------------------------------------------------------------------------
+    ("lr-peak-not-reached", "learning_rate", "warn", "grpo",
+     lambda i, g: grpo(i, g, lr=1e-6 * i / 1000), lambda i, g: grpo(i, g, lr=1e-6 * min(i / 30, (N - i) / (N - 30))),
+     {"max_steps": N, "onset": N // 2}),
+]
+
+
+@pytest.mark.parametrize(("rule", "gauge", "severity", "trainer", "sick", "healthy", "kw"), CASES,
+                         ids=[c[0] for c in CASES])
+def test_rule_fires_after_onset_and_not_on_healthy(rule, gauge, severity, trainer, sick, healthy, kw):
+    kw = dict(kw)
+    onset = int(kw.pop("onset", ONSET))  # type: ignore[call-overload]
+    for seed in (0, 1, 2):
+        hits = found(build(sick, seed=seed), trainer, rule, gauge, **kw)
+        assert hits, f"{rule} silent (seed {seed})"
+        assert hits[0].step >= onset, f"{rule} fired at {hits[0].step}, before onset {onset}"
+        assert hits[0].severity == severity
+        assert rule in hits[0].rule and hits[0].message
+        quiet = found(build(healthy, seed=seed), trainer, rule, gauge, **kw)
+        assert not quiet, f"{rule} fired on the healthy stream (seed {seed}) at {quiet[0].step}: {quiet[0].message}"
+
+
+# --- rules with a second condition worth showing ---------------------------------------------------------------
+
+
+def test_length_trend_caught_before_the_thirty_percent_line():
+    rows = build(lambda i, g: grpo(i, g, length=200 * (1 + 0.5 * ramp(i, span=150))))
+    f = found(rows, "grpo", "length-trend-up", max_steps=N)[0]
+    assert f.value < 200 * 1.3 and "on course for" in f.message
+    assert not found(rows[:ONSET + 40], "grpo", "length-grew", max_steps=N)
+
+
+def test_kl_growing_fires_before_the_level_line():
+    rows = build(lambda i, g: grpo(i, g, kl=0.03 * math.exp(max(0, i - ONSET) / 25) + g.gauss(0, 0.003)))
+    grow = found(rows, "grpo", "kl-growing")[0]
+    warn = found(rows, "grpo", "kl-warn")[0]
+    assert grow.value < 0.5 and grow.step < warn.step
+
+
+def test_kl_noisy_from_negative_estimates():
+    """PPO's k1 estimate turning negative on a fifth of the rows, around an unchanged level."""
+    rows = build(lambda i, g: dict(ppo(i, g, kl=1.0, kl_noise=0.2),
+                                   **({"objective/kl": -0.5} if i > ONSET and i % 4 == 0 else {})))
+    hits = found(rows, "ppo", "kl-noisy")
+    assert hits and hits[0].step > ONSET and "negative" in hits[0].message
+
+
+def test_single_kl_spike_is_info_and_repeated_spikes_warn():
+    one = build(lambda i, g: grpo(i, g, kl=0.05 + g.gauss(0, 0.003) + (0.8 if i == 160 else 0)))
+    assert [(f.rule, f.severity) for f in analyze_rows(one, trainer="grpo").findings if f.gauge == "kl"] == [
+        ("kl-spike", "info")]
+    many = build(lambda i, g: grpo(i, g, kl=0.05 + g.gauss(0, 0.003) + (0.8 if i in (160, 170, 180) else 0)))
+    hits = found(many, "grpo", "kl-spike-repeated")
+    assert hits and hits[0].step == 180 and hits[0].severity == "warn"
+
+
+def test_clip_growing_caught_before_thirty_percent():
+    for seed in range(5):
+        rows = build(lambda i, g: ppo(i, g, clip=0.06 + 0.3 * ramp(i, span=150)), seed=seed)
+        f = found(rows, "ppo", "clip-growing")[0]
+        assert f.value < 0.3 and not [x for x in found(rows, "ppo", "clip-high") if x.step < f.step]
+
+
+def test_clip_low_is_info_on_off_policy_runs_only():
+    timid = build(lambda i, g: dict(grpo(i, g), **{"clip_ratio/region_mean": 0.003}))
+    assert [f.severity for f in found(timid, "grpo", "clip-low")] == ["info"]
+    on_policy = build(lambda i, g: dict(grpo(i, g), **{"clip_ratio/region_mean": 0.0}))
+    assert not found(on_policy, "grpo", "clip-low")
+
+
+def test_gold_message_names_the_function_the_gap_and_since_when():
+    rows = build(CASES[[c[0] for c in CASES].index("proxy-gold-divergence")][4])
+    f = found(rows, "grpo", "proxy-gold-divergence", params={"reward": {"gold": ["gold"]}})[0]
+    assert "'gold'" in f.message and "gap" in f.message and "since step" in f.message
+    cluster = analyze_rows(rows, trainer="grpo", params={"reward": {"gold": ["gold"]}})
+    assert "rlcluster" not in cluster.gauges["reward"].note and cluster.derived()["reward/proxy_gold_gap"] > 3
+
+
+def test_gold_name_missing_from_the_log_is_a_note():
+    s = analyze_rows(build(grpo), trainer="grpo", params={"reward": {"gold": ["verifer"]}}).summary()
+    assert "rewards/verifer/mean" in s["gauges"]["reward"]["note"]
+
+
+def test_length_shorter_with_rising_reward_is_concise_not_a_warning():
+    # "improving" for the length rules means now: a clear rise over the last 45 logged rows
+    rows = build(lambda i, g: grpo(i, g, reward=0.2 + 0.7 * i / N, length=200 * (1 - 0.4 * ramp(i, span=40))))
+    concise = found(rows, "grpo", "length-shorter-concise")
+    assert concise and {f.severity for f in concise} == {"info"}
+    assert not [a for a in alarms(rows, "grpo") if a[0] == "length" and a[1] != "length-collapse"]
+
+
+def test_length_spread_narrowing_with_rising_reward_is_info_unless_deep():
+    rows = build(lambda i, g: grpo(i, g, reward=0.2 + 0.7 * i / N, spread=1.2 * (1 - 0.8 * ramp(i, span=40)),
+                                   spread_noise=0.01))  # to 0.2x its start while the reward climbs
+    narrowing = found(rows, "grpo", "length-spread-narrowing")
+    assert narrowing and {f.severity for f in narrowing} == {"info"}
+    assert not found(rows, "grpo", "length-variance-collapse")
+    deep = build(lambda i, g: grpo(i, g, spread=1.2 * (1 - 0.92 * ramp(i, span=40))))  # to 0.08x: one template
+    assert found(deep, "grpo", "length-variance-collapse")
+
+
+def test_user_baseline_is_the_sft_models_length():
+    """The post: measure the SFT model's length distribution first; >30 % from it deserves a look."""
+    rows = build(grpo)  # 200 tokens from the first step
+    sft = {"length": {"baseline_mean": 140.0, "baseline_std": 30.0, "batch_completions": 16}}
+    grew = found(rows, "grpo", "length-grew", params=sft)
+    assert grew and grew[0].step <= 20 and "140 ->" in grew[0].message
+    assert not found(rows, "grpo", "length-grew", params={"length": {"baseline_mean": 200.0}})
+    # 16 normal draws span ~3.5 sigma: the SFT batches' (max - min) / mean was ~3.5 * 30 / 140 = 0.76, this run's
+    # is 1.2: the variance is ~2.5x the SFT model's
+    cluster = analyze_rows(rows, trainer="grpo", params=sft)
+    assert 2.0 < cluster.derived()["length/variance_vs_baseline"] < 3.0
+    assert [f.rule for f in cluster.findings if f.rule == "length-variance-change"]
+
+
+def test_entropy_halving_while_reward_rises_is_sharpening_not_a_warning():
+    """The realistic healthy GRPO run of issue #10: entropy halves (1.4 -> 0.6) while the reward climbs."""
+    for seed in range(5):
+        rows = build(lambda i, g: grpo(i, g, reward=0.2 + 0.5 * i / N, entropy=1.4 * (1 - 0.57 * i / N),
+                                       zero_std=0.1 + 0.2 * i / N), seed=seed)
+        assert not alarms(rows, "grpo"), alarms(rows, "grpo")
+        assert [f.severity for f in found(rows, "grpo", "entropy-sharpening")] == ["info"]
+
+
+def test_entropy_collapse_below_a_fifth_warns_even_while_reward_rises():
+    rows = build(lambda i, g: grpo(i, g, entropy=1.2 * (1 - 0.9 * ramp(i, span=60))))
+    f = found(rows, "grpo", "entropy-collapse")
+    assert f and f[0].step > ONSET and "0.2x" in f[0].message
+    assert not found(rows, "grpo", "entropy-collapse-persistent")  # no stop while the reward still rises
+
+
+def test_there_is_no_absolute_entropy_floor():
+    """An instruct model starting at 0.3 and a base model starting at 1.5 are judged against their own start."""
+    for start in (0.3, 0.9, 1.5):
+        rows = build(lambda i, g, s=start: grpo(i, g, entropy=s * (1 - 0.2 * i / N)))
+        assert not alarms(rows, "grpo")
+
+
+def test_lr_peak_never_reached_offline():
+    rows = build(lambda i, g: grpo(i, g, lr=1e-6 * i / 1000))
+    f = found(rows, "grpo", "lr-peak-not-reached")
+    assert f and f[0].step == N and "warm-up" in f[0].message
+
+
+def test_eval_oscillating():
+    def sft(i: int, g: random.Random, osc: bool) -> Row:
+        row = {"loss": 2.0 - i / N + g.gauss(0, 0.02), "grad_norm": 0.5, "learning_rate": 1e-5}
+        if i % 10 == 0:
+            k = i // 10
+            ev = 2.0 - 0.9 * min(i, ONSET) / N + (0.15 * (k % 2) if osc and i > ONSET else 0) + g.gauss(0, 0.003)
+            return {"eval_loss": ev, **row}
+        return row
+
+    sick = [dict(r, step=float(i)) for i, r in enumerate(build(lambda i, g: sft(i, g, True)), 1)]
+    hits = found(sick, "sft", "eval-oscillating")
+    assert hits and hits[0].step > ONSET and hits[0].severity == "warn"
+    assert not found(build(lambda i, g: sft(i, g, False)), "sft", "eval-oscillating")
+
+
+# --- diagnoses -------------------------------------------------------------------------------------------------
+
+DIAGNOSES: list[tuple[str, str, Maker, Maker, dict[str, object]]] = [
+    ("reward-hacking", "grpo",  # reward jumps and length climbs with it; no gold to say otherwise
+     lambda i, g: grpo(i, g, reward=0.3 + 0.4 * ramp(i, span=10), length=200 * (1 + 1.5 * ramp(i, span=40))),
+     lambda i, g: grpo(i, g, reward=0.3 + 0.4 * ramp(i, span=10)), {}),
+    ("over-optimisation", "grpo",  # gold reward peaks and falls while the proxy keeps rising
+     lambda i, g: dict(grpo(i, g, reward=0.3 + 0.5 * i / N),
+                       **{"rewards/gold/mean": 0.2 + 0.3 * min(i, ONSET) / N - 0.3 * ramp(i) + g.gauss(0, 0.03)}),
+     lambda i, g: dict(grpo(i, g, reward=0.3 + 0.5 * i / N), **{"rewards/gold/mean": 0.2 + 0.3 * i / N}),
+     {"params": {"reward": {"gold": ["gold"]}}}),
+    ("mode-collapse", "grpo",  # entropy down, zero-std groups up, reward flat
+     lambda i, g: grpo(i, g, reward=0.4, entropy=1.2 * (1 - 0.5 * ramp(i)), zero_std=0.1 + 0.7 * ramp(i)),
+     lambda i, g: grpo(i, g, reward=0.4), {}),
+    ("unstable-updates", "ppo",  # clip fraction growing and the ratio's variance up
+     lambda i, g: ppo(i, g, clip=0.06 + 0.2 * ramp(i, span=150), ratio_var=0.001 + 0.02 * ramp(i, span=60)),
+     lambda i, g: ppo(i, g), {}),
+    ("dead-run", "grpo",  # every group alike from the onset: no gradient
+     lambda i, g: dict(grpo(i, g), **({"frac_reward_zero_std": 1.0, "grad_norm": 0.0} if i > ONSET else {})),
+     lambda i, g: grpo(i, g), {}),
+]
+
+
+@pytest.mark.parametrize(("name", "trainer", "sick", "healthy", "kw"), DIAGNOSES, ids=[d[0] for d in DIAGNOSES])
+def test_diagnosis_fires_after_onset_and_not_on_healthy(name, trainer, sick, healthy, kw):
+    for seed in (0, 1):
+        hits = [f for f in found(build(sick, seed=seed), trainer, name, DIAGNOSIS_ID, **kw)]
+        assert hits and hits[0].step >= ONSET, (name, seed)
+        assert "What to do:" in hits[0].message and "since step" in hits[0].message
+        assert not found(build(healthy, seed=seed), trainer, name, DIAGNOSIS_ID, **kw)
+
+
+def test_over_optimisation_from_kl_climbing_while_reward_plateaus():
+    rows = build(lambda i, g: grpo(i, g, reward=0.4, kl=0.03 * math.exp(max(0, i - ONSET) / 30) + g.gauss(0, 0.003)))
+    assert found(rows, "grpo", "over-optimisation", DIAGNOSIS_ID)
+
+
+def test_gold_that_rises_with_the_proxy_vetoes_reward_hacking():
+    rows = build(lambda i, g: dict(grpo(i, g, reward=0.3 + 0.4 * ramp(i, span=10),
+                                        length=200 * (1 + 1.5 * ramp(i, span=40))),
+                                   **{"rewards/gold/mean": 0.2 + 0.3 * ramp(i, span=10) + g.gauss(0, 0.03)}))
+    assert found(rows, "grpo", "reward-hacking", DIAGNOSIS_ID)  # without telling it about the gold
+    assert not found(rows, "grpo", "reward-hacking", DIAGNOSIS_ID, params={"reward": {"gold": ["gold"]}})
+
+
+def test_diagnoses_are_the_same_row_by_row_and_in_batch():
+    """The batch path runs one gauge over all rows before the next; the diagnoser must not notice."""
+    from wandb_rlcluster.core import Normalizer
+
+    for name, trainer, sick, _healthy, kw in DIAGNOSES:
+        rows = build(sick)
+        live = analyze_rows(rows, trainer=trainer, **kw)  # type: ignore[arg-type]
+        batch = InstrumentCluster(trainer=trainer, **kw)  # type: ignore[arg-type]
+        norm = Normalizer()
+        batch.update_batch([r for r in (norm.normalize(x) for x in rows) if r is not None])
+        batch.finalize()
+        key = sorted((f.gauge, f.rule, f.step, f.message) for f in live.findings)
+        assert sorted((f.gauge, f.rule, f.step, f.message) for f in batch.findings) == key, name
+
+
+def test_state_with_components_gold_and_diagnoser_resumes_identically():
+    rows = build(lambda i, g: dict(grpo(i, g, reward=0.3 + 0.4 * ramp(i, span=10),
+                                        length=200 * (1 + 1.5 * ramp(i, span=40))),
+                                   **{"rewards/fmt/mean": 0.5 + g.gauss(0, 0.05), "rewards/fmt/std": 0.3,
+                                      "rewards/acc/mean": 0.3 + g.gauss(0, 0.05), "rewards/acc/std": 0.3,
+                                      "rewards/gold/mean": 0.2 + g.gauss(0, 0.03)}))
+    params = {"reward": {"gold": ["gold"]}}
+    full = analyze_rows(rows, trainer="grpo", params=params)
+    a = InstrumentCluster(trainer="grpo", params=params)
+    for r in rows[:170]:
+        a.update(r)
+    b = InstrumentCluster(trainer="grpo", params=params)
+    b.load_state_dict(json.loads(json.dumps(a.state_dict())))
+    for r in rows[170:]:
+        b.update(r)
+    b.finalize()
+    assert [(f.gauge, f.rule, f.step) for f in b.findings] == [(f.gauge, f.rule, f.step) for f in full.findings]
+    assert any(f.gauge == DIAGNOSIS_ID for f in full.findings)
