@@ -313,6 +313,8 @@ CRASH_SCRIPT = textwrap.dedent("""
         with lock:
             write_now(**row)
     def report(crash):
+        if mode == "raise-while-dying":
+            time.sleep(1.0)  # a notice that takes a while (a slow Slack): training goes on meanwhile
         write(how=crash.how, summary=crash.summary, abrupt=crash.abrupt)
     def notice(name, stuck):
         write(how="notice", summary=name, stuck=stuck)
@@ -382,6 +384,10 @@ CRASH_SCRIPT = textwrap.dedent("""
         write(how="main", summary=f"{t0}")
         time.sleep(1.0)
         reporter.mark_clean()
+    if mode == "raise-while-dying":  # the training thread raises while the notice of a SIGTERM is on its way
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.3)
+        raise RuntimeError("Run (abc) is finished. The call to `log` will be ignored.")
     if mode == "park":  # a SIGTERM: the training thread must not run while the W&B run is finished
         while True:
             counter[0] += 1
@@ -477,6 +483,16 @@ def test_sigterm_parks_the_training_thread_while_the_run_is_finished(tmp_path: P
     assert rc == -signal.SIGTERM, err
     assert [r["how"] for r in rows] == ["signal", "finish"], rows
     assert rows[1]["moved"] == 0  # the training loop did not run during the finish
+
+
+def test_sigterm_still_ends_the_process_by_the_signal_when_training_raises_meanwhile(tmp_path: Path):
+    """SIGTERM, then the training thread raises before it is parked (the CI failure on main: TRL logged to the W&B
+    run the reader had just finished, and the interpreter exited with status 1 before the reader's kill): the
+    process still dies by SIGTERM, as it would have without rlcluster, after one notice and the W&B finish."""
+    rc, err, rows = _crash_run(tmp_path, "raise-while-dying")
+    rc0, _, _ = _crash_run(tmp_path, "raise-while-dying", hooks=False)
+    assert rc == rc0 == -signal.SIGTERM, (rc, rc0, err)
+    assert [r["how"] for r in rows] == ["signal", "finish"], (rows, err)
 
 
 def test_a_retry_with_a_new_reporter_reports_once(tmp_path: Path):

@@ -263,7 +263,7 @@ class CrashReporter:
         self._reader: threading.Thread | None = None
         self._reading = False
         self._main = threading.main_thread().ident
-        self._dying = False  # a signal's default action is coming: the reader is sending the notice
+        self._dying = 0  # the signal whose default action is coming (the reader is sending the notice), else 0
         self._park_now = False  # the notice is out: the main thread waits in the handler from here on
         self._parked = False
         self._died = threading.Event()
@@ -490,8 +490,11 @@ class CrashReporter:
     def _atexit(self) -> None:
         if os.getpid() != self.pid:
             return
-        if self._dying:  # a signal is ending the process on the reader thread: let it (bounded)
+        if self._dying:
+            # a signal is ending the process on the reader thread: the interpreter must not exit (status 1 after an
+            # exception, 0 after sys.exit) before the reader's kill lands; wait here, then die by it ourselves
             self._died.wait(self.timeout + 5.0)
+            self._die_by(self._dying)
             return
         if self.installed and not self.clean and self.reported is None:
             self.report(Crash("exit", "the process exited while training was still running"))
@@ -614,7 +617,7 @@ class CrashReporter:
         """Notice, then park the main thread, finish the W&B run, and the signal's default action."""
         start = time.monotonic()
         deadline = start + self.timeout
-        self._dying = True
+        self._dying = signum
         crash = Crash("signal", signal_name(signum), abrupt=True)
         self.report(crash, timeout=max(0.5, self.timeout - min(3.0, self.timeout / 3)))
         self._park_now = True
@@ -635,11 +638,12 @@ class CrashReporter:
         if threading.current_thread() is threading.main_thread():
             signal.signal(signum, signal.SIG_DFL)
         else:
-            # signal.signal() is main-thread only; reset the disposition through the C library instead
+            # signal.signal() is main-thread only; reset the disposition through the C library instead. The
+            # process's own symbols include libc's: ctypes.util.find_library would run ldconfig in a subprocess
+            # first, a fork from a dying, threaded process (and time in which the main thread may exit with 1)
             import ctypes
-            import ctypes.util
 
-            libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+            libc = ctypes.CDLL(None, use_errno=True)
             libc.signal.restype = ctypes.c_void_p
             libc.signal.argtypes = (ctypes.c_int, ctypes.c_void_p)
             libc.signal(signum, None)  # SIG_DFL is the null handler
