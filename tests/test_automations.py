@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from wandb_rlcluster.alerts import load_config
-from wandb_rlcluster.automations import plan, wandb_key
+from wandb_rlcluster.automations import PLACEHOLDER_PROJECT_ID, graphql_input, plan, wandb_key
 
 from .test_report_save_contract import API_KEY, PROJECT_ID, FakeWandb, clean_env, rlcluster, serve
 
@@ -113,6 +113,25 @@ def test_plan_maps_thresholds_windows_zscores_and_says_why_not(tmp_path: Path):
     assert wandb_key("eval_loss") == "eval/loss" and wandb_key("rlcluster/kl/kl") == "rlcluster/kl/kl"
 
 
+def test_wandb_says_its_own_text_and_keeps_scope_only_by_run_name():
+    """A stop rule's text says training was stopped: W&B stops nothing, so it sends its own words; a rule's
+    trainers: cannot be kept (W&B filters runs by display name only) unless --run-name narrows the runs."""
+    from wandb.automations import ProjectScope
+
+    planned, _ = plan(load_config(SHIPPED), "rl")
+    by_rule = {p.rule: p for p in planned}
+    stop = by_rule["kl-stop"]
+    assert "stopped and a checkpoint saved" not in stop.message and "stops nothing" in stop.message
+    assert "cannot tell a run's trainer" in by_rule["kl-warn"].message and "two notifications" in stop.message
+    scope = ProjectScope(id=PLACEHOLDER_PROJECT_ID, name="rl")
+    assert json.loads(json.loads(graphql_input(stop, scope, "i")["eventFilter"])["run_filter"]) == {"$and": []}
+    narrowed, _ = plan(load_config(SHIPPED), "rl", run_name="^grpo-")
+    for p in narrowed:  # every automation, the run-state one included
+        runs = json.loads(json.loads(graphql_input(p, scope, "i")["eventFilter"])["run_filter"])
+        assert runs == {"$and": [{"display_name": {"$regex": "^grpo-"}}]}, p.name
+        assert "cannot tell a run's trainer" not in p.message
+
+
 def test_dry_run_prints_the_plan_without_network_or_key(tmp_path: Path):
     with serve() as srv:  # pointed at the recorder, with no key: nothing may reach it
         p = rlcluster("automations", "export", str(SHIPPED), "--entity", "acme", "--project", "rl", "--dry-run",
@@ -131,6 +150,20 @@ def test_dry_run_prints_the_plan_without_network_or_key(tmp_path: Path):
     n_rules = len(load_config(SHIPPED).rules)
     planned = int(out.split("would create ")[1].split()[0].rstrip(",:")) - 1  # one is the run-state automation
     assert f"cannot map {n_rules - planned} rule(s)" in out and "kl-anomaly" in out
+    assert ("W&B filters runs by name only: kl-warn, kl-stop, seq-kl-warn, seq-kl-stop will also fire for runs of "
+            "other trainers") in out
+    assert "its callback alerts on these rules too: each such event is notified twice" in out
+
+
+def test_json_without_dry_run_is_refused_before_anything_is_sent(tmp_path: Path):
+    with serve(FakeWandbAutomations) as srv:
+        p = rlcluster("automations", "export", str(SHIPPED), "--entity", "acme", "--project", "rl", "--json",
+                      env=clean_env(tmp_path / "home", WANDB_BASE_URL=srv.url, WANDB_API_KEY=API_KEY), cwd=tmp_path)
+        with srv.lock:
+            seen = list(srv.requests)
+    assert p.returncode == 2 and seen == [], (p.stdout, p.stderr)
+    assert p.stderr.strip() == ("rlcluster: --json prints the GraphQL inputs of a dry run: add --dry-run (without it, "
+                                "export creates the automations in W&B)")
 
 
 def test_protocol_contract_refused_create_is_one_line_exit_2(tmp_path: Path):
@@ -191,3 +224,10 @@ def test_protocol_contract_export_creates_what_dry_run_printed(tmp_path: Path, s
     sev = {c["name"]: c["triggeredActionConfig"]["notificationActionInput"]["severity"] for c in creates}
     assert sev["rlcluster-rl-kl-stop"] == "ERROR" and sev["rlcluster-rl-entropy-floor"] == "WARN"
     assert p.stdout.strip().splitlines()[-1].startswith("7 automation(s) created in acme/rl")
+    # the rules left to the callback are named with their reasons, as in the dry run
+    from wandb_rlcluster.alerts import load_config
+
+    n_unmapped = len(load_config(f).rules) - 6  # every rule but the 6 metric automations above
+    assert f"cannot map {n_unmapped} rule(s); they stay with the callback:" in p.stdout
+    assert f"; {n_unmapped} rule(s) cannot map and stay with the callback" in p.stdout
+    assert "  hacking: 'reward > 1 and completions/mean_length > 200' combines conditions" in p.stdout

@@ -16,6 +16,12 @@ plus one ``OnRunState`` automation for runs that end failed or crashed. Every ot
 with the reason it cannot map (built-in findings and combined conditions need rlcluster's state).
 Notifications go to a Slack integration of the entity (or a generic webhook). W&B Automations need a
 paid W&B plan (Pro or Enterprise), and a team admin to create them.
+
+What W&B sends is its own text, not the rule's (a stop rule's text says training was stopped: W&B
+stops nothing). While the training process is alive, its callback alerts on the same rule too, so
+each such event is notified twice. W&B filters runs by their display name only: a rule's
+``trainers:`` cannot be kept (the automation watches every run of the project that logs the
+metric) unless ``run_name`` narrows it to runs named by a pattern.
 """
 
 from __future__ import annotations
@@ -26,7 +32,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .alerts.config import AlertConfig, Rule
-from .alerts.engine import render
 from .alerts.expr import Node
 
 WANDB_SEVERITY = {"info": "INFO", "warn": "WARN", "stop": "ERROR"}
@@ -53,15 +58,22 @@ class Planned:
     metric: str | None = None
     notes: tuple[str, ...] = ()
     filter_args: dict[str, Any] = field(default_factory=dict)
+    trainers: tuple[str, ...] = ()  # the rule's scope in the callback, which W&B cannot keep
+    run_name: str | None = None  # a regular expression over the run's display name (W&B's only run filter)
 
     def event(self, scope: Any) -> Any:
         from wandb.automations import MetricThresholdFilter, MetricZScoreFilter, OnRunMetric, OnRunState, RunEvent
+        from wandb.automations.events import RunMetricFilter, RunStateFilter
 
+        runs: dict[str, Any] = {"run": RunEvent.name.matches_regex(self.run_name)} if self.run_name else {}
         if self.kind == "threshold":
-            return OnRunMetric(scope=scope, filter=MetricThresholdFilter(**self.filter_args))
+            return OnRunMetric(scope=scope, filter=RunMetricFilter(metric=MetricThresholdFilter(**self.filter_args),
+                                                                   **runs))
         if self.kind == "zscore":
-            return OnRunMetric(scope=scope, filter=MetricZScoreFilter(**self.filter_args))
-        return OnRunState(scope=scope, filter=RunEvent.state.in_(self.filter_args["states"]))
+            return OnRunMetric(scope=scope, filter=RunMetricFilter(metric=MetricZScoreFilter(**self.filter_args),
+                                                                   **runs))
+        return OnRunState(scope=scope, filter=RunStateFilter(state=RunEvent.state.in_(self.filter_args["states"]),
+                                                             **runs))
 
     def description(self) -> str:
         what = f"rlcluster rule {self.rule!r}" if self.rule else "rlcluster"
@@ -117,14 +129,25 @@ def _title(rule: Rule, condition: str) -> str:
     return f"[rlcluster] {rule.name}: {condition}"[:250]
 
 
-def _message(rule: Rule, condition: str, project: str) -> str:
-    fields = {"value": "(see the run)", "step": "(latest)", "rule": rule.name, "gauge": rule.gauge,
-              "severity": rule.severity, "metric": "", "message": condition, "trainer": ", ".join(rule.trainers),
-              "expr": rule.when.text if rule.when else "", "run_name": "the run", "run_url": "", "project": project}
-    return render(rule.text or "{message}", fields)
+def _runs(project: str, run_name: str | None) -> str:
+    return f"a run in {project}" + (f" whose name matches {run_name!r}" if run_name else "")
 
 
-def _plan_rule(rule: Rule, project: str) -> Planned | Unmapped:
+def _message(rule: Rule, condition: str, project: str, run_name: str | None) -> str:
+    """W&B's own words: the rule's text speaks for the callback ("training was stopped") and would be false here."""
+    text = (f"W&B saw {condition} on {_runs(project, run_name)} (rlcluster rule {rule.name!r}, gauge {rule.gauge}, "
+            f"severity {rule.severity}).")
+    if rule.severity == "stop":
+        text += (" In the training process, rlcluster's callback stops training on this rule; this notification "
+                 "comes from W&B and stops nothing.")
+    if rule.trainers and not run_name:
+        text += (f" The rule is for {', '.join(rule.trainers)} runs, but W&B cannot tell a run's trainer: any run "
+                 "that logs this metric matches.")
+    return text + (" While the training process is alive, its callback alerts on this rule too: one event, two "
+                   "notifications.")
+
+
+def _plan_rule(rule: Rule, project: str, run_name: str | None = None) -> Planned | Unmapped:
     if rule.finding is not None:
         return Unmapped(rule.name, "forwards the gauge's built-in findings, which rlcluster computes in the training "
                                    "process from its own state (baselines, windows): not a logged metric W&B can watch")
@@ -132,8 +155,11 @@ def _plan_rule(rule: Rule, project: str) -> Planned | Unmapped:
     if isinstance(parsed, str):
         return Unmapped(rule.name, parsed)
     metric, under_abs, op, threshold = parsed
-    notes = [f"Evaluated by W&B on every run of the project that logs the metric (the rule is for "
-             f"{', '.join(rule.trainers)} runs)." if rule.trainers else ""]
+    if run_name:
+        notes = [f"Evaluated by W&B on the runs whose name matches {run_name!r}."]
+    else:
+        notes = [f"Evaluated by W&B on every run of the project that logs the metric (the rule is for "
+                 f"{', '.join(rule.trainers)} runs: W&B filters runs by name only)." if rule.trainers else ""]
     if rule.keep_firing_for:
         notes.append("W&B notifies on each match; rlcluster's keep_firing_for and cooldown do not apply.")
     if metric in Z_SCORES:
@@ -160,11 +186,11 @@ def _plan_rule(rule: Rule, project: str) -> Planned | Unmapped:
         notes.append("W&B's z-score uses the window's mean and standard deviation; rlcluster's robust z its median "
                      "and MAD.")
         return Planned(name=f"rlcluster-{project}-{rule.name}", kind="zscore", condition=cond,
-                       severity=rule.severity, title=_title(rule, cond), message=_message(rule, cond, project),
-                       rule=rule.name, metric=key,
+                       severity=rule.severity, title=_title(rule, cond),
+                       message=_message(rule, cond, project, run_name), rule=rule.name, metric=key,
                        notes=tuple(n for n in notes if n),
                        filter_args={"name": key, "window": window, "threshold": abs(threshold),
-                                    "change_dir": direction})
+                                    "change_dir": direction}, trainers=tuple(rule.trainers), run_name=run_name)
     if under_abs:
         return Unmapped(rule.name, f"{rule.when.text!r} takes abs() of the metric: W&B thresholds compare the value")
     key = wandb_key(metric)
@@ -176,26 +202,30 @@ def _plan_rule(rule: Rule, project: str) -> Planned | Unmapped:
     else:
         cond = f"{key} {op} {threshold:g}"
     return Planned(name=f"rlcluster-{project}-{rule.name}", kind="threshold", condition=cond,
-                   severity=rule.severity, title=_title(rule, cond), message=_message(rule, cond, project),
+                   severity=rule.severity, title=_title(rule, cond), message=_message(rule, cond, project, run_name),
                    rule=rule.name, metric=key, notes=tuple(n for n in notes if n),
-                   filter_args=args)
+                   filter_args=args, trainers=tuple(rule.trainers), run_name=run_name)
 
 
-def plan(config: AlertConfig, project: str) -> tuple[list[Planned], list[Unmapped]]:
-    """The automations for ``config``'s rules in ``project``, and the rules that cannot map (with why)."""
+def plan(config: AlertConfig, project: str, run_name: str | None = None) -> tuple[list[Planned], list[Unmapped]]:
+    """The automations for ``config``'s rules in ``project``, and the rules that cannot map (with why).
+
+    ``run_name``: a regular expression over the runs' display names that every automation is limited to.
+    """
     planned: list[Planned] = []
     unmapped: list[Unmapped] = []
     for rule in config.rules:
-        p = _plan_rule(rule, project)
+        p = _plan_rule(rule, project, run_name)
         (unmapped if isinstance(p, Unmapped) else planned).append(p)  # type: ignore[arg-type]
     cond = "a run ends failed or crashed (W&B's FAILED state covers both)"
     planned.append(Planned(
         name=f"rlcluster-{project}-run-failed", kind="run-state", condition=cond, severity="stop",
         title=f"[rlcluster] a run in {project} failed or crashed",
-        message=("A run ended in the failed/crashed state: the training process raised, was killed or lost its "
-                 "machine. rlcluster's own crash alert (or its guardian's, after a kill -9) names the step and the "
-                 "last checkpoint."),
-        notes=("Fires even when the training machine is gone.",), filter_args={"states": ["FAILED"]}))
+        message=(f"W&B saw {_runs(project, run_name)} end in the failed/crashed state: the training process "
+                 "raised, was killed or lost its machine. rlcluster's own crash alert (or its guardian's, after a "
+                 "kill -9) names the step and the last checkpoint, when the machine could still send it."),
+        notes=("Fires even when the training machine is gone.",), filter_args={"states": ["FAILED"]},
+        run_name=run_name))
     return planned, unmapped
 
 
@@ -227,13 +257,25 @@ def render_plan(planned: Sequence[Planned], unmapped: Sequence[Unmapped], entity
     for p in planned:
         event = {"threshold": "RUN_METRIC", "zscore": "RUN_METRIC_ZSCORE", "run-state": "RUN_STATE"}[p.kind]
         lines.append(f"  {p.name:<{width}}  {event:<17}  {WANDB_SEVERITY[p.severity]:<5}  {p.condition}")
-    lines.append(f"cannot map {len(unmapped)} rule(s); they stay with the callback:")
+    scoped = [p for p in planned if p.trainers and not p.run_name]
+    if scoped:
+        lines.append(f"W&B filters runs by name only: {', '.join(p.rule or p.name for p in scoped)} will also fire "
+                     "for runs of other trainers that log the same metric (--run-name REGEX narrows them)")
+    lines.append("while a training process is alive, its callback alerts on these rules too: each such event is "
+                 "notified twice")
+    lines.extend(render_unmapped(unmapped))
+    return "\n".join(lines)
+
+
+def render_unmapped(unmapped: Sequence[Unmapped]) -> list[str]:
+    """The rules that stay with the callback, grouped by why."""
+    lines = [f"cannot map {len(unmapped)} rule(s); they stay with the callback:"]
     by_reason: dict[str, list[str]] = {}
     for u in unmapped:
         by_reason.setdefault(u.reason, []).append(u.rule)
     for reason, rules in by_reason.items():
         lines.append(f"  {', '.join(rules)}: {reason}")
-    return "\n".join(lines)
+    return lines
 
 
 def render_inputs(planned: Sequence[Planned], project: str, webhook: bool = False) -> str:

@@ -377,7 +377,8 @@ class RLClusterCallback(TrainerCallback, ExportableState):
                 self.notifier.evidence_text = self._rollout_opts.get("text_to_channels", True)
                 if self.liveness is not None:
                     self.liveness.start(str(args.output_dir), self.notifier, self.engine.fields,
-                                        step=state.global_step, max_steps=int(state.max_steps or 0))
+                                        step=state.global_step, max_steps=int(state.max_steps or 0),
+                                        report_to=getattr(args, "report_to", None))
             if getattr(args, "fsdp", None) or getattr(args, "deepspeed", None):
                 # a forward pass on one rank would wait forever for sharded parameters
                 self._disable_forward_probes = "sharded model (FSDP/DeepSpeed): forward probes run off"

@@ -176,13 +176,22 @@ def _cmd_report(args: argparse.Namespace) -> int:
 def _cmd_automations_export(args: argparse.Namespace) -> int:
     """Map the rules W&B can evaluate itself to W&B Automations (see automations.py)."""
     import os
+    import re
 
-    from .automations import ExportError, export, plan, render_inputs, render_plan
+    from .automations import ExportError, export, plan, render_inputs, render_plan, render_unmapped
 
+    if args.json and not args.dry_run:
+        return _fail("--json prints the GraphQL inputs of a dry run: add --dry-run (without it, export creates the "
+                     "automations in W&B)")
+    if args.run_name is not None:
+        try:
+            re.compile(args.run_name)
+        except re.error as e:
+            return _fail(f"--run-name {args.run_name!r} is not a regular expression ({e}); e.g. --run-name '^grpo-'")
     config, code = _load_alerts(args.file)
     if config is None:
         return code
-    planned, unmapped = plan(config, args.project)  # type: ignore[arg-type]
+    planned, unmapped = plan(config, args.project, args.run_name)  # type: ignore[arg-type]
     target = (f"the generic webhook {args.webhook!r}" if args.webhook else
               f"the Slack integration posting to {args.slack_channel!r}" if args.slack_channel else
               f"the first Slack integration of {args.entity!r}")
@@ -202,6 +211,8 @@ def _cmd_automations_export(args: argparse.Namespace) -> int:
         return _fail(str(e))
     except Exception as e:  # noqa: BLE001 - a one-line reason, never a traceback
         return _fail(f"could not reach W&B: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
+    for line in render_unmapped(unmapped):
+        _say(line)
     _say(f"{len(created)} automation(s) created in {args.entity}/{args.project}, notifying {target}; "
          f"{len(unmapped)} rule(s) cannot map and stay with the callback")
     return 0
@@ -304,6 +315,8 @@ def build_parser() -> argparse.ArgumentParser:
     ae.add_argument("--dry-run", action="store_true", help="print what would be created: no network, no API key")
     ae.add_argument("--json", action="store_true", help="with --dry-run: one JSON line per automation, the GraphQL "
                     "input it would be created with (ids as placeholders)")
+    ae.add_argument("--run-name", metavar="REGEX", help="only runs whose W&B display name matches REGEX (W&B filters "
+                    "runs by name only: without this, a rule's trainers: scope cannot be kept)")
     dest_ae = ae.add_mutually_exclusive_group()
     dest_ae.add_argument("--slack-channel", metavar="NAME", help="the entity's Slack integration posting to this "
                          "channel (default: its first Slack integration)")

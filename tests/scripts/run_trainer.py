@@ -50,6 +50,13 @@ def main() -> None:
     ap.add_argument("--attach", default=None, help="JSON kwargs: cb.attach(trainer, **kwargs) (rollout evidence)")
     ap.add_argument("--slow-step", default="", help="STEP:SECONDS: a callback sleeps when that step begins (any "
                     "trainer), like a first step that compiles or loads")
+    ap.add_argument("--user-sigterm", action="store_true", help="the script's own SIGTERM handler (counts, goes on), "
+                    "installed before training")
+    ap.add_argument("--self-signal", type=int, default=0, help="send SIGTERM to this process when this step ends")
+    ap.add_argument("--slow-finish", type=float, default=0.0, help="W&B's run finish first sleeps this long (an "
+                    "online run's final upload; an offline finish is instant)")
+    ap.add_argument("--snapshot", action="store_true", help="record what rlcluster left after train(): threads, "
+                    "signal handlers, wakeup fd, excepthook, child processes")
     a = ap.parse_args()
 
     out = Path(a.out)
@@ -64,6 +71,17 @@ def main() -> None:
 
     import wandb
     from transformers import TrainerCallback
+
+    if a.slow_finish:
+        from wandb.sdk import wandb_run
+
+        finish = wandb_run.Run._atexit_cleanup
+
+        def slow_finish(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+            time.sleep(a.slow_finish)
+            return finish(self, *args, **kwargs)
+
+        wandb_run.Run._atexit_cleanup = slow_finish
     from transformers.integrations import WandbCallback
 
     from wandb_rlcluster import RLClusterCallback
@@ -116,8 +134,22 @@ def main() -> None:
 
                 time.sleep(float(seconds))
 
+    class SelfSignal(TrainerCallback):
+        def on_step_end(self, args, state, control, **kw):  # noqa: ANN001, ANN003, ANN201
+            if state.global_step == a.self_signal:
+                import signal
+
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    user_sigterm_calls: list[int] = []
+    if a.user_sigterm:
+        import signal
+
+        signal.signal(signal.SIGTERM, lambda signum, frame: user_sigterm_calls.append(signum))
+
     extra = [KillWandb()] if a.kill_wandb_at else []
     extra += [SlowStep()] if a.slow_step else []
+    extra += [SelfSignal()] if a.self_signal else []
     overrides = json.loads(a.overrides)
     if a.save_steps:
         overrides.update(save_strategy="steps", save_steps=a.save_steps)
@@ -150,6 +182,7 @@ def main() -> None:
     t_train = time.perf_counter()
     trainer.train(resume_from_checkpoint=a.resume)
     train_seconds = time.perf_counter() - t_train
+    leftovers = snapshot() if a.snapshot else None
     # restore_callback_states_from_checkpoint=True replaces the callback by one rebuilt from the checkpoint
     cb = next((c for c in trainer.callback_handler.callbacks if isinstance(c, RLClusterCallback)), cb)
 
@@ -177,12 +210,36 @@ def main() -> None:
                         for r in (cb.alert_config.rules if cb.alert_config else [])],
         "restored_callback": cb is not original_cb,
         "channel_wait_seconds": getattr(cb, "channel_wait_seconds", None), "train_seconds": train_seconds,
-        "output_dir": str(out / "trainer"), **timing,
+        "output_dir": str(out / "trainer"), **timing, "leftovers": leftovers, "user_sigterm_calls": user_sigterm_calls,
         "written_at": time.time(),  # the parent measures from here to the process's end (exit hooks, daemon threads)
         "rollout_calls": cb.rollout_calls, "rollout_seconds": cb.rollout_seconds,
         "rollout_problem": cb._tap.problem if cb._tap is not None else None,
     }
     (out / f"result-rank{rank}.json").write_text(json.dumps(result, indent=1, default=str))
+
+
+def snapshot() -> dict:
+    """What is left running or installed in this process (the W&B run is still open)."""
+    import signal
+    import threading
+
+    import psutil
+
+    def name(obj) -> str:  # noqa: ANN001
+        return str(getattr(obj, "__qualname__", obj))
+
+    wakeup = signal.set_wakeup_fd(-1)
+    signal.set_wakeup_fd(wakeup)
+    kids = []
+    for child in psutil.Process().children():
+        try:
+            kids.append(" ".join(child.cmdline()[-2:]) if child.status() != psutil.STATUS_ZOMBIE else "zombie")
+        except psutil.NoSuchProcess:
+            continue
+    return {"threads": sorted(t.name for t in threading.enumerate() if t.name.startswith("rlcluster")),
+            "sigterm": name(signal.getsignal(signal.SIGTERM)), "sigint": name(signal.getsignal(signal.SIGINT)),
+            "wakeup_fd": wakeup, "excepthook": name(sys.excepthook), "thread_excepthook": name(threading.excepthook),
+            "children": kids}
 
 
 def faulty_reward(spec: str):  # noqa: ANN201

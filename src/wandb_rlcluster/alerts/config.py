@@ -494,6 +494,12 @@ def _finish_rule(loc: _Loc, d: dict[str, Any], defaults: dict[str, Any], channel
     if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.:-]+", name or ""):
         loc.err(ln("name"), f"rule 'name' must be a non-empty word (letters, digits, - _ . :), not {name!r}")
         return None
+    from .liveness import RESERVED_RULES
+
+    if name in RESERVED_RULES:
+        loc.err(ln("name"), f"rule name {name!r} is reserved for the liveness alerts (stall, crash, signal: see the "
+                            "'watchdog' section); give the rule another name")
+        return None
     ok = True
     gauge = d.get("gauge")
     if gauge not in RULE_GAUGES:

@@ -8,11 +8,12 @@ constructor arguments of ``RLClusterCallback`` (same names; a constructor argume
       stall_alert: true        # warn when no step completes for max(stall_factor x median step, stall_floor)
       stall_factor: 10
       stall_floor: 10m
-      stall_startup: 30m       # the bound until the cadence is known (model loading, compilation)
+      stall_startup: 30m       # the bound until the cadence is known (model loading, compilation), and the
+                               # least bound while a checkpoint is written or an evaluation runs
       stall_warmup: 3          # first steps left out of the median step time
       stall_check_every: 5s
-      stall_severity: warn
-      crash_alert: true        # exception out of train(), SIGTERM/SIGINT, exit without on_train_end
+      stall_severity: warn     # info or warn: a stalled loop cannot be stopped by an alert
+      crash_alert: true        # exception out of train(), SIGTERM, exit without on_train_end
       crash_timeout: 10s       # how long a crash notice may hold up the dying process
       guardian: true           # a watcher process that reports a kill -9 / OOM kill
 
@@ -31,7 +32,8 @@ if TYPE_CHECKING:
 
     from .config import _Loc
 
-SEVERITIES = ("info", "warn", "stop")
+STALL_SEVERITIES = ("info", "warn")  # "stop" would promise what nothing can do: the loop is stuck
+RESERVED_RULES = ("stall", "crash", "signal")  # the liveness alerts' names: a rule of that name would reroute them
 
 
 @dataclass(frozen=True)
@@ -83,8 +85,9 @@ def check_value(key: str, value: Any) -> tuple[Any, str | None]:
             return None, f"'stall_warmup' must be an integer >= 0 (steps left out of the cadence), not {value!r}"
         return value, None
     if key == "stall_severity":
-        if value not in SEVERITIES:
-            return None, f"'stall_severity' must be one of info, warn, stop, not {value!r}"
+        if value not in STALL_SEVERITIES:
+            return None, (f"'stall_severity' must be info or warn, not {value!r} (a stalled training loop cannot be "
+                          "stopped by an alert; route it with a channel's min_severity)")
         return value, None
     return None, f"unknown watchdog setting '{key}'"
 

@@ -110,6 +110,16 @@ def _track(notifier: Notifier) -> None:
             atexit.register(_close_at_exit)
 
 
+def _forget_in_child() -> None:
+    """A forked child (a DataLoader worker, a multiprocessing pool) has no channel threads and owns no alert: its
+    exit must not wait for, or journal outcomes of, the parent's deliveries."""
+    _open.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_child)
+
+
 def _close_at_exit() -> None:
     """A training that raised (or called sys.exit) never reaches on_train_end: close what is still open, within
     one shared deadline. ``close`` is idempotent, so a crash handler that closed first leaves nothing to do."""

@@ -4,19 +4,23 @@
 so the callback starts (opt-out: ``guardian=False``) this watcher beside it. The two share a
 pipe whose write end only the training process holds: when that process dies, however it
 dies, the kernel closes the write end and the guardian reads end-of-file. Before that the
-training process writes its last step now and then and, at the end, either ``clean`` (training
-finished: the guardian exits silently) or ``reported`` (it sent its own crash notice: no
-duplicate). End-of-file without either means a hard death: the guardian journals the ``crash``
+training process writes its last step now and then and, at the end, ``clean`` (training
+finished), ``reported`` (it sent its own crash notice: no duplicate) or ``exit`` (the interpreter
+exited normally: its exit hooks ran, so it was no hard death); the guardian then exits silently.
+End-of-file without any of them means a hard death: the guardian journals the ``crash``
 alert in ``alerts.jsonl`` and sends it through the direct channels (Slack, e-mail). It cannot
 use the dead process's W&B run, and the alert says so.
 
 The guardian imports neither torch nor wandb (no GPU, ~20 MB), ignores SIGINT/SIGTERM (a
 Ctrl-C or a preemption is the training process's to report), and exits as soon as it knows
-the outcome, leaving nothing running. Run as ``python -m wandb_rlcluster.live.guardian FD``.
+the outcome, leaving nothing running. A process forked from the training process (a
+multiprocessing pool, DataLoader workers) closes its copy of the write end at once. Run as
+``python -m wandb_rlcluster.live.guardian FD``.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import logging
@@ -27,6 +31,7 @@ import socket
 import subprocess
 import sys
 import time
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -35,6 +40,16 @@ logger = logging.getLogger("wandb_rlcluster")
 
 STEP_EVERY = 1.0  # seconds between two step updates on the pipe
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
+_running: weakref.WeakSet[Guardian] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for g in list(_running):
+        g._forked()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class Guardian:
@@ -43,12 +58,14 @@ class Guardian:
     Args:
         config: what the watcher needs to speak for a dead process: ``journal``, ``output_dir``,
             ``run_name``, ``channels`` (name -> {type, options, min_severity}; secrets stay in
-            environment variables, which the watcher inherits), ``timeout``.
+            environment variables, which the watcher inherits), ``timeout``, ``since`` and ``start_step``
+            (which checkpoints are this training's).
     """
 
     def __init__(self, config: dict[str, Any]) -> None:
         self.config = config
         self.proc: subprocess.Popen[bytes] | None = None
+        self.owner = os.getpid()
         self._w = -1
         self._last_sent = -1.0
         self._last_step = -1
@@ -75,8 +92,11 @@ class Guardian:
             return False
         os.close(r)
         self._w = w
+        self.owner = os.getpid()
         self._send({"config": self.config})
         os.set_blocking(w, False)  # from here on a full pipe drops a step update instead of blocking training
+        _running.add(self)
+        atexit.register(self._at_exit)  # a normal interpreter exit is no hard death, whatever came before
         return True
 
     def step(self, step: int, now: float) -> None:
@@ -86,26 +106,51 @@ class Guardian:
             self._last_step = step
             self._send({"step": step})
 
-    def reported(self) -> None:
-        """The training process sent its own crash notice: the guardian stays silent."""
-        self._send({"end": "reported"})
+    def reported(self, wait: float = 0.5) -> None:
+        """The training process sent its own crash notice: the guardian exits silently, and is reaped here."""
+        self.finish("reported", wait)
 
     def close(self, wait: float = 2.0) -> None:
         """Training ended cleanly: the guardian exits, and is reaped here."""
-        self._send({"end": "clean"})
+        self.finish("clean", wait)
+
+    def finish(self, outcome: str, wait: float = 2.0) -> None:
+        """Tell the guardian how training ended (it exits without a word) and reap it (bounded)."""
+        if os.getpid() != self.owner:
+            return
+        self._send({"end": outcome})
         if self._w != -1:
-            os.close(self._w)
+            with contextlib.suppress(OSError):
+                os.close(self._w)
             self._w = -1
-        if self.proc is not None:
+        atexit.unregister(self._at_exit)
+        _running.discard(self)
+        proc, self.proc = self.proc, None
+        if proc is not None:
             try:
-                self.proc.wait(wait)
+                proc.wait(wait)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(wait)
-            self.proc = None
+                proc.kill()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(max(wait, 1.0))
+
+    def _at_exit(self) -> None:
+        if os.getpid() == self.owner and self._w != -1:
+            self._send({"end": "exit"})
+            with contextlib.suppress(OSError):
+                os.close(self._w)
+            self._w = -1
+
+    def _forked(self) -> None:
+        """In a forked child: close the copy of the write end, speak for nobody."""
+        if self._w != -1:
+            with contextlib.suppress(OSError):
+                os.close(self._w)
+        self._w = -1
+        self.proc = None
 
     def _send(self, message: dict[str, Any]) -> None:
-        if self._w == -1:
+        if self._w == -1 or os.getpid() != self.owner:
             return
         with contextlib.suppress(OSError):  # a guardian that is gone or behind must never stall training
             os.write(self._w, (json.dumps(message, default=str) + "\n").encode())
@@ -156,11 +201,13 @@ def report_death(config: dict[str, Any], step: int, parent: int) -> list[str]:
     channels = {name: ChannelConfig(name=name, type=c["type"], options=dict(c.get("options") or {}),
                                     min_severity=c.get("min_severity", "warn"))
                 for name, c in (config.get("channels") or {}).items()}
+    ckpt = checkpoint_sentence(config.get("output_dir"), since=config.get("since"),
+                               start_step=int(config.get("start_step") or 0))
     title = f"Training process died at step {step} without a word (kill -9 / OOM killer?) ({run_name})"
     text = (f"The training process (pid {parent} on {socket.gethostname()}) ended without finishing training and "
             f"without reporting an error itself: most likely SIGKILL (the kernel's OOM killer, a scheduler's hard "
             f"kill, kill -9) or os._exit. Last completed step: {step}. "
-            f"{checkpoint_sentence(config.get('output_dir'))} "
+            f"{ckpt} "
             "Sent by the rlcluster guardian process: the training process's W&B run cannot be reached any more, so "
             "this alert is not in W&B. Look for an OOM kill in `dmesg` or the job log.")
     event = AlertEvent(kind="firing", rule="crash", gauge="process", severity="stop", step=step, value=None,
@@ -185,6 +232,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     config, step, end = _watch(fd)
     if end is not None or config is None:
         return 0
+    step = step or int(config.get("start_step") or 0)  # died before its first step after a resume
     logging.basicConfig(level=logging.WARNING, format="rlcluster guardian: %(message)s")
     try:
         sent = report_death(config, step, parent)

@@ -16,6 +16,7 @@ import sys
 import sysconfig
 from dataclasses import dataclass
 from types import CodeType, FrameType
+from typing import Any
 
 MAX_DEPTH = 2000
 
@@ -127,6 +128,39 @@ def describe_thread(ident: int, train: TrainFrame | None = None) -> Activity:
         return describe_frames(frame, train)
     finally:
         del frame
+
+
+def train_frame_alive(train: TrainFrame) -> bool | None:
+    """Is ``Trainer.train`` still on its thread's stack? None when that cannot be told (a stack too deep)."""
+    frame = sys._current_frames().get(train.thread)
+    try:
+        if frame is None:
+            return False  # the training thread has ended
+        stack = _frames(frame)
+        if len(stack) >= MAX_DEPTH:
+            return None
+        return any(id(f) == train.frame_id and f.f_code is train.code for f in stack)
+    finally:
+        frame = None
+        stack = []
+
+
+def exception_through_train(train: TrainFrame) -> BaseException | None:
+    """The exception that ended ``train``, if the training thread is still handling it (an ``except`` block, a
+    ``with`` exit) or the interactive shell kept it (``sys.last_value``: IPython, the REPL)."""
+    candidates: list[Any] = []
+    current = sys._current_exceptions().get(train.thread)
+    candidates.append(current[1] if isinstance(current, tuple) else current)  # a 3-tuple before Python 3.12
+    candidates.append(getattr(sys, "last_value", None))
+    for exc in candidates:
+        if not isinstance(exc, BaseException):
+            continue
+        tb = exc.__traceback__
+        while tb is not None:
+            if id(tb.tb_frame) == train.frame_id and tb.tb_frame.f_code is train.code:
+                return exc
+            tb = tb.tb_next
+    return None
 
 
 def locate_train_frame() -> TrainFrame | None:

@@ -5,23 +5,21 @@ blocks: the training loop then never reaches ``on_log`` again, so no rule can fi
 thread on the main process learns the step cadence (median time between completed steps,
 leaving out the slow first steps: model loading, compilation) and fires once when no step
 has completed for ``max(factor x median, floor)``, naming the last step, the time since and
-what the training thread is doing; it resolves when steps resume.
+what the training thread is doing; it resolves when steps resume. While the training thread is
+writing a checkpoint or evaluating (its stack says so), the bound is at least ``startup``: a
+long save is not a stall, a save that hangs for half an hour still is.
 
 Per step the training thread only stores a timestamp (``step_done``); everything else runs
-on the watchdog thread, which reads the clock and, at most once per stall, a stack. It never
-touches CUDA or collectives.
+on the liveness thread (see liveness.py), which reads the clock and, only past the bound, a
+stack. It never touches CUDA or collectives.
 """
 
 from __future__ import annotations
 
-import logging
-import threading
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-
-logger = logging.getLogger("wandb_rlcluster")
 
 MIN_INTERVALS = 3  # completed-step intervals (after warm-up) before the cadence is trusted
 
@@ -65,20 +63,24 @@ class Stall:
     activity: str  # from the stack: "the reward function `slow`, at rewards.py:12 in slow"
 
 
+SLOW_PHASES = ("checkpointing", "evaluation")  # labels of trainer_internals: progress that reports only at its end
+
+
 class StallWatchdog:
-    """Watches the step cadence from a daemon thread.
+    """Watches the step cadence; :meth:`check` is called now and then from the liveness thread.
 
     Args:
-        on_stall: called (on the watchdog thread) once when a stall starts.
+        on_stall: called (on the checking thread) once when a stall starts.
         on_resume: called once when steps complete again after a stall.
-        describe: returns what the training thread is doing (called at most once per stall).
-        factor, floor, startup, warmup, check_every: see ``LivenessSettings``.
-        clock: monotonic seconds (a test may pass its own and call :meth:`check`).
+        describe: returns what the training thread is doing (called only past the bound).
+        factor, floor, startup, warmup: see ``LivenessSettings``.
+        step: the global step training starts from (a resume), until the first step completes.
+        clock: monotonic seconds (a test may pass its own).
     """
 
     def __init__(self, on_stall: Callable[[Stall], None], on_resume: Callable[[Stall], None],
                  describe: Callable[[], str], *, factor: float = 10.0, floor: float = 600.0,
-                 startup: float = 1800.0, warmup: int = 3, check_every: float = 5.0,
+                 startup: float = 1800.0, warmup: int = 3, step: int = 0,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.on_stall = on_stall
         self.on_resume = on_resume
@@ -86,19 +88,15 @@ class StallWatchdog:
         self.factor = factor
         self.floor = floor
         self.startup = startup
-        self.check_every = check_every
         self.clock = clock
         self.cadence = StepCadence(warmup)
         self.phase = "starting training (before the first step)"
-        self.last_step = 0
+        self.last_step = step
         self.last_progress = clock()
         self.stall: Stall | None = None
         self.stalls = 0
         self._stall_since = 0.0
         self._resumed: tuple[int, float] | None = None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._errors = 0
 
     # -- training thread (cheap) --------------------------------------------------------------------
     def step_done(self, step: int) -> None:
@@ -142,6 +140,10 @@ class StallWatchdog:
             activity = self.describe()
         except Exception as e:  # noqa: BLE001 - a description is a bonus, the alert is not
             activity = f"unknown ({type(e).__name__})"
+        if activity.startswith(SLOW_PHASES) and bound < self.startup:
+            if idle <= self.startup:
+                return  # a long checkpoint save or evaluation: on_save / an eval batch will count as progress
+            bound = self.startup
         self._stall_since = self.last_progress
         self._resumed = None  # before self.stall is set: a step from here on counts as the resumption
         self.stall = Stall(self.last_step, idle, bound, self.cadence.median(), self.phase, activity)
@@ -149,26 +151,3 @@ class StallWatchdog:
             self._resumed = (self.last_step, self.last_progress)
         self.stalls += 1
         self.on_stall(self.stall)
-
-    def start(self) -> None:
-        if self._thread is not None:
-            return
-        self.last_progress = self.clock()
-        self._thread = threading.Thread(target=self._run, name="rlcluster-stall-watchdog", daemon=True)
-        self._thread.start()
-
-    def stop(self, timeout: float = 2.0) -> None:
-        self._stop.set()
-        t, self._thread = self._thread, None
-        if t is not None and t is not threading.current_thread():
-            t.join(timeout)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.check_every):
-            try:
-                self.check()
-            except Exception as e:  # noqa: BLE001 - the watchdog must never die or raise into training
-                self._errors += 1
-                if self._errors == 1:
-                    logger.warning("rlcluster: stall watchdog check failed (%s: %s); it keeps watching",
-                                   type(e).__name__, e)
