@@ -520,7 +520,7 @@ class ConvergenceGauge(Gauge):
                "eval_oscillation")
     defaults = {"osc_evals": 6, "osc_flips": 4, "osc_amp": 0.02,
                 "patience": 5, "min_delta": 0.001, "gap_velocity": 0.1, "plateau_rows": 25,
-                "min_rows": 40, "progress": 0.05, "diverge_margin": 0.02}
+                "min_rows": 40, "warmup_share": 0.08, "progress": 0.05, "diverge_margin": 0.02}
 
     def setup(self) -> None:
         self.train = Ewma(0.1)
@@ -556,7 +556,8 @@ class ConvergenceGauge(Gauge):
             if self.family not in SURROGATE_LOSS_FAMILIES and start == start and start > 0:
                 progress = 1.0 - self.best_train / start
                 d["progress"] = progress
-                stuck = (self.rows_seen >= self.p["min_rows"] and self.since_best_train >= self.p["plateau_rows"]
+                stuck = (self.rows_seen >= self.min_rows(self.p["min_rows"], self.p["warmup_share"])
+                         and self.since_best_train >= self.p["plateau_rows"]
                          and progress < self.p["progress"])
                 self.check("no-progress", stuck, "warn", "loss", sm,
                            lambda: f"loss has not improved for {self.since_best_train} logged steps and is within "

@@ -309,7 +309,7 @@ class RewardGauge(Gauge):
                "gold_ewma", "gold_peak", "proxy_gold_gap", "proxy_gain_since_gold_peak", "gold_trend_t", "gold_half_t",
                "margin_recent_t", "gold_drop", *ROLLOUT_OUTPUTS["reward"])
     defaults = {
-        "window": 15, "min_rows": 50, "plateau_t": 1.0, "plateau_for": 20,
+        "window": 15, "min_rows": 50, "warmup_share": 0.08, "plateau_t": 1.0, "plateau_for": 20,
         "flat_span": 1e-2, "flat_rows": 20, "flat_stop_rows": 50,
         "hack_length_ratio": 1.5, "hack_corr": 0.6, "hack_gain_sigma": 3.0,
         "volatile_ratio": 2.2, "volatile_for": 5, "volatile_warmup": 30, "volatile_ratio_rl": 1.8,
@@ -448,7 +448,7 @@ class RewardGauge(Gauge):
                    "Stop and fix the reward before spending more compute.")
         # Plateau: no significant upward trend over the whole run so far.
         self.trend.push(float(self.rows_seen), r)
-        if self.rows_seen >= p["min_rows"]:
+        if self.rows_seen >= self.min_rows(p["min_rows"], p["warmup_share"]):
             t = self.trend.t_stat()
             d["trend_t"] = t
             m1 = self.first.mean()
@@ -604,10 +604,11 @@ class RewardGauge(Gauge):
         drop, ref = cp.drop()
         d["gold_drop"] = drop
         # the gold below its best level relative to the component it moves with, while the proxy has not fallen
-        coupled = (n >= p["min_rows"] and cp.rho >= p["gold_rho"] and ref is not None and drop >= p["gold_drop_se"]
+        warm = n >= self.min_rows(p["min_rows"], p["warmup_share"])
+        coupled = (warm and cp.rho >= p["gold_rho"] and ref is not None and drop >= p["gold_drop_se"]
                    and e >= ref[2][key])
         runs = self.gold_runs
-        runs[0] = runs[0] + 1 if n >= p["min_rows"] and (after_peak or (over_half and p["gold_half"])) else 0
+        runs[0] = runs[0] + 1 if warm and (after_peak or (over_half and p["gold_half"])) else 0
         runs[1] = runs[1] + 1 if coupled else 0
         over = runs[0] >= p["gold_for"] or runs[1] >= p["gold_drop_for"]
         peak, pstep, p0 = self.gold_peak, self.gold_peak_step, self.proxy_at_gold_peak
