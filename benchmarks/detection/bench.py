@@ -575,6 +575,42 @@ def pathology_table(results: list[Result], dets: Sequence[str]) -> list[str]:
     return lines
 
 
+ROW_BUCKETS = ((0, 20), (20, 40), (40, 100), (100, 10**9))
+"""Logged rows after onset (trend and spread runs) and logged rows in all (healthy runs), for the length table."""
+
+
+def _bucket(lo: int, hi: int) -> str:
+    return f"< {hi}" if lo == 0 else (f"≥ {lo}" if hi >= 10**9 else f"{lo}–{hi - 1}")
+
+
+def length_table(results: list[Result], dets: Sequence[str]) -> list[str]:
+    """Recall and delay by how many logged rows a run has after onset; healthy alarms by run length.
+
+    Where the misses are: a trend that has 15 logged rows left after it begins cannot be told from noise by any
+    detector that is also quiet on healthy runs, and a long healthy run has many more rows to raise a false
+    alarm on than a short one.
+    """
+    head = " / ".join(LABELS[d] for d in dets)
+    lines = [f"Each cell: {head}.", "",
+             "| trend + spread runs, logged rows after onset | runs | recall | median delay |", "|---|---:|---|---|"]
+    tr = target_runs(results)
+    for lo, hi in ROW_BUCKETS:
+        rs = [r for r in tr if r.onset_step is not None
+              and lo <= (r.spec.n_steps - r.onset_step) // r.spec.logging_steps < hi]
+        if rs:
+            s = {d: aggregate(rs, d) for d in dets}
+            lines.append(f"| {_bucket(lo, hi)} | {len(rs)} | {_cells([_pct(s[d].recall) for d in dets])} | "
+                         f"{_cells([_num(s[d].median_delay) for d in dets])} |")
+    lines += ["", "| healthy runs, logged rows | runs | any warn/stop |", "|---|---:|---|"]
+    hr = healthy_runs(results)
+    for lo, hi in ((0, 100), (100, 300), (300, 10**9)):
+        rs = [r for r in hr if lo <= r.spec.n_steps // r.spec.logging_steps < hi]
+        if rs:
+            s = {d: aggregate(rs, d) for d in dets}
+            lines.append(f"| {_bucket(lo, hi)} | {len(rs)} | {_cells([_pct(s[d].healthy_any_rate) for d in dets])} |")
+    return lines
+
+
 def family_table(results: list[Result], dets: Sequence[str]) -> list[str]:
     by: dict[tuple[str, str], list[Result]] = defaultdict(list)
     for r in results:
@@ -673,6 +709,8 @@ def render(held: list[Result], tune: list[Result], real: list[RealResult], dets:
         lines += pathology_table(rs, dets)
         lines += ["", f"#### {title}: healthy runs", ""]
         lines += healthy_table(rs, dets)
+        lines += ["", f"#### {title}: by run length", ""]
+        lines += length_table(rs, dets)
         lines += ["", f"<details><summary>{title}: per family and pathology</summary>", ""]
         lines += family_table(rs, dets)
         lines += ["", "</details>", ""]
