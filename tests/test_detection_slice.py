@@ -3,14 +3,14 @@ the trend and spread pathologies, adds false alarms on healthy runs or slows det
 README table nobody re-runs.
 
 Seeds outside the tuning set: the first seeds of round 1's held-out set (1000-1004; seen since round 2 was tuned
-after their verdict, which was then judged on 2000-2049), every (family, pathology) pair plus the healthy runs and
-the benign sharpening GRPO runs, scored by our core alone (the anchors are the benchmark's business).
+after their verdict), every (family, pathology) pair plus the healthy runs and the benign sharpening GRPO runs,
+scored by our core alone (the anchors are the benchmark's business).
 
-Two of the issue's targets are still not met on round 2's held-out seeds (benchmarks/detection/RESULTS.md:
-trend/spread recall 90 % for >= 95 %, healthy runs with any warn/stop 7 % for <= 5 %; this slice: 94 %, 5.9 %).
-They are kept here as strict xfails, so meeting one fails the suite until this file is updated, and the held-out
-verdict is asserted as the regression floor. The delay and clip targets are met on this slice and asserted as such
-(the delay is not met on the full held-out set: 0.29).
+Three of the issue's targets are still not met on round 3's held-out seeds 3000-3049 (benchmarks/detection/RESULTS.md:
+trend/spread recall 91 % for >= 95 %, healthy runs with any warn/stop 6 % for <= 5 %, median delay 0.28 for
+<= 0.25). On this slice recall is 94 %, healthy 3.5 % and delay 0.244: the recall target is kept as a strict xfail
+(meeting it fails the suite until this file is updated); the healthy, delay and clip targets are met on the slice and
+asserted as such, and the held-out verdict is asserted as the regression floor.
 """
 
 from __future__ import annotations
@@ -50,8 +50,8 @@ def test_slice_covers_every_combination(results: list[Result]) -> None:
     assert all(set(r.outcomes) == {"core"} for r in results)
 
 
-HELD_OUT = {"recall": 0.90, "healthy_any": 0.07}
-"""Round 2's held-out verdict (seeds 2000-2049, RESULTS.md): the floor a change may not fall below."""
+HELD_OUT = {"recall": 0.91, "healthy_any": 0.06}
+"""Round 3's held-out verdict (seeds 3000-3049, RESULTS.md): the floor a change may not fall below."""
 
 
 def _noisy(results: list[Result]) -> list[tuple[str, str, int, tuple[str, ...]]]:
@@ -64,7 +64,7 @@ def test_recall_on_trend_and_spread_pathologies_holds_the_verdict(results: list[
     assert aggregate(rs, "core").recall >= HELD_OUT["recall"], _missed(rs)
 
 
-@pytest.mark.xfail(strict=True, reason="issue target not met: held-out trend/spread recall 90 % (RESULTS.md)")
+@pytest.mark.xfail(strict=True, reason="issue target not met: held-out trend/spread recall 91 % (RESULTS.md)")
 def test_recall_on_trend_and_spread_pathologies_meets_the_issue_target(results: list[Result]) -> None:
     assert aggregate(target_runs(results), "core").recall >= TARGETS["recall"]
 
@@ -75,13 +75,13 @@ def test_healthy_runs_stay_quiet_as_in_the_verdict(results: list[Result]) -> Non
     assert h.healthy_stop == 0, _noisy(results)
 
 
-@pytest.mark.xfail(strict=True, reason="issue target not met: 7 % of held-out healthy runs warn (RESULTS.md)")
-def test_healthy_runs_meet_the_issue_target(results: list[Result]) -> None:
-    assert aggregate(healthy_runs(results), "core").healthy_any_rate <= TARGETS["healthy_any"]
+def test_healthy_runs_meet_the_issue_target_on_the_slice(results: list[Result]) -> None:
+    """Met on this slice (3 of 85 runs); the full held-out set gives 6 % (RESULTS.md)."""
+    assert aggregate(healthy_runs(results), "core").healthy_any_rate <= TARGETS["healthy_any"], _noisy(results)
 
 
 def test_delay_on_trend_and_spread_pathologies(results: list[Result]) -> None:
-    """Met on this slice (0.245); the full held-out set gives 0.29 (RESULTS.md)."""
+    """Met on this slice (0.244); the full held-out set gives 0.28 (RESULTS.md)."""
     assert aggregate(target_runs(results), "core").median_delay <= TARGETS["delay"]
 
 
