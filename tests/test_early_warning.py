@@ -414,3 +414,37 @@ def test_state_with_components_gold_and_diagnoser_resumes_identically():
     b.finalize()
     assert [(f.gauge, f.rule, f.step) for f in b.findings] == [(f.gauge, f.rule, f.step) for f in full.findings]
     assert any(f.gauge == DIAGNOSIS_ID for f in full.findings)
+
+
+# --- the run's planned length (round 3) --------------------------------------------------------------------------
+
+
+def test_persistence_factor_shortens_only_short_runs():
+    from wandb_rlcluster.core.gauge import PERSIST_FLOOR, SHORT_RUN_ROWS, persistence_factor
+
+    assert persistence_factor(SHORT_RUN_ROWS * 0.6) == pytest.approx(0.6)
+    assert persistence_factor(10) == PERSIST_FLOOR  # never below the floor
+    assert persistence_factor(SHORT_RUN_ROWS) == persistence_factor(5000) == 1.0  # long runs keep every for_
+
+
+def test_short_run_holds_a_trend_warning_for_fewer_rows_but_not_a_stop():
+    """A 60-row run (max_steps known, as the callback passes it) warns about length growth sooner than the same rows
+    with the run's length unknown; a stop rule (grad-zero on SFT) keeps its full hold either way."""
+    rows = build(lambda i, g: grpo(i, g, length=200 * (1 + 0.6 * ramp(i, start=25, span=10))), n=60)
+    short = found(rows, "grpo", "length-grew", max_steps=60)
+    unknown = found(rows, "grpo", "length-grew")
+    assert short and unknown and short[0].step < unknown[0].step
+    assert not found(rows[:25], "grpo", "length-grew", max_steps=60)  # not before onset
+    sft = [{"step": float(i), "loss": 1.0 - 0.001 * i, "grad_norm": 0.0 if i > 30 else 0.5} for i in range(1, 61)]
+    assert [f.step for f in found(sft, "sft", "grad-zero", max_steps=60)] == \
+        [f.step for f in found(sft, "sft", "grad-zero")] != []
+
+
+def test_not_learning_yet_waits_for_a_long_runs_warm_up():
+    """A flat reward over the first 150 rows is a plateau in a 150-step run, but only the warm-up of a 2000-step
+    one: reward-plateau waits for 8 % of the planned run (160 rows) there."""
+    rows = build(lambda i, g: grpo(i, g, reward=0.3), n=150)
+    assert found(rows, "grpo", "reward-plateau", max_steps=150)
+    assert found(rows, "grpo", "reward-plateau")  # length unknown: the fixed 50 rows
+    assert not found(rows, "grpo", "reward-plateau", max_steps=2000)
+    assert found(build(lambda i, g: grpo(i, g, reward=0.3), n=300), "grpo", "reward-plateau", max_steps=2000)
