@@ -3,8 +3,8 @@
 Two runs (fresh processes, W&B offline, a loopback Slack server, TRL's own ``log_completions`` table on):
 
 - GRPO with a reward that pays for characters: the within-group length-reward correlation fires
-  (length/length-paid) before the mean length doubles (length/length-explosion, which a test rule turns
-  into a stop so the run ends there);
+  (length/length-paid) before the mean-length rule (length/length-grew, the post's > 30 % change, which a test
+  rule turns into a stop so the run ends there);
 - RLOO with a reward that counts one letter: completions loop on it ('seaaaaaa…'): the repetition and
   identical-group statistics climb and samples/rollout-repetition fires (a test rule stops the run there).
 
@@ -72,7 +72,7 @@ def _run(tmp: Path, url: str, kind: str, rewards: str, gauge: str, finding: str,
 @pytest.fixture(scope="module")
 def grpo_length(tmp_path_factory: pytest.TempPathFactory, slack) -> dict:
     return _run(tmp_path_factory.mktemp("grpo-length"), slack[0], "grpo", "length_chars", "length",
-                "length-explosion", 30, max_completion_length=48, learning_rate=2e-3)
+                "length-grew", 30, max_completion_length=48, learning_rate=2e-3)
 
 
 @pytest.fixture(scope="module")
@@ -133,11 +133,11 @@ def test_grpo_length_paid_inside_groups_fires_before_the_mean_length_rule(grpo_l
     res = grpo_length
     assert res["rollout_problem"] == "" and res["errors"] == 0
     assert res["rollout_calls"] >= res["global_step"] - 1  # one judged batch per logged step
-    paid, exploded = _first(res, "length", "length-paid"), _first(res, "length", "length-explosion")
-    print(f"GRPO length run: length-paid at step {paid}, length-explosion (mean length x2) at step {exploded}; "
+    paid, grew = _first(res, "length", "length-paid"), _first(res, "length", "length-grew")
+    print(f"GRPO length run: length-paid at step {paid}, length-grew (mean length +30 %) at step {grew}; "
           f"rollout statistics {res['rollout_seconds'] / max(1, res['rollout_calls']) * 1e3:.2f} ms per step")
-    assert paid < exploded
-    assert res["stopped_at"] == exploded  # the test rule: the run ends where the mean-length rule fires
+    assert paid < grew
+    assert res["stopped_at"] == grew  # the test rule: the run ends where the mean-length rule fires
     evidence = _check_evidence_everywhere(res, slack[1], "length-warn", "rollouts/length_reward_corr")
     # what the length rule is about: the top-reward completion and the shortest of its own group
     assert [e["why"] for e in evidence[:2]] == ["top reward", "shortest in the same group"]
@@ -163,7 +163,12 @@ def test_rloo_one_repeated_letter_shows_repetition_and_identical_groups(rloo_loo
     warn = next(r for r in res["journal"] if r.get("rule") == "samples-warn" and r.get("kind") == "firing")
     assert warn["suppressed"] == "inhibited by test-stop-on-samples" and warn["evidence"]
     evidence = _check_evidence_everywhere(res, slack[1], "test-stop-on-samples", "rollouts/repetitive_frac")
-    assert evidence == warn["evidence"]
+    # the journaled warn carries real completions of its own step too (the examples follow the finding that
+    # fired it: repetition, or identical groups when those fired first on that row)
+    logged = _trl_completions(res, warn["step"])
+    assert all(ex["completion"] in logged for ex in warn["evidence"]), warn["evidence"]
+    if warn["metric"] == "rollouts/repetitive_frac":
+        assert evidence == warn["evidence"]
     top = evidence[0]
     assert top["why"].startswith("most repetitive") and top["repetition"] > 0.5 and "aaaa" in top["completion"]
     # the cross-gauge reading of the same step: "reward hacking" (the letter count pays for length too), and the
