@@ -126,9 +126,8 @@ class InstrumentCluster:
 
     def set_max_steps(self, max_steps: int) -> None:
         self.max_steps = max_steps
-        for g in self.gauges.values():  # the gauges that judge a run against its planned length
-            if hasattr(g, "max_steps"):
-                g.max_steps = max_steps
+        for g in self.gauges.values():  # every gauge: the planned length sets how long its warnings hold
+            g.max_steps = max_steps
 
     # -- streaming -------------------------------------------------------------
     def update(self, raw: Mapping[str, object]) -> list[Finding]:

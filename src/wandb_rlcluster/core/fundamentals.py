@@ -265,7 +265,6 @@ class LearningRateGauge(Gauge):
         self.peak_step = 0
         self.prev = math.nan
         self.zero_rows = 0
-        self.max_steps = 0
         self.first_lr = math.nan
         self.rises = 0
         self.falls = 0

@@ -1188,7 +1188,6 @@ class LengthGauge(Gauge):
         self.trend = RollingCorrelation(p["trend_rows"])
         self.progress = RewardProgress(p["gold"])
         self.len_rows = 0
-        self.max_steps = 0  # set by the cluster when the planned run length is known
         self.len_noise = DiffNoise(20)
         self.spread_noise = DiffNoise(20)
 
