@@ -80,6 +80,8 @@ def metrics_run(factory: pytest.TempPathFactory, kind: str, order: str = "after"
 def test_callback_metrics_reach_wandb(tmp_path_factory: pytest.TempPathFactory, kind: str, order: str):
     res = metrics_run(tmp_path_factory, kind, order)
     assert res["errors"] == 0 and not res["sink_errors"], res["stderr"][-3000:]
+    # the trainer's max_steps reached the core: a 4-step run logged every step is planned as 4 logged rows
+    assert res["planned_rows"] == pytest.approx(res["max_steps"] / res["logging_steps"]), res["planned_rows"]
     names = res["order"]
     assert names.index("RLClusterCallback") < names.index("WandbCallback") if order == "before" else \
         names.index("RLClusterCallback") > names.index("WandbCallback")

@@ -201,6 +201,9 @@ def main() -> None:
         "stop_finding": cb.stop_finding.to_dict() if cb.stop_finding else None,
         "errors": cb.errors, "sink_errors": dict(cb.sink.errors), "family": cb.cluster.family,
         "cluster_rows": cb.cluster.rows,
+        # the planned logged rows the core derived from max_steps (what sets how long its warnings hold)
+        "planned_rows": cb.cluster.gauges["learning_rate"].planned_rows, "max_steps": trainer.state.max_steps,
+        "logging_steps": trainer.args.logging_steps,
         "length_baseline": length.base.value if length is not None else None,
         "findings": [f.to_dict() for f in cb.cluster.findings],
         "on_log_calls": cb.on_log_calls, "on_log_seconds": cb.on_log_seconds,
