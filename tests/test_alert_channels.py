@@ -480,3 +480,41 @@ def test_close_is_bounded_and_idempotent() -> None:
     d.close(1)
     assert d.stats["dropped"] == 0
     assert not d.submit(_msg())
+
+
+def test_close_leaves_no_worker_behind_yet_never_waits_for_a_hanging_send() -> None:
+    """on_train_end closes with what is left of its wait, often 0 s: an idle worker must still be gone when close
+    returns (a leftover 'rlcluster-alerts' thread after training was seen on a loaded CI machine), while a worker
+    stuck in a send costs no more than the deadline."""
+    class Delivered:
+        name = "ok"
+
+        def send(self, msg: AlertMessage) -> None:
+            pass
+
+    idle = AsyncDispatcher([Delivered()])
+    assert idle.submit(_msg()) and idle.flush(5)
+    idle.close(0.0)
+    assert not idle._thread.is_alive()
+
+    release = threading.Event()
+
+    class Hanging:
+        name = "hang"
+
+        def send(self, msg: AlertMessage) -> None:
+            release.wait(30)
+
+    stuck = AsyncDispatcher([Hanging()], retries=0)
+    try:
+        assert stuck.submit(_msg())
+        deadline = time.monotonic() + 5
+        while not stuck._busy and time.monotonic() < deadline:
+            time.sleep(0.01)
+        t0 = time.monotonic()
+        stuck.close(0.0)
+        assert time.monotonic() - t0 < 0.5 and stuck._thread.is_alive()
+    finally:
+        release.set()
+    stuck._thread.join(5)
+    assert not stuck._thread.is_alive()

@@ -409,6 +409,9 @@ class EmailChannel:
 
 ResultCallback = Callable[[str, AlertMessage, bool, str], None]
 
+_IDLE_JOIN = 2.0
+"""Seconds ``close`` waits at most for an idle worker to return (it normally takes microseconds)."""
+
 
 class AsyncDispatcher:
     """Bounded queue + one daemon worker thread + retries with exponential backoff.
@@ -438,6 +441,7 @@ class AsyncDispatcher:
         self._queue: collections.deque[AlertMessage] = collections.deque()
         self._cond = threading.Condition()
         self._pending = 0  # queued + in flight; flush() waits for zero
+        self._busy = False  # the worker is delivering a message (close() does not wait for a send past its deadline)
         self._closed = False
         self._stop = threading.Event()  # interrupts backoff sleeps on close()
         self._stats = {"sent": 0, "failed": 0, "dropped": 0, "retried": 0}
@@ -501,8 +505,12 @@ class AsyncDispatcher:
                     log.warning("alert dispatcher closed with %d undelivered alert(s)", abandoned)
             self._stop.set()
             self._cond.notify_all()
-        # The worker may be inside a send; that is bounded by the channel timeout and the thread is a daemon.
-        self._thread.join(max(0.0, deadline - time.monotonic()))
+            idle = not self._busy
+        # An idle worker only has to wake up and return: wait for that (a loaded machine can take a moment), so a
+        # closed dispatcher leaves no thread behind. One inside a send is bounded by the channel timeout and is a
+        # daemon: it gets what is left of the deadline, no more.
+        left = max(0.0, deadline - time.monotonic())
+        self._thread.join(max(left, _IDLE_JOIN) if idle else left)
 
     # ------------------------------------------------------------------ worker
 
@@ -514,12 +522,14 @@ class AsyncDispatcher:
                 if self._stop.is_set() and not self._queue:
                     return
                 msg = self._queue.popleft()
+                self._busy = True
             try:
                 self._deliver(msg)
             except Exception:  # pragma: no cover - defensive: the worker must never die
                 log.exception("alert dispatcher: unexpected error while delivering")
             finally:
                 with self._cond:
+                    self._busy = False
                     self._pending -= 1
                     self._cond.notify_all()
 
