@@ -448,3 +448,99 @@ def test_not_learning_yet_waits_for_a_long_runs_warm_up():
     assert found(rows, "grpo", "reward-plateau")  # length unknown: the fixed 50 rows
     assert not found(rows, "grpo", "reward-plateau", max_steps=2000)
     assert found(build(lambda i, g: grpo(i, g, reward=0.3), n=300), "grpo", "reward-plateau", max_steps=2000)
+
+
+# --- round 4: the run's planned length sets windows; falls from the peak; a collapse read in log space --------------
+
+
+def _first(rows: list[Row], trainer: str, rule: str, **kw: object) -> int | None:
+    hits = found(rows, trainer, rule, **kw)
+    return hits[0].step if hits else None
+
+
+SHORT_RUNS = [
+    # (rule, trainer, rows, onset): each pathology starts in the second half of a run of 50-60 logged rows
+    ("kl-noisy", "ppo", lambda i, g: ppo(i, g, kl_noise=0.5 + 3.5 * ramp(i, start=25, span=3)), 50, 25),
+    # the reward rose for 30 rows, then stalled; length falls 45 %: over 45 rows, the reward still looks "rising"
+    ("length-shrank", "grpo", lambda i, g: grpo(i, g, reward=0.3 + 0.4 * min(i, 30) / 30,
+                                              length=200 * (1 - 0.45 * ramp(i, start=35, span=15))), 60, 35),
+    ("reward-volatile", "dpo", lambda i, g: dict(dpo(i, g), **{
+        "rewards/margins": 0.1 + 1.1 * i / 60 + g.gauss(0, 0.07 + 0.4 * ramp(i, start=30, span=3))}), 60, 30),
+]
+
+
+@pytest.mark.parametrize("rule, trainer, make, n, onset", SHORT_RUNS, ids=[c[0] for c in SHORT_RUNS])
+def test_a_short_run_shortens_the_windows_and_warm_ups_that_would_eat_it(rule, trainer, make, n, onset):
+    """With max_steps known (the callback passes it), a 50-60-row run gets windows and warm-ups shortened by the
+    persistence factor: each pathology is caught after its onset, at least 5 rows sooner than with the length unknown
+    (fixed 20-45-row windows), or only then. The hold alone (round 3) saves at most 3 rows here."""
+    for seed in range(3):
+        rows = build(make, n=n, seed=seed)
+        known, unknown = _first(rows, trainer, rule, max_steps=n), _first(rows, trainer, rule)
+        assert known is not None and known >= onset, (seed, known)
+        assert unknown is None or known + 5 <= unknown, (seed, known, unknown)
+
+
+def test_a_long_runs_trend_windows_cover_a_share_of_it():
+    """Slow climbs over a long run, logged every step: the clip fraction creeping from 6 % and a DPO chosen reward
+    running away are trends over 5 % of the planned run, not over a fixed 20-30 rows that per-step noise hides."""
+    for seed in range(3):
+        clip = build(lambda i, g: ppo(i, g, clip=0.06 + 0.3 * ramp(i, start=800, span=1200)), n=2000, seed=seed)
+        known, unknown = _first(clip, "ppo", "clip-growing", max_steps=2000), _first(clip, "ppo", "clip-growing")
+        assert known is not None and known >= 800 and (unknown is None or known + 50 <= unknown), (known, unknown)
+        off = _first(clip, "ppo", "clip-growing", max_steps=2000, params={"policy_ratio": {"grow_share": 0.0}})
+        assert off is None or known + 50 <= off, (known, off)
+        noise = random.Random(seed)
+        chosen = [dict(r, **{"rewards/chosen": r["rewards/chosen"] + noise.gauss(0, 0.8)}) for r in build(
+            lambda i, g: dpo(i, g, chosen=3.5 * ramp(i, start=700, span=700) ** 1.5,
+                             rejected=-1.2 * i / N + 2.0 * ramp(i, start=700, span=700) ** 1.5), n=1400, seed=seed)]
+        known = _first(chosen, "dpo", "chosen-reward-runaway", max_steps=1400)
+        assert known is not None and known >= 700
+        assert _first(chosen, "dpo", "chosen-reward-runaway", max_steps=1400,
+                      params={"reward": {"runaway_share": 0.0}}) is None
+
+
+def test_reward_falling_from_its_peak_while_still_learning_is_a_shift_down():
+    """A reward that climbed fast and then lost 45 % of its gain in 4 rows: the CUSUM's noise scale holds the
+    learning, so it stays under its line; the fall from the peak names the peak, its step and the share lost. The
+    same climb without the fall raises nothing."""
+    def climb(fall: float) -> list[Row]:
+        return build(lambda i, g: grpo(i, g, reward=0.2 + 1.6 * min(i, 120) / 120
+                                       - fall * ramp(i, start=120, span=4) + g.gauss(0, 0.25)), n=200)
+
+    hits = found(climb(0.9), "grpo", "reward-shift-down", max_steps=200)
+    assert hits and hits[0].step > 120 and "fell from its peak" in hits[0].message and "step 120" in hits[0].message
+    assert not found(climb(0.9), "grpo", "reward-shift-down", max_steps=200, params={"reward": {"drop_share": 0.0}})
+    assert not found(climb(0.0), "grpo", "reward-shift-down", max_steps=200)
+
+
+def test_length_spread_collapse_is_read_in_log_space():
+    """The within-batch spread falling 10x in 3 rows (a template takes over) with a flat reward: the geometric
+    mean reaches the collapse line within 8 rows; the arithmetic EWMA alone needs 11."""
+    rows = build(lambda i, g: grpo(i, g, spread=1.2 * (1 - 0.9 * ramp(i, start=150, span=3)), reward=0.5), n=200)
+    step = _first(rows, "grpo", "length-variance-collapse")
+    assert step is not None and 150 < step <= 158
+    assert _first(build(lambda i, g: grpo(i, g, reward=0.5), n=200), "grpo", "length-variance-collapse") is None
+
+
+@pytest.mark.parametrize("trainer, make, n", [
+    ("dpo", SHORT_RUNS[2][2], 60),
+    ("ppo", lambda i, g: ppo(i, g, clip=0.06 + 0.3 * ramp(i, start=800, span=1200)), 2000),
+], ids=["short", "long"])
+def test_windows_set_from_the_planned_length_survive_a_resume(trainer, make, n):
+    """The planned length is read once, on the first row; a checkpoint keeps the windows it set, so a resumed run
+    (which never sees its first row again) judges the rest exactly as an unbroken one."""
+    rows = build(make, n=n)
+    full = analyze_rows(rows, trainer=trainer, max_steps=n)
+    a = InstrumentCluster(trainer=trainer)
+    a.set_max_steps(n)
+    for r in rows[: n // 2]:
+        a.update(r)
+    b = InstrumentCluster(trainer=trainer)
+    b.set_max_steps(n)
+    b.load_state_dict(json.loads(json.dumps(a.state_dict())))
+    for r in rows[n // 2:]:
+        b.update(r)
+    b.finalize()
+    got = [(f.gauge, f.rule, f.step) for f in b.findings]  # the checkpoint carries the findings so far
+    assert got == [(f.gauge, f.rule, f.step) for f in full.findings] and got

@@ -73,6 +73,17 @@ class Gauge:
         """False where the gauge means nothing for this trainer family."""
         return True
 
+    def plan_short(self) -> None:
+        """Called once, on the first row, when the run is planned for fewer than ``SHORT_RUN_ROWS`` logged rows:
+        rebuild the windows and warm-ups that would eat most of it (``self.rows(n)``). Default: nothing."""
+
+    def plan_long(self) -> None:
+        """Called once, on the first row, when the planned run length is known. Default: nothing."""
+
+    def rows(self, n: int, floor: int = 6) -> int:
+        """``n`` rows of window or warm-up, shortened by the persistence factor in a short run."""
+        return max(min(floor, n), round(n * self._persist))
+
     def min_rows(self, rows: int, share: float) -> float:
         """Rows a "not learning yet" judgement waits for: ``rows``, or ``share`` of the planned run if more.
 
@@ -90,6 +101,10 @@ class Gauge:
             if self.max_steps > 0 and row.step > 0:
                 self.planned_rows = self.max_steps * self.rows_seen / row.step
                 self._persist = persistence_factor(self.planned_rows)
+                if self.rows_seen == 1:
+                    if self._persist < 1.0:
+                        self.plan_short()
+                    self.plan_long()
             self.observe(row)
         return self._out
 

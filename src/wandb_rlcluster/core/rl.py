@@ -53,10 +53,10 @@ class RewardProgress:
 
     __slots__ = ("reg", "recent", "now", "half", "gold_keys", "gold_reg", "n")
 
-    def __init__(self, gold: Iterable[str] = (), recent: int = 30) -> None:
+    def __init__(self, gold: Iterable[str] = (), recent: int = 30, now: int = 45) -> None:
         self.reg = RunningRegression()
         self.recent = RollingWindow(recent)
-        self.now = RollingCorrelation(45)  # (row, reward): is it still rising?
+        self.now = RollingCorrelation(now)  # (row, reward): is it still rising?
         self.half = HalfRunTrend()  # ... the same, before 45 rows are in: over the second half of the run so far
         self.gold_keys = tuple(f"rewards/{g}/mean" for g in gold)
         self.gold_reg = RunningRegression()
@@ -314,7 +314,8 @@ class RewardGauge(Gauge):
         "hack_length_ratio": 1.5, "hack_corr": 0.6, "hack_gain_sigma": 3.0,
         "volatile_ratio": 2.2, "volatile_for": 5, "volatile_warmup": 30, "volatile_ratio_rl": 1.8,
         "volatile_window": 30, "volatile_warmup_rl": 16,
-        "shift_k": 1.0, "shift_h": 12.0, "shift_alpha": 0.05,
+        "shift_k": 1.0, "shift_h": 12.0, "shift_alpha": 0.05, "drop_share": 0.4, "drop_sigma": 4.0, "drop_for": 5,
+        "drop_within": 50, "drop_gain_sigma": 3.0,
         "gold": [], "gold_stall_rows": 15, "gold_gap_sigma": 3.0, "gold_for": 10, "gold_stall_t": 0.5, "gold_half": 0,
         "gold_alpha": 0.1, "gold_drop_se": 4.0, "gold_drop_for": 5, "gold_rho": 0.3, "gold_noise_rows": 60,
         "component_gain_sigma": 4.0, "component_flat_sigma": 1.0, "component_for": 10, "component_dead": 0.01,
@@ -323,7 +324,7 @@ class RewardGauge(Gauge):
         "margin_learning_t": 2.0, "margin_plateau_growth": 0.2, "plateau_accuracy": 0.7, "margin_plateau_for": 15,
         "margin_plateau_rows": 20,
         "margin_shrink": 0.15, "margin_shrink_t": -2.0, "margin_shrink_sd": 5.0, "margin_shrink_for": 10,
-        "runaway_level": 1.0, "runaway_t": 3.0, **ROLLOUT_DEFAULTS["reward"],
+        "runaway_level": 1.0, "runaway_t": 3.0, "runaway_share": 0.05, **ROLLOUT_DEFAULTS["reward"],
     }
 
     def setup(self) -> None:
@@ -336,6 +337,7 @@ class RewardGauge(Gauge):
         self.len_base = Baseline(10)
         self.rl = RollingCorrelation(30)  # (reward, length) pairs
         self.noise_ref = OctaveMean()  # the DPO margin's relative noise earlier in the run
+        self.margin_warmup = self.p["volatile_warmup"]
         # RL rewards: row-to-row changes in units of the within-group spread (reward_std), whose binomial
         # dependence on the success rate is the batch mean's too; their scale against the run's own earlier one
         self.vol = RollingWindow(self.p["volatile_window"])
@@ -345,6 +347,10 @@ class RewardGauge(Gauge):
         self.shift = ShiftDetector(k=self.p["shift_k"], h=self.p["shift_h"], alpha=self.p["shift_alpha"], warmup=w)
         self.up_since = 0
         self.down_since = 0
+        self.peak_e = -math.inf  # the reward EWMA's highest point since the start window filled
+        self.peak_step = 0
+        self.peak_row = 0
+        self.drop_rows = 0
         self.reward_rows = 0
         # gold: the held-out reward functions, averaged into one series
         self.gold_keys = tuple(f"rewards/{g}/mean" for g in self.p["gold"])
@@ -398,6 +404,19 @@ class RewardGauge(Gauge):
             c = _Component(self.p["window"])
             c.load_state_dict(cs)
             self.components[fn] = c
+
+    def plan_long(self) -> None:
+        # a chosen reward running away climbs over a share of the run, not a fixed number of rows: in a run logged
+        # every step, 30 rows of per-step noise hide a climb that 5 % of a 1400-row run shows plainly
+        w = round(self.p["runaway_share"] * self.planned_rows)
+        if w > 30:
+            self.chosen_recent = RollingCorrelation(w)
+            self.rejected_recent = RollingCorrelation(w)
+
+    def plan_short(self) -> None:
+        p = self.p
+        self.vol = RollingWindow(self.rows(p["volatile_window"]))
+        self.margin_warmup = self.rows(p["volatile_warmup"])
 
     def observe(self, row: Row) -> None:
         if row.kind != "train":
@@ -518,10 +537,38 @@ class RewardGauge(Gauge):
                    "noise): a jump, not the run's slow trend. Often the policy found something; if length or KL "
                    "jumped with it, or a gold reward did not, it found a loophole. Read samples from that step.",
                    clear=10)
-        self.check("reward-shift-down", det.down > p["shift_h"], "warn", key, r,
-                   lambda: f"{key} dropped since step {self.down_since} (now {e:.3g}, reference {ref:.3g}, "
-                   f"{det.z:+.1f} sigma of its own noise): the policy lost something it had (forgetting, a "
-                   "collapse, or a harder slice of prompts). Check KL, entropy and samples at that step.", clear=10)
+        drop = self._fell_from_peak(e, det)
+        self.check("reward-shift-down", det.down > p["shift_h"] or drop, "warn", key, r,
+                   lambda: (f"{key} fell from its peak {self.peak_e:.3g} (step {self.peak_step}) to {e:.3g}, losing "
+                            f"{(self.peak_e - e) / max(self.peak_e - self.first.mean(), 1e-12):.0%} of what the run "
+                            "had gained" if drop else
+                            f"{key} dropped since step {self.down_since} (now {e:.3g}, reference {ref:.3g}, "
+                            f"{det.z:+.1f} sigma of its own noise)")
+                   + ": the policy lost something it had (forgetting, a collapse, or a harder slice of prompts). "
+                   "Check KL, entropy and samples at that step.", clear=10)
+
+    def _fell_from_peak(self, e: float, det: ShiftDetector) -> bool:
+        """The reward's EWMA fell from its peak by ``drop_share`` of what the run had gained, within
+        ``drop_within`` rows of that peak, for ``drop_for`` rows.
+
+        The CUSUM misses a fall that comes while the reward is still learning fast: its noise scale includes the
+        learning, and its slow reference follows the fall. A real gain (``drop_gain_sigma`` row sigmas) and a
+        fall far outside the EWMA's own noise (``drop_sigma``) keep a flat, wandering run out of it.
+        """
+        p = self.p
+        if not self.first.full or p["drop_share"] <= 0:
+            return False
+        if e > self.peak_e:
+            self.peak_e, self.peak_step, self.peak_row = e, self.step, self.reward_rows
+        gain, fall = self.peak_e - self.first.mean(), self.peak_e - e
+        recent = self.drop_rows > 0 or self.reward_rows - self.peak_row <= p["drop_within"]
+        fell = recent and gain > 0 and fall >= p["drop_share"] * gain
+        if fell:  # the noise scale (a median of 30 residuals) only where the shares already say "fell"
+            row_sigma = det.sigma()
+            fell = (row_sigma == row_sigma and gain > p["drop_gain_sigma"] * row_sigma
+                    and fall >= p["drop_sigma"] * row_sigma * _EWMA10_SD)
+        self.drop_rows = self.drop_rows + 1 if fell else 0
+        return self.drop_rows >= p["drop_for"]
 
     def _volatility(self, key: str, x: float, sig: float, ref: OctaveMean | ScaleRef, limit: float,
                     warmup: int) -> None:
@@ -688,7 +735,7 @@ class RewardGauge(Gauge):
         self.margin_noise.push(m)
         if len(self.margin_noise) >= 10:  # relative to the margin's level: its noise grows as it grows
             self._volatility("rewards/margins", m, self.margin_noise.sigma() / max(abs(self.margin.mean), 0.05),
-                             self.noise_ref, p["volatile_ratio"], p["volatile_warmup"])
+                             self.noise_ref, p["volatile_ratio"], self.margin_warmup)
         me = self.margin.push(m)
         d["margin"] = m
         d["margin_ewma"] = me
@@ -826,6 +873,10 @@ class KLGauge(Gauge):
 
     def applies(self) -> bool:
         return self.family not in ("dpo", "orpo", "sft", "reward", "kto")
+
+    def plan_short(self) -> None:
+        self.cusum = NoiseCusum(c=self.p["noisy_c"], p1=self.p["noisy_p1"], window=self.rows(20),
+                                warmup=self.rows(16))
 
     def observe(self, row: Row) -> None:
         if row.kind != "train":
@@ -983,8 +1034,8 @@ class PolicyRatioGauge(Gauge):
     defaults = {"ratio_warn": (0.7, 1.5), "ratio_stop": (0.5, 2.0), "clip_warn": 0.3, "clip_stop": 0.5,
                 "clip_low": 0.01, "for": 3, "warn_for": 1,  # stop after 3 rows out of range, warn after 2
                 "grow_rows": 20, "grow_t": 3.0, "grow_abs": 0.03, "grow_sigma": 3.0, "grow_ratio": 1.5,
-                "grow_for": 3, "ratio_var_x": 4.0, "ratio_var_min": 1e-3, "value_growth": 3.0, "value_t": 3.0,
-                "value_clip": 0.3}
+                "grow_for": 3, "grow_share": 0.05, "ratio_var_x": 4.0, "ratio_var_min": 1e-3, "value_growth": 3.0,
+                "value_t": 3.0, "value_clip": 0.3}
     family_defaults = {"grpo": {"clip_warn": 0.4, "clip_stop": 0.6}}
 
     def setup(self) -> None:
@@ -1008,6 +1059,13 @@ class PolicyRatioGauge(Gauge):
 
     def applies(self) -> bool:
         return self.family in ("ppo", "grpo", "online_dpo")
+
+    def plan_long(self) -> None:
+        # a clip fraction creeping up over a long run is a trend over a share of the run: 20 rows of a 2000-row
+        # run hold too little of the climb to stand out of the noise
+        w = round(self.p["grow_share"] * self.planned_rows)
+        if w > self.p["grow_rows"]:
+            self.clip_trend = RollingCorrelation(w)
 
     def observe(self, row: Row) -> None:
         if row.kind != "train" or not self.applies():
@@ -1185,6 +1243,7 @@ class LengthGauge(Gauge):
         self.ewma = Ewma(p["smooth"])
         self.slow = Ewma(0.2)
         self.spread_ewma = Ewma(0.2)
+        self.spread_log = Ewma(0.2)  # in log space: a collapse (10x down in a few rows) shows twice as fast
         self.trend = RollingCorrelation(p["trend_rows"])
         self.progress = RewardProgress(p["gold"])
         self.len_rows = 0
@@ -1193,6 +1252,10 @@ class LengthGauge(Gauge):
 
     def applies(self) -> bool:
         return self.family in ("grpo", "ppo", "online_dpo")
+
+    def plan_short(self) -> None:
+        self.trend = RollingCorrelation(self.rows(self.p["trend_rows"]))
+        self.progress = RewardProgress(self.p["gold"], recent=self.rows(30), now=self.rows(45))
 
     def observe(self, row: Row) -> None:
         if row.kind != "train":
@@ -1315,29 +1378,35 @@ class LengthGauge(Gauge):
             return  # everything at the cap: min = max = cap measures the limit, not the policy's diversity
         self.spread_base.push(spread)
         se = self.spread_ewma.push(spread)
+        sl = math.exp(self.spread_log.push(math.log(max(spread, 1e-3))))
         self.spread_noise.push(spread)
         sb = self.spread_base.value
         if sb != sb or sb <= 1e-3:
             return
         sratio = se / sb
+        # a collapse is read on the smaller of the two means: a spread falling 10x in a few rows reaches the
+        # collapse line in half the rows in log space, where a scale's changes are multiplicative
+        se_c = min(se, sl)
+        cratio = se_c / sb
         # the range of a small batch is a noisy estimate of its spread: only a change that stands out counts
         sd = self.spread_noise.sigma() * _BASE_EWMA_SD if len(self.spread_noise) >= 10 else math.inf
         significant = abs(se - sb) >= p["significance"] * sd
         var_ratio = sratio * sratio
         d["spread_vs_start"] = sratio
         d["variance_vs_baseline"] = var_ratio
-        collapsed = sratio < p["spread_collapse"] and significant
+        sig_c = abs(se_c - sb) >= p["significance"] * sd
+        collapsed = cratio < p["spread_collapse"] and sig_c
         improving = self.progress.improving(now=True) if collapsed else True
-        deep = sratio < p["spread_deep"] and significant  # one template whatever the reward does
+        deep = cratio < p["spread_deep"] and sig_c  # one template whatever the reward does
         self.check("length-variance-collapse", collapsed and (deep or not improving), "warn", "completions/max_length",
                    spread,
-                   lambda: f"the length spread within a batch fell to {sratio:.2f}x its start ((max - min) / mean "
-                   f"{sb:.2f} -> {se:.2f}){'' if improving else ' while the reward is not improving'}: answers are "
+                   lambda: f"the length spread within a batch fell to {cratio:.2f}x its start ((max - min) / mean "
+                   f"{sb:.2f} -> {se_c:.2f}){'' if improving else ' while the reward is not improving'}: answers are "
                    "converging on one template, a sign of mode collapse. Raise the temperature or add an entropy "
                    "bonus.", for_=p["for"], clear=10)
         self.check("length-spread-narrowing", collapsed and improving and not deep, "info", "completions/max_length",
                    spread,
-                   lambda: f"the length spread within a batch fell to {sratio:.2f}x its start while the reward keeps "
+                   lambda: f"the length spread within a batch fell to {cratio:.2f}x its start while the reward keeps "
                    "improving: the policy is sharpening. Healthy unless samples look like one template.",
                    for_=p["for"], clear=10)
         vc = p["variance_change"]
@@ -1401,6 +1470,9 @@ class EntropyGauge(Gauge):
 
     def applies(self) -> bool:
         return self.family in ("grpo", "ppo", "online_dpo")
+
+    def plan_short(self) -> None:
+        self.progress = RewardProgress(self.p["gold"], recent=self.rows(30), now=self.rows(45))
 
     def _context(self, v: Mapping[str, float]) -> None:
         """The signals that say whether a falling entropy is sharpening or collapse."""
@@ -1515,6 +1587,9 @@ class RewardSignalGauge(Gauge):
 
     def applies(self) -> bool:
         return self.family in GROUP_FAMILIES
+
+    def plan_short(self) -> None:
+        self.progress = RewardProgress(self.p["gold"], recent=self.rows(30), now=self.rows(45))
 
     def state_dict(self) -> dict[str, Any]:
         out = super().state_dict()
