@@ -544,3 +544,21 @@ def test_windows_set_from_the_planned_length_survive_a_resume(trainer, make, n):
     b.finalize()
     got = [(f.gauge, f.rule, f.step) for f in b.findings]  # the checkpoint carries the findings so far
     assert got == [(f.gauge, f.rule, f.step) for f in full.findings] and got
+
+
+def test_length_variance_growth_is_read_on_log_max_over_min_when_the_longest_hit_the_cap():
+    """Lengths' log-spread grows 1.7x while the longest answers sit at max_completion_length (400): (max - min) / mean
+    moves only ~1.1x, under the post's 50 % variance line, but log(max / min) shows the variance doubling."""
+    def row(i: int, g: random.Random, grow: bool) -> Row:
+        sigma = 0.5 * (1 + (0.7 * ramp(i, start=150, span=20) if grow else 0.0)) * (1 + g.gauss(0, 0.03))
+        r = grpo(i, g, reward=0.5)
+        L = r["completions/mean_length"]
+        r["completions/min_length"] = L * math.exp(-2 * sigma)
+        r["completions/max_length"] = min(400.0, L * math.exp(2 * sigma))
+        return r
+
+    hits = found(build(lambda i, g: row(i, g, True)), "grpo", "length-variance-change")
+    assert hits and hits[0].step > 150
+    linear = float(hits[0].message.split("the length variance is ")[1].split("x")[0])
+    assert linear < 1.5 and "on log(max / min)" in hits[0].message, hits[0].message
+    assert not found(build(lambda i, g: row(i, g, False)), "grpo", "length-variance-change")

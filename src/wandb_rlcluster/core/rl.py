@@ -1221,8 +1221,8 @@ class LengthGauge(Gauge):
     title = "Generation length"
     inputs = ("completions/mean_length", "completions/clipped_ratio", "val/num_eos_tokens")
     outputs = ("mean_length", "truncation_gap", "vs_baseline", "spread", "clipped_ratio", "num_eos_tokens",
-               "length_trend_t", "spread_vs_start", "variance_vs_baseline", "length_projected",
-               *ROLLOUT_OUTPUTS["length"])
+               "length_trend_t", "spread_vs_start", "variance_vs_baseline", "log_spread_vs_baseline",
+               "length_projected", *ROLLOUT_OUTPUTS["length"])
     # A 2x / 0.5x ratio is far outside healthy drift, so a light EWMA (0.5) held 3 rows is enough; heavier
     # smoothing only delayed detection (benchmarks/detection, tuning seeds) and bought no fewer false alarms.
     defaults = {"explode": 2.0, "collapse": 0.5, "drift": 0.3, "for": 3, "smooth": 0.5, "truncation": 0.2,
@@ -1249,6 +1249,9 @@ class LengthGauge(Gauge):
         self.len_rows = 0
         self.len_noise = DiffNoise(20)
         self.spread_noise = DiffNoise(20)
+        self.log_range_base = Baseline(p["baseline_rows"])
+        self.log_range = Ewma(0.2)
+        self.log_range_noise = DiffNoise(20)
 
     def applies(self) -> bool:
         return self.family in ("grpo", "ppo", "online_dpo")
@@ -1412,12 +1415,35 @@ class LengthGauge(Gauge):
         vc = p["variance_change"]
         # a milder narrowing: the reward having risen over the run is enough to call it sharpening
         narrower = significant and var_ratio < 1 - vc and not collapsed and not self.progress.improving()
-        changed = (significant and var_ratio > 1 + vc and not collapsed) or narrower
+        grew = (significant and var_ratio > 1 + vc) or self._log_spread_grew(mn, mx, 1 + vc)
+        changed = (grew and not collapsed) or narrower
         self.check("length-variance-change", changed, "warn", "completions/max_length", spread,
                    lambda: f"the length variance is {var_ratio:.2f}x the baseline's (spread (max - min) / mean "
-                   f"{sb:.2f} -> {se:.2f}), past the {vc:.0%} change that deserves a look: the output distribution "
-                   "is changing shape. Read samples; compare with the SFT model.", for_=p["drift_for"], clear=10)
+                   f"{sb:.2f} -> {se:.2f}; {d.get('log_spread_vs_baseline', math.nan) ** 2:.2f}x on log(max / min)), "
+                   f"past the {vc:.0%} change that deserves a look: the output distribution is changing shape. Read "
+                   "samples; compare with the SFT model.", for_=p["drift_for"], clear=10)
 
+
+    def _log_spread_grew(self, mn: float, mx: float, limit: float) -> bool:
+        """The spread's growth read on log(max / min), against its own baseline, squared as a variance ratio.
+
+        Lengths are close to lognormal, and the longest are cut at max_completion_length: when their log-spread
+        grows 1.5-1.9x, (max - min) / mean grows only ~1.2x (the max sits at the cap, the mean moves with the
+        tail), while log(max / min) grows with it, the shortest answers getting shorter.
+        """
+        if not (mn >= 1 and mx > mn):
+            return False
+        x = math.log(mx / mn)
+        self.log_range_base.push(x)
+        le = self.log_range.push(x)
+        self.log_range_noise.push(x)
+        lb = self.log_range_base.value
+        if lb != lb or lb <= 1e-3 or len(self.log_range_noise) < 10:
+            return False
+        ratio = le / lb
+        self.derived["log_spread_vs_baseline"] = ratio
+        sd = self.log_range_noise.sigma() * _BASE_EWMA_SD
+        return le - lb >= self.p["significance"] * sd and ratio * ratio > limit
 
 _EWMA_SD = math.sqrt(0.2 / (2 - 0.2))
 """Standard deviation of an EWMA(0.2) of independent noise, in units of the noise's own sigma."""
