@@ -98,7 +98,9 @@ class Gauge:
         self.row_index = row.index
         if not self._inputs or not self._inputs.isdisjoint(row.values):
             self.rows_seen += 1
-            if self.max_steps > 0 and row.step > 0:
+            # the planned length is steady once the logging interval shows: re-read it on the first rows, then
+            # every 16th (it is read on every row of every gauge, and this is the live path)
+            if self.max_steps > 0 and row.step > 0 and (self.rows_seen <= 4 or not self.rows_seen & 15):
                 self.planned_rows = self.max_steps * self.rows_seen / row.step
                 self._persist = persistence_factor(self.planned_rows)
                 if self.rows_seen == 1:
