@@ -6,11 +6,11 @@ Seeds outside the tuning set: the first seeds of round 1's held-out set (1000-10
 after their verdict), every (family, pathology) pair plus the healthy runs and the benign sharpening GRPO runs,
 scored by our core alone (the anchors are the benchmark's business).
 
-Three of the issue's targets are still not met on round 3's held-out seeds 3000-3049 (benchmarks/detection/RESULTS.md:
-trend/spread recall 91 % for >= 95 %, healthy runs with any warn/stop 6 % for <= 5 %, median delay 0.28 for
-<= 0.25). On this slice recall is 94 %, healthy 3.5 % and delay 0.244: the recall target is kept as a strict xfail
-(meeting it fails the suite until this file is updated); the healthy, delay and clip targets are met on the slice and
-asserted as such, and the held-out verdict is asserted as the regression floor.
+Three of the issue's targets are still not met on round 4's held-out seeds 4000-4049 (benchmarks/detection/RESULTS.md:
+trend/spread recall 93 % for >= 95 %, healthy runs with any warn/stop 5.06 % (43 of 850) for <= 5 %, median delay 0.28
+for <= 0.25). On this slice recall is 94.6 %, healthy 3.5 % and delay 0.236: the recall target is kept as a strict
+xfail (meeting it fails the suite until this file is updated); the healthy, delay and clip targets are met on the slice
+and asserted as such, and the held-out verdict is asserted as the regression floor.
 """
 
 from __future__ import annotations
@@ -50,8 +50,8 @@ def test_slice_covers_every_combination(results: list[Result]) -> None:
     assert all(set(r.outcomes) == {"core"} for r in results)
 
 
-HELD_OUT = {"recall": 0.91, "healthy_any": 0.06}
-"""Round 3's held-out verdict (seeds 3000-3049, RESULTS.md): the floor a change may not fall below."""
+HELD_OUT = {"recall": 0.93, "healthy_any": 0.06}
+"""Round 4's held-out verdict (seeds 4000-4049, RESULTS.md): the floor a change may not fall below."""
 
 
 def _noisy(results: list[Result]) -> list[tuple[str, str, int, tuple[str, ...]]]:
@@ -64,7 +64,7 @@ def test_recall_on_trend_and_spread_pathologies_holds_the_verdict(results: list[
     assert aggregate(rs, "core").recall >= HELD_OUT["recall"], _missed(rs)
 
 
-@pytest.mark.xfail(strict=True, reason="issue target not met: held-out trend/spread recall 91 % (RESULTS.md)")
+@pytest.mark.xfail(strict=True, reason="issue target not met: held-out trend/spread recall 93 % (RESULTS.md)")
 def test_recall_on_trend_and_spread_pathologies_meets_the_issue_target(results: list[Result]) -> None:
     assert aggregate(target_runs(results), "core").recall >= TARGETS["recall"]
 
@@ -76,12 +76,12 @@ def test_healthy_runs_stay_quiet_as_in_the_verdict(results: list[Result]) -> Non
 
 
 def test_healthy_runs_meet_the_issue_target_on_the_slice(results: list[Result]) -> None:
-    """Met on this slice (3 of 85 runs); the full held-out set gives 6 % (RESULTS.md)."""
+    """Met on this slice (3 of 85 runs); the full held-out set gives 5.06 % (43 of 850, RESULTS.md)."""
     assert aggregate(healthy_runs(results), "core").healthy_any_rate <= TARGETS["healthy_any"], _noisy(results)
 
 
 def test_delay_on_trend_and_spread_pathologies(results: list[Result]) -> None:
-    """Met on this slice (0.244); the full held-out set gives 0.28 (RESULTS.md)."""
+    """Met on this slice (0.236); the full held-out set gives 0.28 (RESULTS.md)."""
     assert aggregate(target_runs(results), "core").median_delay <= TARGETS["delay"]
 
 
