@@ -562,3 +562,27 @@ def test_length_variance_growth_is_read_on_log_max_over_min_when_the_longest_hit
     linear = float(hits[0].message.split("the length variance is ")[1].split("x")[0])
     assert linear < 1.5 and "on log(max / min)" in hits[0].message, hits[0].message
     assert not found(build(lambda i, g: row(i, g, False)), "grpo", "length-variance-change")
+
+
+@pytest.mark.parametrize("steps, max_steps, short", [
+    ([10 * k for k in range(1, 52)], 510, True),  # the usual: every 10th step
+    ([1] + [10 * k for k in range(1, 51)], 500, True),  # logging_first_step: step 1, then every 10th
+    ([0] + [10 * k for k in range(1, 51)], 500, True),  # a first row at step 0
+    ([5001 + 10 * k for k in range(60)], 10_000, False),  # attached mid-way through a resumed run
+    ([1] + [10 * k for k in range(1, 201)], 2000, False),  # logging_first_step on a long run
+], ids=["regular", "logging_first_step", "step_0", "resumed", "long_first_step"])
+def test_the_planned_length_is_read_from_the_logging_interval(steps, max_steps, short):
+    """Windows are sized from the planned rows: the rows seen plus the steps left over the interval seen so far.
+    A first row that misreads the interval (step 1 before every 10th, step 0, step 5001 of a resumed run) is
+    corrected on the second row, so a 51-row run gets short windows and neither a 500-row remainder of a
+    resumed run nor a 200-row run does (nor a clip trend over half of it)."""
+    c = InstrumentCluster(trainer="ppo")
+    c.set_max_steps(max_steps)
+    g = random.Random(0)
+    for s in steps:
+        c.update({"step": float(s), **ppo(s, g)})
+    kl, ratio = c.gauges["kl"], c.gauges["policy_ratio"]
+    rows = len(steps) + (max_steps - steps[-1]) // 10
+    assert kl.planned_rows == pytest.approx(rows, rel=0.1)
+    assert (kl.cusum.win.size < 20) is short
+    assert ratio.clip_trend.size == max(20, round(0.05 * rows))

@@ -56,6 +56,11 @@ class Gauge:
         self.max_steps = 0
         self.planned_rows = 0.0
         self._persist = 1.0
+        self._first_step = 0  # the step of the first row with one: the logging interval is read from it
+        self._first_row = 0
+        self._planned_at = 0  # the row whose estimate set the windows (0: not yet)
+        self._planned_est = 0.0
+        self._plan_guessed = False  # the windows were set before the logging interval showed
         self.setup()
 
     # -- subclass API ---------------------------------------------------------
@@ -73,12 +78,42 @@ class Gauge:
         """False where the gauge means nothing for this trainer family."""
         return True
 
+    def _read_plan(self, step: int) -> None:
+        """Planned logged rows: the rows seen plus the steps left over the logging interval seen so far.
+
+        The windows are set from the first row's estimate; the second row shows the interval, and where the
+        first one misread it (a first row at step 1 with ``logging_first_step``, or at step 5001 of a resumed run)
+        the gauge starts over from the second row with windows set from the better estimate."""
+        n = self.rows_seen
+        if not self._first_step:
+            self._first_step, self._first_row = step, n
+        interval_known = n > self._first_row and step > self._first_step
+        if interval_known:
+            est = n + (self.max_steps - step) * (n - self._first_row) / (step - self._first_step)
+        else:
+            est = self.max_steps * n / step
+        self.planned_rows = max(est, float(n))
+        self._persist = persistence_factor(self.planned_rows)
+        misread = (self._plan_guessed and interval_known
+                   and abs(self.planned_rows - self._planned_est) > 0.25 * self.planned_rows)
+        if not self._planned_at or misread:
+            if misread:
+                self.setup()  # the rows so far lost to the statistics, against windows sized for another run
+            self._planned_at, self._planned_est, self._plan_guessed = n, self.planned_rows, not interval_known
+            if self._persist < 1.0:
+                self.plan_short()
+            self.plan_long()
+        elif interval_known:
+            self._plan_guessed = False
+
     def plan_short(self) -> None:
-        """Called once, on the first row, when the run is planned for fewer than ``SHORT_RUN_ROWS`` logged rows:
-        rebuild the windows and warm-ups that would eat most of it (``self.rows(n)``). Default: nothing."""
+        """Called when the planned length is first read (on fresh statistics, before the row is observed) and the
+        run is planned for fewer than ``SHORT_RUN_ROWS`` logged rows: rebuild the windows and warm-ups that would
+        eat most of it (``self.rows(n)``). Default: nothing."""
 
     def plan_long(self) -> None:
-        """Called once, on the first row, when the planned run length is known. Default: nothing."""
+        """Called when the planned length is first read (and again if the second row shows that the first misread
+        it): set windows that cover a share of the run. Default: nothing."""
 
     def rows(self, n: int, floor: int = 6) -> int:
         """``n`` rows of window or warm-up, shortened by the persistence factor in a short run."""
@@ -101,12 +136,7 @@ class Gauge:
             # the planned length is steady once the logging interval shows: re-read it on the first rows, then
             # every 16th (it is read on every row of every gauge, and this is the live path)
             if self.max_steps > 0 and row.step > 0 and (self.rows_seen <= 4 or not self.rows_seen & 15):
-                self.planned_rows = self.max_steps * self.rows_seen / row.step
-                self._persist = persistence_factor(self.planned_rows)
-                if self.rows_seen == 1:
-                    if self._persist < 1.0:
-                        self.plan_short()
-                    self.plan_long()
+                self._read_plan(row.step)
             self.observe(row)
         return self._out
 
