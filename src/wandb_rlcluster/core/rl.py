@@ -1415,7 +1415,8 @@ class LengthGauge(Gauge):
         vc = p["variance_change"]
         # a milder narrowing: the reward having risen over the run is enough to call it sharpening
         narrower = significant and var_ratio < 1 - vc and not collapsed and not self.progress.improving()
-        grew = (significant and var_ratio > 1 + vc) or self._log_spread_grew(mn, mx, 1 + vc)
+        log_grew = self._log_spread_grew(mn, mx, 1 + vc)  # every row: its statistics must not skip rows
+        grew = (significant and var_ratio > 1 + vc) or log_grew
         changed = (grew and not collapsed) or narrower
         self.check("length-variance-change", changed, "warn", "completions/max_length", spread,
                    lambda: f"the length variance is {var_ratio:.2f}x the baseline's (spread (max - min) / mean "
@@ -1432,6 +1433,7 @@ class LengthGauge(Gauge):
         tail), while log(max / min) grows with it, the shortest answers getting shorter.
         """
         if not (mn >= 1 and mx > mn):
+            self.derived.pop("log_spread_vs_baseline", None)
             return False
         x = math.log(mx / mn)
         self.log_range_base.push(x)
