@@ -58,8 +58,7 @@ class Gauge:
         self._persist = 1.0
         self._first_step = 0  # the step of the first row with one: the logging interval is read from it
         self._first_row = 0
-        self._planned_at = 0  # the row whose estimate set the windows (0: not yet)
-        self._planned_est = 0.0
+        self._planned_est = 0.0  # the planned rows the windows were set from (0: not yet)
         self._plan_guessed = False  # the windows were set before the logging interval showed
         self.setup()
 
@@ -96,10 +95,10 @@ class Gauge:
         self._persist = persistence_factor(self.planned_rows)
         misread = (self._plan_guessed and interval_known
                    and abs(self.planned_rows - self._planned_est) > 0.25 * self.planned_rows)
-        if not self._planned_at or misread:
+        if not self._planned_est or misread:
             if misread:
                 self.setup()  # the rows so far lost to the statistics, against windows sized for another run
-            self._planned_at, self._planned_est, self._plan_guessed = n, self.planned_rows, not interval_known
+            self._planned_est, self._plan_guessed = self.planned_rows, not interval_known
             if self._persist < 1.0:
                 self.plan_short()
             self.plan_long()

@@ -62,6 +62,11 @@ class RewardProgress:
         self.gold_reg = RunningRegression()
         self.n = 0
 
+    @classmethod
+    def shortened(cls, gauge: Gauge) -> RewardProgress:
+        """The same context for ``gauge`` in a short run: its windows shortened as the gauge's own (``Gauge.rows``)."""
+        return cls(gauge.p["gold"], recent=gauge.rows(30), now=gauge.rows(45))
+
     def push(self, v: Mapping[str, float]) -> None:
         r = v.get("reward")
         if r is None:
@@ -1258,7 +1263,7 @@ class LengthGauge(Gauge):
 
     def plan_short(self) -> None:
         self.trend = RollingCorrelation(self.rows(self.p["trend_rows"]))
-        self.progress = RewardProgress(self.p["gold"], recent=self.rows(30), now=self.rows(45))
+        self.progress = RewardProgress.shortened(self)
 
     def observe(self, row: Row) -> None:
         if row.kind != "train":
@@ -1424,7 +1429,6 @@ class LengthGauge(Gauge):
                    f"past the {vc:.0%} change that deserves a look: the output distribution is changing shape. Read "
                    "samples; compare with the SFT model.", for_=p["drift_for"], clear=10)
 
-
     def _log_spread_grew(self, mn: float, mx: float, limit: float) -> bool:
         """The spread's growth read on log(max / min), against its own baseline, squared as a variance ratio.
 
@@ -1446,6 +1450,7 @@ class LengthGauge(Gauge):
         self.derived["log_spread_vs_baseline"] = ratio
         sd = self.log_range_noise.sigma() * _BASE_EWMA_SD
         return le - lb >= self.p["significance"] * sd and ratio * ratio > limit
+
 
 _EWMA_SD = math.sqrt(0.2 / (2 - 0.2))
 """Standard deviation of an EWMA(0.2) of independent noise, in units of the noise's own sigma."""
@@ -1500,7 +1505,7 @@ class EntropyGauge(Gauge):
         return self.family in ("grpo", "ppo", "online_dpo")
 
     def plan_short(self) -> None:
-        self.progress = RewardProgress(self.p["gold"], recent=self.rows(30), now=self.rows(45))
+        self.progress = RewardProgress.shortened(self)
 
     def _context(self, v: Mapping[str, float]) -> None:
         """The signals that say whether a falling entropy is sharpening or collapse."""
@@ -1617,7 +1622,7 @@ class RewardSignalGauge(Gauge):
         return self.family in GROUP_FAMILIES
 
     def plan_short(self) -> None:
-        self.progress = RewardProgress(self.p["gold"], recent=self.rows(30), now=self.rows(45))
+        self.progress = RewardProgress.shortened(self)
 
     def state_dict(self) -> dict[str, Any]:
         out = super().state_dict()
