@@ -157,6 +157,51 @@ def test_ppo_shaped_rows_through_real_trainer_log(tmp_path_factory: pytest.TempP
     assert any(row.get("rlcluster/length/status") == 1 for row in hist)  # no EOS ever: warn
 
 
+def test_throttled_writes_send_what_got_worse_at_once_and_the_all_clear_later(tmp_path: Path):
+    """With W&B writes thinned (an interval no row reaches), the row where KL's status rose is written at once;
+    the row where it fell back to ok is not (it goes out with the next written row: here the last one)."""
+    out = tmp_path
+    script = out / "throttle.py"
+    script.write_text(f"""
+import json, os
+os.environ.update(WANDB_MODE="offline", WANDB_DIR={str(out)!r}, WANDB_SILENT="true", WANDB_DISABLE_GIT="true")
+import wandb
+from transformers import Trainer, TrainingArguments
+from wandb_rlcluster import RLClusterCallback
+from wandb_rlcluster.tiny import build_model, build_tokenizer
+tok = build_tokenizer()
+cb = RLClusterCallback(trainer="grpo", grad_every=0, attention_every=0, sample_every=0, wandb_min_interval=1e9)
+args = TrainingArguments(output_dir={str(out / "out")!r}, report_to="wandb", use_cpu=True, save_strategy="no")
+trainer = Trainer(model=build_model(tok), args=args, callbacks=[cb])
+trainer.state.max_steps = 45
+kl = [0.05] * 10 + [0.8] * 5 + [0.05] * 30
+statuses = []
+for step, k in enumerate(kl, start=1):
+    trainer.state.global_step = step
+    trainer.log({{"loss": 0.01, "reward": 0.5 + 0.001 * step, "reward_std": 0.2, "kl": k, "grad_norm": 1.0,
+                  "learning_rate": 1e-6, "entropy": 0.8, "completions/mean_length": 200.0}})
+    statuses.append(cb.cluster.gauges["kl"].status)
+run_dir = os.path.dirname(wandb.run.dir)
+wandb.finish()
+res = {{"run_dir": run_dir, "statuses": statuses, "written": cb.sink.rows_logged}}
+json.dump(res, open({str(out / "r.json")!r}, "w"))
+""")
+    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    assert p.returncode == 0, p.stderr[-4000:]
+    res = json.loads((out / "r.json").read_text())
+    st = res["statuses"]
+    rose = st.index("warn") + 1  # steps are 1-based
+    fell = rose + st[rose - 1:].index("ok")
+    assert rose <= 15 < fell < 45
+    hist = read_offline_run(res["run_dir"]).history
+    ours = {row["train/global_step"]: row for row in hist if "rlcluster/findings" in row}
+    assert ours[rose]["rlcluster/kl/status"] == 1  # the warning went out on its own row
+    assert fell not in ours  # the all-clear waited ...
+    assert ours[45]["rlcluster/kl/status"] == 0  # ... for the next written row
+    assert res["written"] == len(ours) < 10  # the rest was thinned out
+
+
 def test_two_processes_stop_together_and_log_once(tmp_path: Path):
     """Rank 1 alone decides to stop (its KL threshold is tiny); both ranks must stop at the same step."""
     strict = tmp_path / "strict-alerts.yaml"

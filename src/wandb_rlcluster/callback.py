@@ -71,8 +71,9 @@ class RLClusterCallback(TrainerCallback, ExportableState):
         sample_tokens: new tokens per sample.
         log_to_wandb: log derived metrics to the active W&B run.
         wandb_min_interval: seconds between two rlcluster rows in W&B (a W&B log call costs
-            ~0.2-0.6 ms); a row whose statuses changed or that fired a finding, and the last
-            row, are always logged. 0 logs every row.
+            ~0.2-0.6 ms); a row where something got worse (a gauge's status rose, a warn/stop
+            finding or an alert fired) and the last row are always logged; an all-clear or an info
+            finding goes out with the next row the interval lets through. 0 logs every row.
         report: at the end of training build the twelve-gauge W&B report for this run's project:
             saved to W&B for an online run (its URL is logged), written as
             ``<output_dir>/rlcluster_report.json`` for an offline one (save it later with
@@ -158,7 +159,7 @@ class RLClusterCallback(TrainerCallback, ExportableState):
         self.channel_wait = clamp_wait(channel_wait)
         self.channel_wait_seconds = 0.0  # how long on_train_end actually waited for the channels
         self._last_wandb_time = -1e18
-        self._last_statuses: dict[str, str] = {}
+        self._prev_statuses: dict[str, str] = {}
         self.alerts_source: str | None = None
         self.alert_config: AlertConfig | None = None
         if alerts is not False:
@@ -587,12 +588,18 @@ class RLClusterCallback(TrainerCallback, ExportableState):
             return
         statuses = self.cluster.statuses()
         now = time.perf_counter()
-        due = (now - self._last_wandb_time >= self.wandb_min_interval or bool(fired) or stop or bool(events)
-               or statuses != self._last_statuses or state.global_step >= state.max_steps > 0)
+        # What gets worse is written at once: a warn/stop finding, an alert firing, a gauge's status rising, a stop,
+        # and the last row. What gets better (a status back to ok, an alert resolved) and info findings go out
+        # with the next row the interval lets through; the core and the notifier saw them already.
+        last, self._prev_statuses = self._prev_statuses, statuses
+        worse = statuses != last and any(STATUS_CODE.get(st, 0) > STATUS_CODE.get(last.get(gid, "ok"), 0)
+                                         for gid, st in statuses.items())
+        due = (now - self._last_wandb_time >= self.wandb_min_interval or stop or worse
+               or any(e.kind == "firing" for e in events) or any(f.severity != "info" for f in fired)
+               or state.global_step >= state.max_steps > 0)
         if not due:
             return  # the gauges still saw this row; only the W&B write is thinned out
         self._last_wandb_time = now
-        self._last_statuses = statuses
         p = self.prefix
         metrics: dict[str, float] = {}
         for gid, g in self.cluster.gauges.items():

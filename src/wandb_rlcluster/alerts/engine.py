@@ -142,6 +142,9 @@ class AlertEngine:
             else:
                 if updated is not None and rule.gauge not in updated:
                     continue
+                st = self.state.get(rule.name)
+                if st is not None and st[0] == INACTIVE and not st[1] and not gauge.firing():
+                    continue  # nothing firing in the gauge and nothing pending: this row changes nothing
                 match = self._matching_finding(rule, gauge)
                 active = match is not None
                 value = match.value if match else None

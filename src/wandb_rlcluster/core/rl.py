@@ -47,11 +47,12 @@ class RewardProgress:
     The context that tells a learning run's normal signals from a failing run's: entropy falling,
     answers getting shorter, the length spread narrowing are what a policy does while it sharpens on
     a reward that keeps rising, and what it does when it collapses onto a template while the reward
-    stays flat. Each gauge that needs the context keeps its own copy (a few additions per row), so
-    gauges stay independent and the batch path (gauge by gauge) sees what the live path sees.
+    stays flat. Each gauge that needs the context keeps its own copy, so gauges stay independent and the
+    batch path (gauge by gauge) sees what the live path sees. A row's reward is only queued; the statistics
+    take the queue when a rule asks (most rows ask nothing), in the same order, so the answers are the same.
     """
 
-    __slots__ = ("reg", "recent", "now", "half", "gold_keys", "gold_reg", "n")
+    __slots__ = ("reg", "recent", "now", "half", "gold_keys", "gold_reg", "n", "_queue")
 
     def __init__(self, gold: Iterable[str] = (), recent: int = 30, now: int = 45) -> None:
         self.reg = RunningRegression()
@@ -61,6 +62,7 @@ class RewardProgress:
         self.gold_keys = tuple(f"rewards/{g}/mean" for g in gold)
         self.gold_reg = RunningRegression()
         self.n = 0
+        self._queue: list[tuple[float, float | None]] = []  # (reward, gold mean or None), not yet in the statistics
 
     @classmethod
     def shortened(cls, gauge: Gauge) -> RewardProgress:
@@ -73,18 +75,30 @@ class RewardProgress:
             r = v.get("objective/scores")
         if r is None or not finite(r):
             return
-        self.n += 1
-        self.reg.push(float(self.n), r)
-        self.recent.push(r)
-        self.now.push(float(self.n), r)
-        self.half.push(r)
+        gold = None
         if self.gold_keys:
             gs = [v[k] for k in self.gold_keys if k in v and finite(v[k])]
             if gs:
-                self.gold_reg.push(float(self.n), sum(gs) / len(gs))
+                gold = sum(gs) / len(gs)
+        self._queue.append((r, gold))
+        if len(self._queue) >= 256:  # bounded memory however long no rule asks
+            self._take()
+
+    def _take(self) -> None:
+        for r, gold in self._queue:
+            self.n += 1
+            self.reg.push(float(self.n), r)
+            self.recent.push(r)
+            self.now.push(float(self.n), r)
+            self.half.push(r)
+            if gold is not None:
+                self.gold_reg.push(float(self.n), gold)
+        self._queue.clear()
 
     def known(self) -> bool:
         """Enough reward rows to say anything (a log without a reward has no context)."""
+        if self._queue:
+            self._take()
         return self.n >= 10
 
     def improving(self, min_t: float = 1.0, now: bool = False, short: bool = True) -> bool:
@@ -96,6 +110,8 @@ class RewardProgress:
         half once that holds 15 rows, unless ``short`` is False); a reward that climbed early and then stalled
         stays "up over the run" long after it stopped improving.
         """
+        if self._queue:
+            self._take()
         if self.n < 10 or self.reg.t_stat() < min_t:
             return False
         if now and (self.now.t_stat() if self.now.full else self.half.t_stat() if short and self.half.rows() >= 15
@@ -106,6 +122,8 @@ class RewardProgress:
         return not self.gold_keys or self.gold_reg.n < 10 or self.gold_reg.t_stat() > -1.0
 
     def state_dict(self) -> dict[str, Any]:
+        if self._queue:
+            self._take()
         return {"reg": self.reg.state_dict(), "recent": self.recent.state_dict(), "now": self.now.state_dict(),
                 "half": self.half.state_dict(), "gold_reg": self.gold_reg.state_dict(), "n": self.n}
 
@@ -117,6 +135,7 @@ class RewardProgress:
             self.half.load_state_dict(state["half"])
         self.gold_reg.load_state_dict(state["gold_reg"])
         self.n = int(state["n"])
+        self._queue.clear()
 
 
 class _Component:
