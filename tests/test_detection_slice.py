@@ -8,9 +8,9 @@ scored by our core alone (the anchors are the benchmark's business).
 
 Three of the issue's targets are still not met on round 4's held-out seeds 4000-4049 (benchmarks/detection/RESULTS.md:
 trend/spread recall 93 % for >= 95 %, healthy runs with any warn/stop 5.06 % (43 of 850) for <= 5 %, median delay 0.28
-for <= 0.25). On this slice recall is 94.6 %, healthy 3.5 % and delay 0.236: the recall target is kept as a strict
-xfail (meeting it fails the suite until this file is updated); the healthy, delay and clip targets are met on the slice
-and asserted as such, and the held-out verdict is asserted as the regression floor.
+for <= 0.25). On this slice (after round 5's shorter oscillation warm-up in short runs) recall is 95.1 % (195 of 205),
+healthy 3.5 % and delay 0.237: all four targets are met on the slice and asserted as such, which says nothing of the
+held-out seeds; the held-out verdict is asserted as the regression floor.
 """
 
 from __future__ import annotations
@@ -64,9 +64,10 @@ def test_recall_on_trend_and_spread_pathologies_holds_the_verdict(results: list[
     assert aggregate(rs, "core").recall >= HELD_OUT["recall"], _missed(rs)
 
 
-@pytest.mark.xfail(strict=True, reason="issue target not met: held-out trend/spread recall 93 % (RESULTS.md)")
-def test_recall_on_trend_and_spread_pathologies_meets_the_issue_target(results: list[Result]) -> None:
-    assert aggregate(target_runs(results), "core").recall >= TARGETS["recall"]
+def test_recall_on_trend_and_spread_pathologies_meets_the_issue_target_on_the_slice(results: list[Result]) -> None:
+    """Met on this slice (195 of 205, 95.1 %, by one run); the full held-out set gives 93.1 % (RESULTS.md)."""
+    rs = target_runs(results)
+    assert aggregate(rs, "core").recall >= TARGETS["recall"], _missed(rs)
 
 
 def test_healthy_runs_stay_quiet_as_in_the_verdict(results: list[Result]) -> None:

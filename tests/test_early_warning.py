@@ -481,6 +481,24 @@ def test_a_short_run_shortens_the_windows_and_warm_ups_that_would_eat_it(rule, t
         assert unknown is None or known + 5 <= unknown, (seed, known, unknown)
 
 
+def test_a_short_run_reads_loss_oscillation_with_a_shorter_warm_up():
+    """A 45-row SFT run whose loss starts swinging +-35 % (a 6-row period) at row 20: the oscillation rule's
+    reference needs 16 earlier swings (row 45) in a run of unknown length, so it is silent; with max_steps known
+    it needs fewer (round 5) and fires after the onset. The same run without the swing stays quiet."""
+    def loss(i: int, g: random.Random, swing: float) -> Row:
+        osc = 1 + swing * math.sin(2 * math.pi * i / 6) if i > 20 else 1.0
+        return {"loss": (2.0 - 0.5 * i / 60) * osc * math.exp(g.gauss(0, 0.03)), "grad_norm": 0.5,
+                "learning_rate": 1e-5}
+
+    for seed in range(3):
+        sick = build(lambda i, g: loss(i, g, 0.35), n=45, seed=seed)
+        known = _first(sick, "sft", "loss-oscillating", max_steps=45)
+        assert known is not None and known > 20, (seed, known)
+        assert _first(sick, "sft", "loss-oscillating") is None
+        assert _first(build(lambda i, g: loss(i, g, 0.0), n=45, seed=seed), "sft", "loss-oscillating",
+                      max_steps=45) is None
+
+
 def test_a_long_runs_trend_windows_cover_a_share_of_it():
     """Slow climbs over a long run, logged every step: the clip fraction creeping from 6 % and a DPO chosen reward
     running away are trends over 5 % of the planned run, not over a fixed 20-30 rows that per-step noise hides."""

@@ -43,7 +43,8 @@ class LossGauge(Gauge):
     ``loss-oscillating`` is convergence oscillation read from the train loss: its swing around a
     9-row running median (robust to spikes and to the drop at an epoch boundary) grown well past the
     swing over the run's previous octave, rows n/4 .. n/2 (a falling loss's relative noise grows slowly;
-    an oscillation sets in within a few periods).
+    an oscillation sets in within a few periods). The reference is read once it holds 16 swings, fewer in a
+    run planned for under 100 logged rows (``Gauge.rows``).
     """
 
     id = "loss"
@@ -64,6 +65,11 @@ class LossGauge(Gauge):
         self.local = RollingWindow(9)
         self.swing = RollingWindow(20)
         self.swing_ref = OctaveMean()  # the swing earlier in the run: a falling loss's relative noise grows slowly
+        self.swing_warmup = 16  # swings in that reference before the rule reads it
+
+    def plan_short(self) -> None:
+        # a 50-row run would spend 45 rows filling the median, the swing window and this warm-up
+        self.swing_warmup = self.rows(16)
 
     def observe(self, row: Row) -> None:
         loss = row.values.get("loss")
@@ -145,7 +151,8 @@ class LossGauge(Gauge):
         d["oscillation"] = rel
         base = self.swing_ref.value
         self.swing_ref.push(sw)
-        osc = base == base and self.swing_ref.n >= 16 and rel >= p["osc_min"] and sw >= p["osc_ratio"] * base
+        osc = (base == base and self.swing_ref.n >= self.swing_warmup and rel >= p["osc_min"]
+               and sw >= p["osc_ratio"] * base)
         self.check("loss-oscillating", osc, "warn", "loss", loss,
                    lambda: f"the loss swings {rel:.0%} around its running level, {sw / max(base, 1e-12):.1f}x its "
                    "swing earlier in the run: it oscillates instead of converging (learning rate too high for this "
