@@ -157,9 +157,13 @@ def test_ppo_shaped_rows_through_real_trainer_log(tmp_path_factory: pytest.TempP
     assert any(row.get("rlcluster/length/status") == 1 for row in hist)  # no EOS ever: warn
 
 
-def test_throttled_writes_send_what_got_worse_at_once_and_the_all_clear_later(tmp_path: Path):
+@pytest.mark.parametrize("max_steps", [45, 0, 46], ids=["last-row-at-max-steps", "max-steps-unknown",
+                                                        "a-summary-row-at-max-steps"])
+def test_throttled_writes_send_what_got_worse_at_once_and_the_all_clear_later(tmp_path: Path, max_steps: int):
     """With W&B writes thinned (an interval no row reaches), the row where KL's status rose is written at once;
-    the row where it fell back to ok is not (it goes out with the next written row: here the last one)."""
+    the row where it fell back to ok is not: it goes out with the next written row, here the last one (max_steps
+    known), the row written at the end of training (max_steps unknown), or Trainer's end-of-training summary row
+    (train_runtime, ...: no gauge reads it). Every status and alert series in W&B ends where the callback ended."""
     out = tmp_path
     script = out / "throttle.py"
     script.write_text(f"""
@@ -173,7 +177,7 @@ tok = build_tokenizer()
 cb = RLClusterCallback(trainer="grpo", grad_every=0, attention_every=0, sample_every=0, wandb_min_interval=1e9)
 args = TrainingArguments(output_dir={str(out / "out")!r}, report_to="wandb", use_cpu=True, save_strategy="no")
 trainer = Trainer(model=build_model(tok), args=args, callbacks=[cb])
-trainer.state.max_steps = 45
+trainer.state.max_steps = {max_steps}
 kl = [0.05] * 10 + [0.8] * 5 + [0.05] * 30
 statuses = []
 for step, k in enumerate(kl, start=1):
@@ -181,9 +185,13 @@ for step, k in enumerate(kl, start=1):
     trainer.log({{"loss": 0.01, "reward": 0.5 + 0.001 * step, "reward_std": 0.2, "kl": k, "grad_norm": 1.0,
                   "learning_rate": 1e-6, "entropy": 0.8, "completions/mean_length": 200.0}})
     statuses.append(cb.cluster.gauges["kl"].status)
+if {max_steps} == 46:
+    trainer.state.global_step = 46
+    trainer.log({{"train_runtime": 1.0, "train_samples_per_second": 45.0, "train_loss": 0.01}})
+cb.on_train_end(trainer.args, trainer.state, trainer.control)
 run_dir = os.path.dirname(wandb.run.dir)
 wandb.finish()
-res = {{"run_dir": run_dir, "statuses": statuses, "written": cb.sink.rows_logged}}
+res = {{"run_dir": run_dir, "statuses": statuses, "written": cb.sink.rows_logged, "alerts": cb.engine.states()}}
 json.dump(res, open({str(out / "r.json")!r}, "w"))
 """)
     p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
@@ -194,12 +202,16 @@ json.dump(res, open({str(out / "r.json")!r}, "w"))
     rose = st.index("warn") + 1  # steps are 1-based
     fell = rose + st[rose - 1:].index("ok")
     assert rose <= 15 < fell < 45
-    hist = read_offline_run(res["run_dir"]).history
-    ours = {row["train/global_step"]: row for row in hist if "rlcluster/findings" in row}
+    hist = [row for row in read_offline_run(res["run_dir"]).history if "rlcluster/findings" in row]
+    ours = {row["train/global_step"]: row for row in hist}
     assert ours[rose]["rlcluster/kl/status"] == 1  # the warning went out on its own row
     assert fell not in ours  # the all-clear waited ...
-    assert ours[45]["rlcluster/kl/status"] == 0  # ... for the next written row
-    assert res["written"] == len(ours) < 10  # the rest was thinned out
+    assert hist[-1]["train/global_step"] == max(max_steps, 45)  # ... for the last row
+    assert hist[-1]["rlcluster/kl/status"] == 0
+    assert any(ours[rose][f"rlcluster/alerts/{a}"] == 2 for a in res["alerts"])  # an alert fired with the warning
+    for name, final in res["alerts"].items():  # every alert series ends in the engine's final state
+        assert [row[f"rlcluster/alerts/{name}"] for row in hist][-1] == final, name
+    assert res["written"] == len(hist) < 10  # the rest was thinned out
 
 
 def test_two_processes_stop_together_and_log_once(tmp_path: Path):

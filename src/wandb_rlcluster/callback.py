@@ -160,6 +160,7 @@ class RLClusterCallback(TrainerCallback, ExportableState):
         self.channel_wait_seconds = 0.0  # how long on_train_end actually waited for the channels
         self._last_wandb_time = -1e18
         self._prev_statuses: dict[str, str] = {}
+        self._unsent = False  # an all-clear or an info finding not yet in W&B: the next write carries every status
         self.alerts_source: str | None = None
         self.alert_config: AlertConfig | None = None
         if alerts is not False:
@@ -523,6 +524,12 @@ class RLClusterCallback(TrainerCallback, ExportableState):
             except Exception as e:  # noqa: BLE001
                 self._error("liveness", e)
         try:
+            if self._unsent and self.log_to_wandb and self.sink.active:
+                self._rollout_row, self._layer_norms = {}, {}  # written with their own row already
+                self._write_row(state.global_step, set())  # the all-clear the throttle held back, before the end
+        except Exception as e:  # noqa: BLE001
+            self._error("publish", e)
+        try:
             self.cluster.finalize()
             summary = {f"{self.prefix}/verdict": self.cluster.verdict(),
                        f"{self.prefix}/findings": len(self.cluster.findings)}
@@ -598,16 +605,24 @@ class RLClusterCallback(TrainerCallback, ExportableState):
                or any(e.kind == "firing" for e in events) or any(f.severity != "info" for f in fired)
                or state.global_step >= state.max_steps > 0)
         if not due:
+            self._unsent = self._unsent or statuses != last or bool(events) or bool(fired)
             return  # the gauges still saw this row; only the W&B write is thinned out
         self._last_wandb_time = now
+        self._write_row(state.global_step, updated, events)
+
+    def _write_row(self, step: int, updated: set[str], events: list[AlertEvent] | tuple[()] = ()) -> None:
+        """One rlcluster row in W&B: the derived values of the gauges this row updated, their statuses (every
+        gauge's, when an all-clear was held back since the last write), the alert states, rollout evidence."""
+        every_status, self._unsent = self._unsent, False
         p = self.prefix
         metrics: dict[str, float] = {}
         for gid, g in self.cluster.gauges.items():
-            if gid not in updated:
-                continue  # only what this row updated: no stale repeats
-            for k, v in g.derived.items():
-                if isinstance(v, float) and math.isfinite(v):
-                    metrics[f"{p}/{gid}/{k}"] = v
+            if gid in updated:  # only what this row updated: no stale repeats
+                for k, v in g.derived.items():
+                    if isinstance(v, float) and math.isfinite(v):
+                        metrics[f"{p}/{gid}/{k}"] = v
+            elif not (every_status and g.rows_seen):
+                continue
             if g.applies():
                 metrics[f"{p}/{gid}/status"] = STATUS_CODE.get(g.status, 0)
         for k, v in self._layer_norms.items():
@@ -619,17 +634,17 @@ class RLClusterCallback(TrainerCallback, ExportableState):
         if self.engine is not None:  # an alert's state is itself a series: 0 inactive, 1 pending, 2 firing
             for name, st in self.engine.states().items():
                 metrics[f"{p}/alerts/{name}"] = float(st)
-        self.sink.log(metrics, state.global_step)
+        self.sink.log(metrics, step)
         if self._samples:
             self.sink.log_table(f"{p}/samples/table", ["step", "prompt", "completion", "repetition_rate"],
-                                self._samples, state.global_step)
+                                self._samples, step)
             self._samples = []
         shown = [e for e in events if e.evidence]
         if shown:
             from .core.rollouts import evidence_table
 
             columns, data = evidence_table(shown)
-            self.sink.log_table(f"{p}/rollouts/evidence", columns, data, state.global_step)
+            self.sink.log_table(f"{p}/rollouts/evidence", columns, data, step)
 
     def _error(self, where: str, exc: BaseException) -> None:
         self.errors += 1
