@@ -525,7 +525,7 @@ class RLClusterCallback(TrainerCallback, ExportableState):
                 self._error("liveness", e)
         try:
             if self._unsent and self.log_to_wandb and self.sink.active:
-                self._rollout_row, self._layer_norms = {}, {}  # written with their own row already
+                self._rollout_row = {}  # the last row's own statistics: written with it or thinned out with it
                 self._write_row(state.global_step, set())  # the all-clear the throttle held back, before the end
         except Exception as e:  # noqa: BLE001
             self._error("publish", e)
