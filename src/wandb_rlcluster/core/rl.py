@@ -85,6 +85,7 @@ class RewardProgress:
             self._take()
 
     def _take(self) -> None:
+        """Fold the queued rows into the statistics (nothing to do when the queue is empty)."""
         for r, gold in self._queue:
             self.n += 1
             self.reg.push(float(self.n), r)
@@ -97,8 +98,7 @@ class RewardProgress:
 
     def known(self) -> bool:
         """Enough reward rows to say anything (a log without a reward has no context)."""
-        if self._queue:
-            self._take()
+        self._take()
         return self.n >= 10
 
     def improving(self, min_t: float = 1.0, now: bool = False, short: bool = True) -> bool:
@@ -110,8 +110,7 @@ class RewardProgress:
         half once that holds 15 rows, unless ``short`` is False); a reward that climbed early and then stalled
         stays "up over the run" long after it stopped improving.
         """
-        if self._queue:
-            self._take()
+        self._take()
         if self.n < 10 or self.reg.t_stat() < min_t:
             return False
         if now and (self.now.t_stat() if self.now.full else self.half.t_stat() if short and self.half.rows() >= 15
@@ -122,8 +121,7 @@ class RewardProgress:
         return not self.gold_keys or self.gold_reg.n < 10 or self.gold_reg.t_stat() > -1.0
 
     def state_dict(self) -> dict[str, Any]:
-        if self._queue:
-            self._take()
+        self._take()
         return {"reg": self.reg.state_dict(), "recent": self.recent.state_dict(), "now": self.now.state_dict(),
                 "half": self.half.state_dict(), "gold_reg": self.gold_reg.state_dict(), "n": self.n}
 
