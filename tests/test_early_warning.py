@@ -216,6 +216,18 @@ def test_kl_growing_fires_before_the_level_line():
     assert grow.value < 0.5 and grow.step < warn.step
 
 
+def test_one_giant_kl_estimate_does_not_set_the_noise_reference():
+    """A per-token k3 estimate 1000x the rest on one early row: the level the noise is read against is a median,
+    so the rows after it do not look quiet, and the ordinary noise later is not "3x its earlier level"."""
+    def row(i: int, g: random.Random) -> Row:
+        return grpo(i, g, kl=20.0 if i == 26 else 0.02 * math.exp(g.gauss(0, 0.4)))
+
+    for seed in range(3):
+        assert not found(build(row, seed=seed), "grpo", "kl-noisy")
+    noisy = build(lambda i, g: grpo(i, g, kl=20.0 if i == 26 else 0.02 * math.exp(g.gauss(0, 0.4 + 1.2 * ramp(i)))))
+    assert [f.step for f in found(noisy, "grpo", "kl-noisy")][:1] > [ONSET]
+
+
 def test_kl_noisy_from_negative_estimates():
     """PPO's k1 estimate turning negative on a fifth of the rows, around an unchanged level."""
     rows = build(lambda i, g: dict(ppo(i, g, kl=1.0, kl_noise=0.2),
@@ -231,6 +243,50 @@ def test_single_kl_spike_is_info_and_repeated_spikes_warn():
     many = build(lambda i, g: grpo(i, g, kl=0.05 + g.gauss(0, 0.003) + (0.8 if i in (160, 170, 180) else 0)))
     hits = found(many, "grpo", "kl-spike-repeated")
     assert hits and hits[0].step == 180 and hits[0].severity == "warn"
+
+
+def test_spikes_at_the_runs_own_rate_are_not_repeated_spikes():
+    """A heavy-tailed KL estimate spikes now and then all run long; over 1,500 rows three land within 25 rows by
+    chance. Against the run's own spike rate that is no surprise: no warning. The same three spikes after a quiet
+    run are."""
+    n = 1500
+    steady = {40 * k + 7 for k in range(1, 37)} | {1402, 1412}  # one every 40 rows; 1402, 1407, 1412 close together
+    noisy = build(lambda i, g: grpo(i, g, kl=0.05 + g.gauss(0, 0.003) + (0.8 if i in steady else 0)), n=n)
+    assert not found(noisy, "grpo", "kl-spike-repeated")
+    was = found(noisy, "grpo", "kl-spike-repeated", params={"kl": {"spike_repeat_p": 1.01}})  # the count alone
+    assert [f.step for f in was] == [1412]
+    quiet = build(lambda i, g: grpo(i, g, kl=0.05 + g.gauss(0, 0.003) + (0.8 if i in (1402, 1407, 1412) else 0)),
+                  n=n)
+    assert [f.step for f in found(quiet, "grpo", "kl-spike-repeated")] == [1412]
+
+
+def test_kl_growing_slowly_in_a_long_run_is_projected_to_the_end_of_the_run():
+    """A climb too slow to reach the warn line within one window reaches it by the planned end: a warning while
+    KL is still a third of the line; a run with no planned length, or a climb that levels off below the line,
+    is not warned."""
+    n, start = 2000, 600
+
+    def climbing(i: int, g: random.Random) -> Row:
+        return grpo(i, g, kl=0.05 + 0.6 * max(0, i - start) / (n - start) + g.gauss(0, 0.005))
+
+    rows = build(climbing, n=n)
+    f = found(rows, "grpo", "kl-growing", max_steps=n)[0]
+    assert start < f.step < 1300 and f.value < 0.25 and "by the end of the run" in f.message
+    assert not [x for x in found(rows, "grpo", "kl-growing") if x.step < 1300]  # no planned length: one window
+    # a wander of the noise: a 40-row climb within a flat run, projected 1,000 rows on, is not a runaway
+    bump = build(lambda i, g: grpo(i, g, kl=0.15 + 0.05 * math.sin(i / 15) + g.gauss(0, 0.003)), n=n)
+    assert not found(bump, "grpo", "kl-growing", max_steps=n)
+
+
+def test_zero_std_groups_while_the_reward_still_rises_are_solved_prompts():
+    """Half the groups without reward spread while a noisy reward still rises (the entropy gauge's test of
+    progress, t >= 1 over the run, not a clear t >= 3 climb): prompts being solved, ``info``; the same with the
+    reward flat is the warning."""
+    rising = build(lambda i, g: grpo(i, g, zero_std=0.2 + 0.4 * ramp(i), reward=0.3 + 0.03 * i / N))
+    assert not found(rising, "grpo", "zero-std-high")
+    assert found(rising, "grpo", "zero-std-solved")
+    flat = build(lambda i, g: grpo(i, g, zero_std=0.2 + 0.4 * ramp(i), reward=0.5))
+    assert found(flat, "grpo", "zero-std-high")
 
 
 def test_clip_growing_caught_before_thirty_percent():

@@ -29,6 +29,7 @@ from .stats import (
     RunningRegression,
     ScaleRef,
     ShiftDetector,
+    poisson_tail,
     robust_z,
 )
 
@@ -853,10 +854,16 @@ class KLGauge(Gauge):
     a per-sequence ``objective/kl``. Thresholds are per family because the two
     are not the same quantity. The level lines (0.5 / 1.0 per token) come last:
     ``kl-growing`` reads the slope and its acceleration against the series' own
-    noise and fires while KL is still below the warn line; ``kl-noisy`` compares
-    the row-to-row noise with KL's own level and with its noise early in the run
-    (and counts negative estimates). A single-step spike gone the next row is
-    ``info``; spikes that repeat are a warning.
+    noise and fires while KL is still below the warn line, either within one window
+    or, where the run's planned length is known, by its end (``grow_end`` times the
+    line; 0 turns that off), the slope then read over ``grow_span_share`` of the run
+    too, so a wander of the noise is not carried a thousand rows on; ``kl-noisy``
+    compares the row-to-row noise with KL's own (median) level and with its noise
+    early in the run (and counts negative estimates). A single-step spike gone the
+    next row is ``info``; spikes that repeat are a warning: ``spike_repeat`` within
+    ``spike_repeat_rows``, and more than the run's own spike rate so far explains
+    (a Poisson tail below ``spike_repeat_p``; a heavy-tailed estimator spikes now and
+    then all run long).
     """
 
     id = "kl"
@@ -866,9 +873,10 @@ class KLGauge(Gauge):
                "kl_negative_share")
     defaults = {"warn": 0.5, "stop": 1.0, "for": 3, "clear": 10, "near_zero": 1e-4, "near_zero_rows": 50,
                 "negative": -0.01, "spike_z": 10.0, "spike_min": 0.1, "start_rows": 5, "spike_repeat": 3,
-                "spike_repeat_rows": 25, "grow_rows": 20, "grow_t": 4.0, "grow_min": 0.2, "grow_accel": 1.3,
-                "grow_accel_max": 3.0, "grow_for": 3, "noisy_ratio": 3.0, "noisy_cv": 0.3, "noisy_negative": 0.2,
-                "noisy_for": 5, "noisy_min": 0.01, "noisy_c": 3.0, "noisy_p1": 0.3, "noisy_h": 8.0}
+                "spike_repeat_rows": 25, "spike_repeat_p": 1e-3, "grow_rows": 20, "grow_t": 4.0, "grow_min": 0.2,
+                "grow_accel": 1.3, "grow_accel_max": 3.0, "grow_for": 3, "grow_end": 1.0, "grow_span_share": 0.125,
+                "noisy_ratio": 3.0, "noisy_cv": 0.3, "noisy_negative": 0.2, "noisy_for": 5, "noisy_min": 0.01,
+                "noisy_c": 3.0, "noisy_p1": 0.3, "noisy_h": 8.0}
     family_defaults = {
         # per-sequence sums: values scale with completion length
         "ppo": {"warn": 6.0, "stop": 20.0, "near_zero": 1e-3, "negative": -0.5, "spike_min": 2.0},
@@ -883,6 +891,7 @@ class KLGauge(Gauge):
         w = self.p["grow_rows"]
         self.recent = RollingCorrelation(w)  # (row, kl): the slope now and how far it stands out of the noise
         self.longer = RollingCorrelation(2 * w)  # the slope over twice as long: is it accelerating?
+        self.span = RollingCorrelation(2 * w)  # ... and over a share of the run: the slope projected to its end
         self.noise = DiffNoise(20)
         self.negatives = RollingWindow(20)
         self.cv_base = Baseline(10)
@@ -890,11 +899,20 @@ class KLGauge(Gauge):
         self.cusum = NoiseCusum(c=self.p["noisy_c"], p1=self.p["noisy_p1"])
         self.neg_base = Baseline(10)
         self.spike_rows: list[int] = []
+        self.spikes_seen = 0  # every spike so far: the run's own spike rate
+        self.spike_from = -1  # the row spikes were first counted on
         self.start_checked = False
         self.note = ""
 
     def applies(self) -> bool:
         return self.family not in ("dpo", "orpo", "sft", "reward", "kto")
+
+    def plan_long(self) -> None:
+        # a slope read over 40 rows and carried over a thousand magnifies a wander of the noise into a runaway:
+        # the projection to the run's end also takes the slope over a share of the run
+        w = round(self.p["grow_span_share"] * self.planned_rows)
+        if w > 2 * self.p["grow_rows"]:
+            self.span = RollingCorrelation(w)
 
     def plan_short(self) -> None:
         self.cusum = NoiseCusum(c=self.p["noisy_c"], p1=self.p["noisy_p1"], window=self.rows(20),
@@ -935,15 +953,18 @@ class KLGauge(Gauge):
             z = robust_z(kl, self.win, floor=1e-6)
             d["kl_z"] = z
             spike = z > p["spike_z"] and kl > p["spike_min"]
+            if self.spike_from < 0:
+                self.spike_from = n
             if spike and (not self.spike_rows or self.spike_rows[-1] != n - 1):
                 self.spike_rows.append(n)  # one entry per spike, however many rows it lasts
+                self.spikes_seen += 1
             self.spike_rows = [r for r in self.spike_rows if r > n - p["spike_repeat_rows"]]
             self.check("kl-spike", spike, "info", key, kl,
                        lambda: f"{key} spiked to {kl:.3g} ({z:.0f} robust sigmas above its recent median): often one "
                        "batch the model handles very differently from the reference; investigate that batch. One "
                        "spike that is gone the next step is not a trend.", clear=3)
-            repeated = len(self.spike_rows) >= p["spike_repeat"]
             count = len(self.spike_rows)
+            repeated = count >= p["spike_repeat"] and self._spikes_stand_out(count, n)
             self.check("kl-spike-repeated", repeated, "warn", key, kl,
                        lambda: f"{key} has spiked {count} times in the last {p['spike_repeat_rows']} logged steps "
                        f"(now {kl:.3g}): the spikes repeat, so the updates are unstable, not one odd batch. Lower "
@@ -964,12 +985,24 @@ class KLGauge(Gauge):
                        "is not moving away from the reference (beta too high, LR too low, or the reference is "
                        "updated with the policy).", for_=20, clear=10)
 
+    def _spikes_stand_out(self, count: int, n: int) -> bool:
+        """More spikes in the window than the run's own spike rate before it explains (Poisson tail below
+        ``spike_repeat_p``): heavy-tailed KL estimates spike now and then all run long, and over a long run a few
+        land close together by chance."""
+        p = self.p
+        w = p["spike_repeat_rows"]
+        before = self.spikes_seen - count
+        rows_before = max(n - w - self.spike_from, 0)
+        lam = w * (before + 0.5) / (rows_before + 100.0)  # half a spike per 100 rows a priori
+        return poisson_tail(count, lam) < p["spike_repeat_p"]
+
     def _growth(self, key: str, kl: float, e: float, n: float) -> None:
         """KL growing without bound, seen in its slope before it crosses the warn line."""
         p = self.p
         d = self.derived
         self.recent.push(n, kl)
         self.longer.push(n, kl)
+        self.span.push(n, kl)
         if not self.longer.full or e < p["grow_min"] * p["warn"]:  # far below the line: nothing to project
             self.check("kl-growing", False, "warn", key, kl, "")
             return
@@ -981,8 +1014,15 @@ class KLGauge(Gauge):
         # where the current slope (steeper still if it is accelerating) takes KL within one window
         projected = e + s1 * w * (min(s1 / s2, p["grow_accel_max"]) if accel else 1.0)
         d["kl_projected"] = projected
-        growing = t >= p["grow_t"] and e >= p["grow_min"] * p["warn"] and projected >= p["warn"]
-        why = f"{'accelerating and ' if accel else ''}on course to pass {p['warn']} within about {w} logged steps"
+        # where the slope over the longer window takes it by the end of the run, when the run's length is known: a
+        # slow climb in a long run reaches the line long after one window, and is as much a runaway
+        left = max(self.planned_rows - self.rows_seen, 0.0)
+        by_end = e + min(s2, self.span.slope()) * left if p["grow_end"] > 0 and left > w else -math.inf
+        soon = projected >= p["warn"]
+        growing = (t >= p["grow_t"] and e >= p["grow_min"] * p["warn"]
+                   and (soon or by_end >= p["grow_end"] * p["warn"]))
+        why = (f"{'accelerating and ' if accel else ''}on course to pass {p['warn']} within about {w} logged steps"
+               if soon else f"on course to pass {p['warn']} by the end of the run (about {left:.0f} logged steps left)")
         self.check("kl-growing", growing, "warn", key, kl,
                    lambda: f"{key} is growing ({e:.3g} now, {s1:+.3g} per logged step, trend t={t:.0f}) and {why}: "
                    "runaway policy drift, caught before the level line. Raise beta or lower the learning rate now; "
@@ -1002,9 +1042,11 @@ class KLGauge(Gauge):
                 self.cusum.push(math.log(kl))
         else:
             self.cusum.push(kl / max(abs(self.ewma.mean), 0.01 * p["warn"]))
-        if not self.recent.full:  # the growth rule's last 20 (row, kl) pairs: their mean is the level
+        if not self.recent.full:  # the same warm-up as the growth rule (20 rows)
             return
-        level = self.recent.mean_y()
+        # the level is a median: one estimate 1000x the rest (heavy-tailed k3) must not make the noise look small
+        # against it for 20 rows, and set a reference that the ordinary noise later stands 6x above
+        level = self.win.robust()[0] if len(self.win) >= 10 else self.recent.mean_y()
         sig = self.noise.sigma(robust=True)
         cv = sig / max(abs(level), 1e-3 * p["warn"])
         neg = self.negatives.mean()
@@ -1496,7 +1538,8 @@ class EntropyGauge(Gauge):
     Below 0.2x its start it is a warning whatever the reward does (few alternatives are sampled any more).
     There is deliberately no absolute floor (Part III's "below 1.0"): where entropy starts is a property
     of the model family (a base model near 1.5, an instruct model near 0.3), not of the run's health —
-    on real healthy GRPO runs that floor was most of the false alarms.
+    on real healthy GRPO runs that floor was most of the false alarms. The warning holds ``for`` (8) rows:
+    a noisy reward's trend dips under the line for a few rows now and then while a policy sharpens.
     """
 
     id = "entropy"
@@ -1504,7 +1547,7 @@ class EntropyGauge(Gauge):
     inputs = ("entropy", "objective/entropy", "policy/entropy_avg")
     outputs = ("entropy", "entropy_ewma", "vs_start")
     defaults = {"collapse_ratio": 0.7, "sharpening_ratio": 0.5, "deep_ratio": 0.2, "stop_ratio": 0.2, "stop_for": 20,
-                "for": 5,
+                "for": 8,
                 "smooth": 0.2, "spike_z": 8.0, "baseline_rows": 10, "zero_std_rise": 0.3, "zero_std_alone": 0.9,
                 "gold": []}
 
@@ -1614,7 +1657,9 @@ class RewardSignalGauge(Gauge):
     With group-relative advantages a group whose rewards are all equal
     contributes nothing; ``frac_reward_zero_std`` is the robust measure (the
     meaning of ``reward_std`` changed across TRL versions, so it is used only
-    when the fraction is not logged).
+    when the fraction is not logged). Over half the groups without spread is a
+    warning while the reward is not improving; while it still rises (the
+    entropy gauge's test of progress) they are prompts being solved: ``info``.
     """
 
     id = "reward_signal"
@@ -1667,8 +1712,9 @@ class RewardSignalGauge(Gauge):
                        lambda: f"every group has identical rewards for {p['stop_for']} logged steps: advantages "
                        "are all zero and the policy receives no gradient. The task is either solved or "
                        "impossible for this model: change the prompts or the reward.", for_=p["stop_for"])
-            # while the reward climbs clearly, groups losing their spread are mostly prompts being solved
-            solved = self.progress.improving(min_t=3.0) or self.progress.improving(min_t=2.0, now=True, short=False)
+            # while the reward still rises, groups losing their spread are mostly prompts being solved: the same
+            # test of progress the entropy gauge uses (a noisy reward rarely climbs at t >= 3 in 120 steps)
+            solved = self.progress.improving() or self.progress.improving(min_t=2.0, now=True, short=False)
             self.check("zero-std-high", ze > p["zero_std_warn"] and not solved, "warn", "frac_reward_zero_std", f,
                        lambda: f"{ze:.0%} of groups have zero reward variance: the learning signal is vanishing "
                        "(prompts too easy or too hard). Filter prompts by difficulty or raise num_generations.",

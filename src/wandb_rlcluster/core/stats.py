@@ -119,6 +119,18 @@ def median(values: Iterable[float]) -> float:
     return s[mid] if n % 2 else 0.5 * (s[mid - 1] + s[mid])
 
 
+def poisson_tail(k: int, lam: float) -> float:
+    """P(X >= k) for X ~ Poisson(``lam``): how surprising ``k`` events are where ``lam`` were expected."""
+    if k <= 0:
+        return 1.0
+    term = math.exp(-lam)
+    cdf = term
+    for i in range(1, k):
+        term *= lam / i
+        cdf += term
+    return max(1.0 - cdf, 0.0)
+
+
 def robust_z(x: float, window: RollingWindow, floor: float = 1e-12) -> float:
     """How many robust sigmas ``x`` lies from the window's median."""
     if len(window) < 5:
