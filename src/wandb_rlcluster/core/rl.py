@@ -855,9 +855,11 @@ class KLGauge(Gauge):
     are not the same quantity. The level lines (0.5 / 1.0 per token) come last:
     ``kl-growing`` reads the slope and its acceleration against the series' own
     noise and fires while KL is still below the warn line, either within one window
-    or, where the run's planned length is known, by its end (``grow_end`` times the
-    line; 0 turns that off), the slope then read over ``grow_span_share`` of the run
-    too, so a wander of the noise is not carried a thousand rows on; ``kl-noisy``
+    or, where the run's planned length is known, before its end (``grow_end`` times
+    the line; 0 turns that off): the slope then also read over ``grow_span_share`` of
+    the run, carried no further ahead than the run has gone, and only while the climb
+    is not slowing (``grow_end_keep``), so neither a wander nor a KL that rises early
+    and levels off is projected past the line; ``kl-noisy``
     compares the row-to-row noise with KL's own (median) level and with its noise
     early in the run (and counts negative estimates). A single-step spike gone the
     next row is ``info``; spikes that repeat are a warning: ``spike_repeat`` within
@@ -874,7 +876,8 @@ class KLGauge(Gauge):
     defaults = {"warn": 0.5, "stop": 1.0, "for": 3, "clear": 10, "near_zero": 1e-4, "near_zero_rows": 50,
                 "negative": -0.01, "spike_z": 10.0, "spike_min": 0.1, "start_rows": 5, "spike_repeat": 3,
                 "spike_repeat_rows": 25, "spike_repeat_p": 1e-3, "grow_rows": 20, "grow_t": 4.0, "grow_min": 0.2,
-                "grow_accel": 1.3, "grow_accel_max": 3.0, "grow_for": 3, "grow_end": 1.0, "grow_span_share": 0.125,
+                "grow_accel": 1.3, "grow_accel_max": 3.0, "grow_for": 3, "grow_end": 1.0, "grow_end_keep": 0.9,
+                "grow_span_share": 0.125,
                 "noisy_ratio": 3.0, "noisy_cv": 0.3, "noisy_negative": 0.2, "noisy_for": 5, "noisy_min": 0.01,
                 "noisy_c": 3.0, "noisy_p1": 0.3, "noisy_h": 8.0}
     family_defaults = {
@@ -991,7 +994,7 @@ class KLGauge(Gauge):
         land close together by chance."""
         p = self.p
         w = p["spike_repeat_rows"]
-        before = self.spikes_seen - count
+        before = max(self.spikes_seen - count, 0)  # a checkpoint from before the rate was kept has none
         rows_before = max(n - w - self.spike_from, 0)
         lam = w * (before + 0.5) / (rows_before + 100.0)  # half a spike per 100 rows a priori
         return poisson_tail(count, lam) < p["spike_repeat_p"]
@@ -1016,13 +1019,22 @@ class KLGauge(Gauge):
         d["kl_projected"] = projected
         # where the slope over the longer window takes it by the end of the run, when the run's length is known: a
         # slow climb in a long run reaches the line long after one window, and is as much a runaway
+        # Carried no further ahead than the run has already gone, and only while the climb is not slowing (the last
+        # 20 rows' slope at least `grow_end_keep` of the last 40's) and the span is full: a healthy KL rises early
+        # and then levels off, and a straight line from its early slope crosses a line it never reaches.
         left = max(self.planned_rows - self.rows_seen, 0.0)
-        by_end = e + min(s2, self.span.slope()) * left if p["grow_end"] > 0 and left > w else -math.inf
+        ahead = min(left, float(self.rows_seen))
+        s_end = min(s2, self.span.slope())
+        climbing = s1 >= p["grow_end_keep"] * s2 and self.span.full
+        by_end = e + s_end * ahead if p["grow_end"] > 0 and ahead > w and climbing else -math.inf
+        line_end = p["grow_end"] * p["warn"]
         soon = projected >= p["warn"]
-        growing = (t >= p["grow_t"] and e >= p["grow_min"] * p["warn"]
-                   and (soon or by_end >= p["grow_end"] * p["warn"]))
+        growing = t >= p["grow_t"] and e >= p["grow_min"] * p["warn"] and (soon or by_end >= line_end)
+        when = ("by the end of the run" if ahead >= left
+                else f"within {ahead:.0f} logged steps, as long as it has run so far")
         why = (f"{'accelerating and ' if accel else ''}on course to pass {p['warn']} within about {w} logged steps"
-               if soon else f"on course to pass {p['warn']} by the end of the run (about {left:.0f} logged steps left)")
+               if soon else f"still climbing ({s_end:+.3g} per logged step over the last {self.span.size}), on "
+               f"course to pass {line_end:.3g} {when} (about {left:.0f} logged steps left)")
         self.check("kl-growing", growing, "warn", key, kl,
                    lambda: f"{key} is growing ({e:.3g} now, {s1:+.3g} per logged step, trend t={t:.0f}) and {why}: "
                    "runaway policy drift, caught before the level line. Raise beta or lower the learning rate now; "
@@ -1658,8 +1670,9 @@ class RewardSignalGauge(Gauge):
     contributes nothing; ``frac_reward_zero_std`` is the robust measure (the
     meaning of ``reward_std`` changed across TRL versions, so it is used only
     when the fraction is not logged). Over half the groups without spread is a
-    warning while the reward is not improving; while it still rises (the
-    entropy gauge's test of progress) they are prompts being solved: ``info``.
+    warning while the reward is not improving; while it has been rising over
+    the run (the entropy gauge's test of progress) they are prompts being
+    solved: ``info``.
     """
 
     id = "reward_signal"
@@ -1712,9 +1725,9 @@ class RewardSignalGauge(Gauge):
                        lambda: f"every group has identical rewards for {p['stop_for']} logged steps: advantages "
                        "are all zero and the policy receives no gradient. The task is either solved or "
                        "impossible for this model: change the prompts or the reward.", for_=p["stop_for"])
-            # while the reward still rises, groups losing their spread are mostly prompts being solved: the same
-            # test of progress the entropy gauge uses (a noisy reward rarely climbs at t >= 3 in 120 steps)
-            solved = self.progress.improving() or self.progress.improving(min_t=2.0, now=True, short=False)
+            # while the reward has been rising over the run, groups losing their spread are mostly prompts being
+            # solved: the test of progress the entropy gauge uses (a noisy reward rarely climbs at t >= 3 in 120 steps)
+            solved = self.progress.improving()
             self.check("zero-std-high", ze > p["zero_std_warn"] and not solved, "warn", "frac_reward_zero_std", f,
                        lambda: f"{ze:.0%} of groups have zero reward variance: the learning signal is vanishing "
                        "(prompts too easy or too hard). Filter prompts by difficulty or raise num_generations.",

@@ -123,6 +123,8 @@ def poisson_tail(k: int, lam: float) -> float:
     """P(X >= k) for X ~ Poisson(``lam``): how surprising ``k`` events are where ``lam`` were expected."""
     if k <= 0:
         return 1.0
+    if lam <= 0:
+        return 0.0
     term = math.exp(-lam)
     cdf = term
     for i in range(1, k):
