@@ -903,7 +903,7 @@ class KLGauge(Gauge):
         self.neg_base = Baseline(10)
         self.spike_rows: list[int] = []
         self.spikes_seen = 0  # every spike so far: the run's own spike rate
-        self.spike_from = -1  # the row spikes were first counted on
+        self.spike_from = -1  # the first row the spike test was armed on (the rate's denominator starts there)
         self.start_checked = False
         self.note = ""
 
@@ -1017,11 +1017,11 @@ class KLGauge(Gauge):
         # where the current slope (steeper still if it is accelerating) takes KL within one window
         projected = e + s1 * w * (min(s1 / s2, p["grow_accel_max"]) if accel else 1.0)
         d["kl_projected"] = projected
-        # where the slope over the longer window takes it by the end of the run, when the run's length is known: a
-        # slow climb in a long run reaches the line long after one window, and is as much a runaway
-        # Carried no further ahead than the run has already gone, and only while the climb is not slowing (the last
-        # 20 rows' slope at least `grow_end_keep` of the last 40's) and the span is full: a healthy KL rises early
-        # and then levels off, and a straight line from its early slope crosses a line it never reaches.
+        # Where the run's length is known, a slow climb in a long run reaches the line long after one window and is
+        # as much a runaway: the slope (the milder of the last 40 rows' and the span's) is carried towards the end,
+        # but no further ahead than the run has already gone, and only while the climb is not slowing (the last 20
+        # rows' slope at least `grow_end_keep` of the last 40's) and the span is full: a healthy KL rises early and
+        # then levels off, and a straight line from its early slope crosses a line it never reaches.
         left = max(self.planned_rows - self.rows_seen, 0.0)
         ahead = min(left, float(self.rows_seen))
         s_end = min(s2, self.span.slope())
@@ -1030,13 +1030,18 @@ class KLGauge(Gauge):
         line_end = p["grow_end"] * p["warn"]
         soon = projected >= p["warn"]
         growing = t >= p["grow_t"] and e >= p["grow_min"] * p["warn"] and (soon or by_end >= line_end)
-        when = ("by the end of the run" if ahead >= left
-                else f"within {ahead:.0f} logged steps, as long as it has run so far")
-        why = (f"{'accelerating and ' if accel else ''}on course to pass {p['warn']} within about {w} logged steps"
-               if soon else f"still climbing ({s_end:+.3g} per logged step over the last {self.span.size}), on "
-               f"course to pass {line_end:.3g} {when} (about {left:.0f} logged steps left)")
+
+        def why() -> str:  # only when the rule fires: this runs on every row past the warm-up
+            if soon:
+                return (f"{'accelerating and ' if accel else ''}on course to pass {p['warn']} within about {w} logged "
+                        "steps")
+            when = ("by the end of the run" if ahead >= left
+                    else f"within {ahead:.0f} logged steps, as long as it has run so far")
+            return (f"still climbing ({s_end:+.3g} per logged step over the last {self.span.size}), on course to pass "
+                    f"{line_end:.3g} {when} (about {left:.0f} logged steps left)")
+
         self.check("kl-growing", growing, "warn", key, kl,
-                   lambda: f"{key} is growing ({e:.3g} now, {s1:+.3g} per logged step, trend t={t:.0f}) and {why}: "
+                   lambda: f"{key} is growing ({e:.3g} now, {s1:+.3g} per logged step, trend t={t:.0f}) and {why()}: "
                    "runaway policy drift, caught before the level line. Raise beta or lower the learning rate now; "
                    "in PPO check that clipping is working.", for_=p["grow_for"], clear=p["clear"])
 
@@ -1058,7 +1063,7 @@ class KLGauge(Gauge):
             return
         # the level is a median: one estimate 1000x the rest (heavy-tailed k3) must not make the noise look small
         # against it for 20 rows, and set a reference that the ordinary noise later stands 6x above
-        level = self.win.robust()[0] if len(self.win) >= 10 else self.recent.mean_y()
+        level = self.win.robust()[0]  # 19+ values here: the window is pushed on every row the growth rule reads
         sig = self.noise.sigma(robust=True)
         cv = sig / max(abs(level), 1e-3 * p["warn"])
         neg = self.negatives.mean()
