@@ -664,3 +664,36 @@ def test_the_planned_length_is_read_from_the_logging_interval(steps, max_steps, 
     assert kl.planned_rows == pytest.approx(rows, rel=0.1)
     assert (kl.cusum.win.size < 20) is short
     assert ratio.clip_trend.size == max(20, round(0.05 * rows))
+
+
+def _two_component_run(acc: Callable[[int], float], gold_drift: Callable[[int], float]) -> list[Row]:
+    """GRPO with a correctness and a format reward; the gold scores what the correctness reward scores (it
+    shares its batch noise) plus ``gold_drift``: the part of the gold the trained reward does not see."""
+
+    def make(i: int, g: random.Random) -> Row:
+        batch = g.gauss(0, 0.04)  # an easy or a hard batch moves the correctness reward and the gold together
+        a = acc(i) + batch
+        f = 0.4 + 0.5 * min(1.0, i / 120) + g.gauss(0, 0.02)  # the format reward carries the total's rise
+        row = grpo(i, g, reward=a + f)
+        row["reward"] = a + f
+        return {**row, "rewards/acc/mean": a, "rewards/acc/std": 0.4, "rewards/fmt/mean": f, "rewards/fmt/std": 0.3,
+                "rewards/gold/mean": 0.8 * a + gold_drift(i) + g.gauss(0, 0.01)}
+
+    return build(make)
+
+
+def test_gold_dipping_with_its_own_component_is_not_over_optimisation():
+    """The correctness reward dips (a harder slice of prompts) while the format reward keeps the total rising:
+    the gold dips with the component it shares noise with. Read against the total alone, that is proxy up and
+    gold down; read against its component, nothing diverged."""
+    rows = _two_component_run(lambda i: 0.3 - 0.12 * math.sin(math.pi * min(1.0, i / 200)), lambda i: 0.0)
+    gold = {"reward": {"gold": ["gold"]}}
+    naive = {"reward": {"gold": ["gold"], "gold_explained_se": 0.0}}
+    assert found(rows, "grpo", "proxy-gold-divergence", params=naive)  # the stream does show proxy up, gold down
+    assert not found(rows, "grpo", "proxy-gold-divergence", params=gold)
+
+
+def test_gold_falling_while_its_component_rises_is_over_optimisation():
+    rows = _two_component_run(lambda i: 0.3 + 0.15 * ramp(i), lambda i: -0.2 * ramp(i))
+    hits = found(rows, "grpo", "proxy-gold-divergence", params={"reward": {"gold": ["gold"]}})
+    assert hits and hits[0].step >= ONSET

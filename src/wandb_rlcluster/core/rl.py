@@ -313,7 +313,8 @@ class RewardGauge(Gauge):
     moves with it. Signals that never look at a trusted reward cannot tell hacking from learning, so
     a user can name held-out *gold* reward functions (TRL: weight 0 in ``reward_weights``, still
     logged as ``rewards/<fn>/mean``): the trained ``reward`` is the proxy, and the proxy rising while
-    the gold stalls or falls is over-optimisation (Gao et al. 2023). Without gold, the per-function
+    the gold stalls or falls is over-optimisation (Gao et al. 2023), unless the gold only moved with the trained
+    component whose batch noise it shares (``gold_explained_se``). Without gold, the per-function
     rewards still show one component carrying the whole rise (``info``: a format reward is usually
     learned long before correctness), or pinned at its ceiling while the others stay flat for 50
     logged steps (``warn``: that component gives no signal any more and nothing else is learned).
@@ -341,6 +342,7 @@ class RewardGauge(Gauge):
         "drop_within": 50, "drop_gain_sigma": 3.0,
         "gold": [], "gold_stall_rows": 15, "gold_gap_sigma": 3.0, "gold_for": 10, "gold_stall_t": 0.5, "gold_half": 0,
         "gold_alpha": 0.1, "gold_drop_se": 4.0, "gold_drop_for": 5, "gold_rho": 0.3, "gold_noise_rows": 60,
+        "gold_explained_se": 2.0,
         "component_gain_sigma": 4.0, "component_flat_sigma": 1.0, "component_for": 10, "component_dead": 0.01,
         "saturated_for": 50,
         "margin_collapse": 0.5, "margin_peak_min": 0.2, "accuracy_chance": 0.55, "dpo_min_rows": 30,
@@ -390,6 +392,9 @@ class RewardGauge(Gauge):
         self.proxy_half = HalfRunTrend()
         self.half_from = [0, 0]  # steps where the half-run spans (previous, current) began
         self.half_levels = [0.0, 0.0, 0.0, 0.0]  # proxy and gold EWMAs there: (prev proxy, prev gold, cur ...)
+        # the proxy components' EWMAs where the gold peaked, and where the half-run spans began (prev, cur)
+        self.comps_at_gold_peak: dict[str, float] = {}
+        self.comps_at_half: list[dict[str, float]] = [{}, {}]
         self.coupling = GoldCoupling(self.p["gold_noise_rows"], self.p["gold_alpha"])
         self.gold_runs = [0, 0]  # consecutive rows the (after-peak, coupled) divergence has held
         self.components: dict[str, _Component] = {}
@@ -630,13 +635,15 @@ class RewardGauge(Gauge):
         self.gold_half.push(g)
         self.proxy_half.push(v[key])
         k = self.gold_half.n
-        if k >= 4 and k & (k - 1) == 0:
+        new_half = k >= 4 and k & (k - 1) == 0
+        if new_half:
             self.half_from = [self.half_from[1], self.step]
             self.half_levels = [*self.half_levels[2:], e, ge]
         if not self.gold_first.full:
             self.gold_first.push(g)
         n = self.reward_rows
-        if ge > self.gold_peak:
+        peaked = ge > self.gold_peak
+        if peaked:
             self.gold_peak, self.gold_peak_step, self.gold_peak_row, self.proxy_at_gold_peak = ge, self.step, n, e
         d["gold"] = g
         d["gold_ewma"] = ge
@@ -645,6 +652,10 @@ class RewardGauge(Gauge):
         proxies[key] = v[key]
         cp = self.coupling
         cp.push(self.step, g, proxies)
+        if peaked:
+            self.comps_at_gold_peak = dict(cp.ep)
+        if new_half:
+            self.comps_at_half = [self.comps_at_half[1], dict(cp.ep)]
         if not (self.first.full and self.gold_first.full):
             return
         proxy_sigma = max(self.first.std(), _floor(self.first.mean()))
@@ -660,17 +671,19 @@ class RewardGauge(Gauge):
         t = self.proxy_trend.t_stat()
         gt = self.gold_trend.t_stat()
         d["gold_trend_t"] = gt
+        se = _EWMA10_SD * math.sqrt(2.0)
         after_peak = (stall >= p["gold_stall_rows"] and since >= p["gold_gap_sigma"] and t >= 2.0
-                      and gt <= p["gold_stall_t"])
+                      and gt <= p["gold_stall_t"]
+                      and not self._gold_follows(key, self.gold_peak, ge, self.comps_at_gold_peak, gold_sigma * se))
         # the same over the second half of the run so far (a noisy gold's EWMA peak sits high by chance): the
         # proxy's EWMA rose clearly, the gold's did not, and their trends agree
         pht, ght = self.proxy_half.t_stat(), self.gold_half.t_stat()
         d["gold_half_t"] = ght
-        se = _EWMA10_SD * math.sqrt(2.0)
         proxy_rise = (e - self.half_levels[0]) / (proxy_sigma * se)
         gold_rise = (ge - self.half_levels[1]) / (gold_sigma * se)
         over_half = (self.gold_half.rows() >= 20 and pht >= 2.0 and ght <= p["gold_stall_t"]
-                     and proxy_rise >= p["gold_gap_sigma"] and gold_rise <= 0.0)
+                     and proxy_rise >= p["gold_gap_sigma"] and gold_rise <= 0.0
+                     and not self._gold_follows(key, self.half_levels[1], ge, self.comps_at_half[0], gold_sigma * se))
         drop, ref = cp.drop()
         d["gold_drop"] = drop
         # the gold below its best level relative to the component it moves with, while the proxy has not fallen
@@ -698,6 +711,22 @@ class RewardGauge(Gauge):
                    f"({gap:.1f} sigma of their early noise). The policy is learning the proxy's loopholes, not the "
                    f"task: keep the checkpoint from step {pstep}, then raise beta, fix the proxy, or stop earlier.",
                    clear=10)
+
+    def _gold_follows(self, key: str, gold_then: float, gold_now: float, comps_then: Mapping[str, float],
+                      se: float) -> bool:
+        """The gold moved with the trained component whose batch noise it shares: not over-optimisation.
+
+        A healthy run's correctness reward can dip (a harder slice of prompts) while a format reward keeps the
+        total rising; the gold dips with the correctness reward, and the total-vs-gold reading calls that
+        divergence. Over-optimisation is the gold *not* following: read against its component (``gold - beta *
+        component``), the gold fell by less than ``gold_explained_se`` standard errors of its EWMA.
+        """
+        cp = self.coupling
+        m, lim = cp.match, self.p["gold_explained_se"]
+        if lim <= 0 or not m or m == key or cp.rho < self.p["gold_rho"] or m not in comps_then or m not in cp.ep:
+            return False
+        unexplained = (gold_then - gold_now) - cp.beta * (comps_then[m] - cp.ep[m])
+        return unexplained < lim * se
 
     def _components(self, v: Mapping[str, float]) -> None:
         """Without gold: one reward function carrying the whole rise, or pinned at its ceiling, the others flat."""
