@@ -341,7 +341,7 @@ class RewardGauge(Gauge):
         "shift_k": 1.0, "shift_h": 12.0, "shift_alpha": 0.05, "drop_share": 0.4, "drop_sigma": 4.0, "drop_for": 5,
         "drop_within": 50, "drop_gain_sigma": 3.0,
         "gold": [], "gold_stall_rows": 15, "gold_gap_sigma": 3.0, "gold_for": 10, "gold_stall_t": 0.5, "gold_half": 0,
-        "gold_alpha": 0.1, "gold_drop_se": 4.0, "gold_drop_for": 5, "gold_rho": 0.3, "gold_noise_rows": 60,
+        "gold_alpha": 0.1, "gold_drop_se": 4.0, "gold_drop_for": 3, "gold_rho": 0.3, "gold_noise_rows": 60,
         "gold_explained_se": 2.0,
         "component_gain_sigma": 4.0, "component_flat_sigma": 1.0, "component_for": 10, "component_dead": 0.01,
         "saturated_for": 50,
