@@ -666,14 +666,15 @@ def test_the_planned_length_is_read_from_the_logging_interval(steps, max_steps, 
     assert ratio.clip_trend.size == max(20, round(0.05 * rows))
 
 
-def _two_component_run(acc: Callable[[int], float], gold_drift: Callable[[int], float]) -> list[Row]:
+def _two_component_run(acc: Callable[[int], float], gold_drift: Callable[[int], float],
+                       fmt: Callable[[int], float] = lambda i: 0.0) -> list[Row]:
     """GRPO with a correctness and a format reward; the gold scores what the correctness reward scores (it
     shares its batch noise) plus ``gold_drift``: the part of the gold the trained reward does not see."""
 
     def make(i: int, g: random.Random) -> Row:
         batch = g.gauss(0, 0.04)  # an easy or a hard batch moves the correctness reward and the gold together
         a = acc(i) + batch
-        f = 0.4 + 0.5 * min(1.0, i / 120) + g.gauss(0, 0.02)  # the format reward carries the total's rise
+        f = 0.4 + 0.5 * min(1.0, i / 120) + fmt(i) + g.gauss(0, 0.02)  # the format reward carries the total's rise
         row = grpo(i, g, reward=a + f)
         row["reward"] = a + f
         return {**row, "rewards/acc/mean": a, "rewards/acc/std": 0.4, "rewards/fmt/mean": f, "rewards/fmt/std": 0.3,
@@ -682,18 +683,58 @@ def _two_component_run(acc: Callable[[int], float], gold_drift: Callable[[int], 
     return build(make)
 
 
-def test_gold_dipping_with_its_own_component_is_not_over_optimisation():
-    """The correctness reward dips (a harder slice of prompts) while the format reward keeps the total rising:
-    the gold dips with the component it shares noise with. Read against the total alone, that is proxy up and
-    gold down; read against its component, nothing diverged."""
-    rows = _two_component_run(lambda i: 0.3 - 0.12 * math.sin(math.pi * min(1.0, i / 200)), lambda i: 0.0)
+@pytest.mark.parametrize("seed", range(3))
+def test_a_format_reward_learned_first_while_the_gold_stalls_with_correctness_is_quiet(seed):
+    """The format reward is learned first (the total rises 0.5) while correctness, and the gold that scores the same
+    thing, stay flat: read against the total that is "proxy up, gold stalled"; read against the component the
+    gold shares its batch noise with, nothing diverged. The gate is what keeps it quiet."""
+    rows = _format_first_run(seed)
     gold = {"reward": {"gold": ["gold"]}}
-    naive = {"reward": {"gold": ["gold"], "gold_explained_se": 0.0}}
-    assert found(rows, "grpo", "proxy-gold-divergence", params=naive)  # the stream does show proxy up, gold down
+    assert found(rows, "grpo", "proxy-gold-divergence", params={"reward": {"gold": ["gold"], "gold_explained_se": 0}})
     assert not found(rows, "grpo", "proxy-gold-divergence", params=gold)
 
 
+def _format_first_run(seed: int) -> list[Row]:
+    def make(i: int, g: random.Random) -> Row:
+        batch = g.gauss(0, 0.04)
+        a = 0.3 + batch
+        f = 0.4 + 0.5 * min(1.0, i / 120) + g.gauss(0, 0.02)
+        row = grpo(i, g, reward=a + f)
+        row["reward"] = a + f
+        return {**row, "rewards/acc/mean": a, "rewards/acc/std": 0.4, "rewards/fmt/mean": f, "rewards/fmt/std": 0.3,
+                "rewards/gold/mean": 0.8 * a + g.gauss(0, 0.01)}
+
+    return build(make, seed=seed)
+
+
+def _flat_format(i: int) -> float:
+    return -0.5 * min(1.0, i / 120)  # cancels the format reward's early rise: the total moves with correctness only
+
+
 def test_gold_falling_while_its_component_rises_is_over_optimisation():
-    rows = _two_component_run(lambda i: 0.3 + 0.15 * ramp(i), lambda i: -0.2 * ramp(i))
+    rows = _two_component_run(lambda i: 0.3 + 0.15 * ramp(i), lambda i: -0.2 * ramp(i), fmt=_flat_format)
     hits = found(rows, "grpo", "proxy-gold-divergence", params={"reward": {"gold": ["gold"]}})
     assert hits and hits[0].step >= ONSET
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_correctness_traded_for_a_gamed_format_reward_is_over_optimisation(seed):
+    """The policy games the format reward after the onset and gives up correctness for it: the total keeps rising,
+    the correctness reward and the gold, which scores the same thing, fall together. The gold moving *with* a
+    trained component must not excuse it (a gate that did so was reverted after a review found this stream
+    silent)."""
+    rows = _two_component_run(lambda i: 0.3 + 0.1 * min(i, ONSET) / ONSET - 0.12 * ramp(i), lambda i: 0.0,
+                              fmt=lambda i: -0.3 * min(1.0, i / 120) + 0.4 * ramp(i))
+    hits = found(rows, "grpo", "proxy-gold-divergence", params={"reward": {"gold": ["gold"]}})
+    assert hits and hits[0].step >= ONSET
+
+
+def test_a_reward_function_logged_as_nan_on_some_rows_does_not_break_the_gold_reading():
+    """TRL logs NaN for a reward function that returned None for the whole batch; the gold's matched component
+    missing on a row must not raise (it used to: a KeyError that lost the row for every later gauge)."""
+    rows = _two_component_run(lambda i: 0.3 + 0.15 * ramp(i), lambda i: -0.2 * ramp(i), fmt=_flat_format)
+    rows = [dict(r, **{"rewards/acc/mean": math.nan}) if i % 7 == 3 else
+            {k: v for k, v in r.items() if k != "rewards/acc/mean"} if i % 11 == 5 else r for i, r in enumerate(rows)]
+    cluster = analyze_rows(rows, trainer="grpo", params={"reward": {"gold": ["gold"]}})
+    assert cluster.gauges["reward"].coupling.match in ("rewards/acc/mean", "reward")
+    assert any(f.rule == "proxy-gold-divergence" and f.step >= ONSET for f in cluster.findings)

@@ -256,11 +256,13 @@ class GoldCoupling:
                 best, rho_b, beta = k, rho, cxy / cxx
                 se = math.sqrt(max(cyy - beta * cxy, 0.0) / max(m - 2, 1.0) / cxx)
         self.match, self.rho, self.beta, self.beta_se = best, rho_b, beta, se
-        if best:
+        if best in proxies:
             u = g - beta * proxies[best]
             if self.last_u == self.last_u:
                 self.noise.push(u - self.last_u)
             self.last_u = u
+        elif best:  # the matched function is missing or NaN on this row (TRL logs NaN for one that returned None)
+            self.last_u = math.nan
 
     def drop(self, inflate: float = 1.25, z_ref: float = 1.0, min_rows: int = 8) -> tuple[float, list[Any] | None]:
         """How far (in standard errors) gold - beta * component now sits below its best octave, and that octave."""
@@ -313,8 +315,9 @@ class RewardGauge(Gauge):
     moves with it. Signals that never look at a trusted reward cannot tell hacking from learning, so
     a user can name held-out *gold* reward functions (TRL: weight 0 in ``reward_weights``, still
     logged as ``rewards/<fn>/mean``): the trained ``reward`` is the proxy, and the proxy rising while
-    the gold stalls or falls is over-optimisation (Gao et al. 2023), unless the gold only moved with the trained
-    component whose batch noise it shares (``gold_explained_se``). Without gold, the per-function
+    the gold stalls or falls is over-optimisation (Gao et al. 2023), unless the gold only stalled with the trained
+    component whose batch noise it shares while another one carries the rise (``gold_explained_se``,
+    ``gold_stall_se``). Without gold, the per-function
     rewards still show one component carrying the whole rise (``info``: a format reward is usually
     learned long before correctness), or pinned at its ceiling while the others stay flat for 50
     logged steps (``warn``: that component gives no signal any more and nothing else is learned).
@@ -342,7 +345,7 @@ class RewardGauge(Gauge):
         "drop_within": 50, "drop_gain_sigma": 3.0,
         "gold": [], "gold_stall_rows": 15, "gold_gap_sigma": 3.0, "gold_for": 10, "gold_stall_t": 0.5, "gold_half": 0,
         "gold_alpha": 0.1, "gold_drop_se": 4.0, "gold_drop_for": 3, "gold_rho": 0.3, "gold_noise_rows": 60,
-        "gold_explained_se": 2.0,
+        "gold_explained_se": 2.0, "gold_stall_se": 4.0,
         "component_gain_sigma": 4.0, "component_flat_sigma": 1.0, "component_for": 10, "component_dead": 0.01,
         "saturated_for": 50,
         "margin_collapse": 0.5, "margin_peak_min": 0.2, "accuracy_chance": 0.55, "dpo_min_rows": 30,
@@ -392,7 +395,7 @@ class RewardGauge(Gauge):
         self.proxy_half = HalfRunTrend()
         self.half_from = [0, 0]  # steps where the half-run spans (previous, current) began
         self.half_levels = [0.0, 0.0, 0.0, 0.0]  # proxy and gold EWMAs there: (prev proxy, prev gold, cur ...)
-        # the proxy components' EWMAs where the gold peaked, and where the half-run spans began (prev, cur)
+        # the trained components' EWMAs where the gold peaked, and where the half-run spans began (prev, cur)
         self.comps_at_gold_peak: dict[str, float] = {}
         self.comps_at_half: list[dict[str, float]] = [{}, {}]
         self.coupling = GoldCoupling(self.p["gold_noise_rows"], self.p["gold_alpha"])
@@ -534,7 +537,7 @@ class RewardGauge(Gauge):
         if self.gold_keys:
             self.proxy_trend.push(float(n), r)
             self._gold(v, key, e)
-            if self.gold_peak == -math.inf and n >= 5:  # a typo in the name must not look like a silent gold
+            if not len(self.gold_first) and n >= 5:  # a typo in the name must not look like a silent gold
                 self.note = (f"gold reward {self.gold_names} not in the log (expected "
                              f"{', '.join(self.gold_keys)})")
             elif self.note.startswith("gold reward"):
@@ -642,12 +645,13 @@ class RewardGauge(Gauge):
         if not self.gold_first.full:
             self.gold_first.push(g)
         n = self.reward_rows
-        peaked = ge > self.gold_peak
+        # the peak of an EWMA that has seen a handful of rows is one noisy row: track it once the start is in
+        peaked = ge > self.gold_peak and self.gold_first.full
         if peaked:
             self.gold_peak, self.gold_peak_step, self.gold_peak_row, self.proxy_at_gold_peak = ge, self.step, n, e
         d["gold"] = g
         d["gold_ewma"] = ge
-        d["gold_peak"] = self.gold_peak
+        d["gold_peak"] = self.gold_peak if self.gold_peak > -math.inf else ge
         proxies = {mk: v[mk] for _, mk, _ in self._comp_keys if mk in v and finite(v[mk])}
         proxies[key] = v[key]
         cp = self.coupling
@@ -714,19 +718,22 @@ class RewardGauge(Gauge):
 
     def _gold_follows(self, key: str, gold_then: float, gold_now: float, comps_then: Mapping[str, float],
                       se: float) -> bool:
-        """The gold moved with the trained component whose batch noise it shares: not over-optimisation.
+        """The gold stalled with the trained component whose batch noise it shares while another one carries the
+        total's rise: a format reward learned before correctness, not over-optimisation.
 
-        A healthy run's correctness reward can dip (a harder slice of prompts) while a format reward keeps the
-        total rising; the gold dips with the correctness reward, and the total-vs-gold reading calls that
-        divergence. Over-optimisation is the gold *not* following: read against its component (``gold - beta *
-        component``), the gold fell by less than ``gold_explained_se`` standard errors of its EWMA.
+        Read against its component (``gold - beta * component``), the gold has not fallen by
+        ``gold_explained_se`` standard errors of its EWMA, and the gold itself sits within ``gold_stall_se`` of
+        them of where it stood: a stall, not a fall. A gold falling with its component while the total rises is
+        correctness given up for a gamed reward, and still fires (a review found a gate without that second
+        reading silent on it).
         """
         cp = self.coupling
         m, lim = cp.match, self.p["gold_explained_se"]
         if lim <= 0 or not m or m == key or cp.rho < self.p["gold_rho"] or m not in comps_then or m not in cp.ep:
             return False
-        unexplained = (gold_then - gold_now) - cp.beta * (comps_then[m] - cp.ep[m])
-        return unexplained < lim * se
+        fall = gold_then - gold_now
+        unexplained = fall - cp.beta * (comps_then[m] - cp.ep[m])
+        return unexplained < lim * se and fall < self.p["gold_stall_se"] * se
 
     def _components(self, v: Mapping[str, float]) -> None:
         """Without gold: one reward function carrying the whole rise, or pinned at its ceiling, the others flat."""
