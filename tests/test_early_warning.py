@@ -667,7 +667,7 @@ def test_the_planned_length_is_read_from_the_logging_interval(steps, max_steps, 
 
 
 def _two_component_run(acc: Callable[[int], float], gold_drift: Callable[[int], float],
-                       fmt: Callable[[int], float] = lambda i: 0.0) -> list[Row]:
+                       fmt: Callable[[int], float] = lambda i: 0.0, seed: int = 0) -> list[Row]:
     """GRPO with a correctness and a format reward; the gold scores what the correctness reward scores (it
     shares its batch noise) plus ``gold_drift``: the part of the gold the trained reward does not see."""
 
@@ -680,7 +680,7 @@ def _two_component_run(acc: Callable[[int], float], gold_drift: Callable[[int], 
         return {**row, "rewards/acc/mean": a, "rewards/acc/std": 0.4, "rewards/fmt/mean": f, "rewards/fmt/std": 0.3,
                 "rewards/gold/mean": 0.8 * a + gold_drift(i) + g.gauss(0, 0.01)}
 
-    return build(make)
+    return build(make, seed=seed)
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -688,23 +688,10 @@ def test_a_format_reward_learned_first_while_the_gold_stalls_with_correctness_is
     """The format reward is learned first (the total rises 0.5) while correctness, and the gold that scores the same
     thing, stay flat: read against the total that is "proxy up, gold stalled"; read against the component the
     gold shares its batch noise with, nothing diverged. The gate is what keeps it quiet."""
-    rows = _format_first_run(seed)
+    rows = _two_component_run(lambda i: 0.3, lambda i: 0.0, seed=seed)
     gold = {"reward": {"gold": ["gold"]}}
     assert found(rows, "grpo", "proxy-gold-divergence", params={"reward": {"gold": ["gold"], "gold_explained_se": 0}})
     assert not found(rows, "grpo", "proxy-gold-divergence", params=gold)
-
-
-def _format_first_run(seed: int) -> list[Row]:
-    def make(i: int, g: random.Random) -> Row:
-        batch = g.gauss(0, 0.04)
-        a = 0.3 + batch
-        f = 0.4 + 0.5 * min(1.0, i / 120) + g.gauss(0, 0.02)
-        row = grpo(i, g, reward=a + f)
-        row["reward"] = a + f
-        return {**row, "rewards/acc/mean": a, "rewards/acc/std": 0.4, "rewards/fmt/mean": f, "rewards/fmt/std": 0.3,
-                "rewards/gold/mean": 0.8 * a + g.gauss(0, 0.01)}
-
-    return build(make, seed=seed)
 
 
 def _flat_format(i: int) -> float:
@@ -721,8 +708,8 @@ def test_gold_falling_while_its_component_rises_is_over_optimisation():
 def test_correctness_traded_for_a_gamed_format_reward_is_over_optimisation(seed):
     """The policy games the format reward after the onset and gives up correctness for it: the total keeps rising,
     the correctness reward and the gold, which scores the same thing, fall together. The gold moving *with* a
-    trained component must not excuse it (a gate that did so was reverted after a review found this stream
-    silent)."""
+    trained component must not excuse it (a first gate did; a review found this stream silent, and the gate
+    was narrowed to stalls)."""
     rows = _two_component_run(lambda i: 0.3 + 0.1 * min(i, ONSET) / ONSET - 0.12 * ramp(i), lambda i: 0.0,
                               fmt=lambda i: -0.3 * min(1.0, i / 120) + 0.4 * ramp(i))
     hits = found(rows, "grpo", "proxy-gold-divergence", params={"reward": {"gold": ["gold"]}})
