@@ -725,3 +725,37 @@ def test_a_reward_function_logged_as_nan_on_some_rows_does_not_break_the_gold_re
     cluster = analyze_rows(rows, trainer="grpo", params={"reward": {"gold": ["gold"]}})
     assert cluster.gauges["reward"].coupling.match in ("rewards/acc/mean", "reward")
     assert any(f.rule == "proxy-gold-divergence" and f.step >= ONSET for f in cluster.findings)
+
+
+def _sft_loss(i: int, g: random.Random, swing: float, onset: int = 25, period: float = 9.0) -> Row:
+    """An SFT loss falling to its floor with a drop at the second epoch (row 45) and heavy-tailed batch noise; from
+    ``onset`` it stops converging and swings by ``swing`` with ``period`` rows."""
+    lat = (2.0 * math.exp(-min(i, onset if swing else i) / 30) + 0.8) * (0.85 if i > 45 else 1.0)
+    osc = 1 + swing * math.sin(2 * math.pi * (i - onset) / period) if i > onset else 1.0
+    noise = g.gauss(0, 0.05) * (3.0 if g.random() < 0.05 else 1.0)
+    return {"loss": lat * osc * math.exp(noise), "grad_norm": 0.5, "learning_rate": 1e-5}
+
+
+def test_loss_oscillation_is_read_from_its_period_when_the_run_has_no_clean_reference():
+    """A 90-row SFT run whose loss swings +-30 % with a 9-row period from row 25 on: by the time the swing's earlier
+    reference (rows n/4 .. n/2) is read it holds the swing too, so the amplitude reading is silent (round 6's
+    miss); the period reading finds one sinusoid that explains most of the detrended log loss and fires within
+    30 rows of the onset. The healthy twin (a drop at the second epoch, 5 % of rows three times as noisy) stays
+    quiet."""
+    off = {"loss": {"osc_share": 1.01}}
+    for seed in range(3):
+        sick = build(lambda i, g: _sft_loss(i, g, 0.3), n=90, seed=seed)
+        step = _first(sick, "sft", "loss-oscillating", max_steps=90)
+        assert step is not None and 25 < step <= 55, (seed, step)
+        assert "repeating every" in found(sick, "sft", "loss-oscillating", max_steps=90)[0].message
+        assert _first(sick, "sft", "loss-oscillating", max_steps=90, params=off) is None
+        healthy = build(lambda i, g: _sft_loss(i, g, 0.0), n=90, seed=seed)
+        assert _first(healthy, "sft", "loss-oscillating", max_steps=90) is None
+        assert not alarms(healthy, "sft", max_steps=90), seed
+
+
+def test_a_loss_at_or_below_zero_gives_no_period_reading():
+    """A loss that can reach 0 (a hinge DPO loss) has no log: the period reading restarts instead of raising."""
+    rows = build(lambda i, g: {"loss": max(0.0, 0.3 * math.sin(2 * math.pi * i / 8) + g.gauss(0, 0.02)),
+                               "grad_norm": 0.5, "learning_rate": 1e-5}, n=80)
+    assert not [f for f in found(rows, "dpo", "loss-oscillating", max_steps=80) if "repeating" in f.message]

@@ -7,7 +7,7 @@ import math
 from .gauge import Gauge, finite
 from .keys import Row
 from .rollouts import ROLLOUT_DEFAULTS, ROLLOUT_INPUTS, ROLLOUT_OUTPUTS, samples_rules
-from .stats import Baseline, Ewma, OctaveMean, RollingSlope, RollingWindow, robust_z
+from .stats import Baseline, Ewma, OctaveMean, PeriodicFit, RollingSlope, RollingWindow, robust_z
 
 # Families whose "loss" is a surrogate or an RL objective: near zero, signed,
 # and free to rise while the model improves. A loss-spike rule means nothing there.
@@ -44,7 +44,12 @@ class LossGauge(Gauge):
     9-row running median (robust to spikes and to the drop at an epoch boundary) grown well past the
     swing over the run's previous octave, rows n/4 .. n/2 (a falling loss's relative noise grows slowly;
     an oscillation sets in within a few periods). The reference is read once it holds 16 swings, fewer in a
-    run planned for under 100 logged rows (``Gauge.rows``).
+    run planned for under 100 logged rows (``Gauge.rows``). It also fires on the swing's period, which needs no
+    clean early reference (an oscillation that sets in a third of the way into a short run has none): in the last
+    ``osc_window`` rows (a third of a shorter run, at least 20) one sinusoid of 3.5 .. ``osc_window``/2.5 rows
+    explains ``osc_share`` of the log loss's detrended variance, at an amplitude of ``osc_amp`` or more (the log
+    swing: 0.12 is about +-12 %). Batch noise spreads over every period; a repeating swing does not. Read every
+    ``osc_every`` rows (a reading is ~40 dot products; it holds in between, and the rule's hold spans two).
     """
 
     id = "loss"
@@ -53,7 +58,7 @@ class LossGauge(Gauge):
     outputs = ("loss", "loss_ewma", "loss_trend", "spike_ratio", "volatility_ratio", "eval_loss", "oscillation")
     defaults = {"window": 20, "spike_ratio": 2.0, "spike_ratio_now": 5.0, "spike_for": 2, "spike_min_rows": 10,
                 "nonfinite_for": 3, "var_ratio": 4.0, "spike_repeat": 3, "spike_repeat_rows": 50, "osc_ratio": 2.2,
-                "osc_min": 0.12, "osc_for": 5}
+                "osc_min": 0.12, "osc_for": 5, "osc_window": 32, "osc_share": 0.65, "osc_amp": 0.12, "osc_every": 3}
 
     def setup(self) -> None:
         self.hist = RollingWindow(self.p["window"])
@@ -66,6 +71,15 @@ class LossGauge(Gauge):
         self.swing = RollingWindow(20)
         self.swing_ref = OctaveMean()  # the swing earlier in the run: a falling loss's relative noise grows slowly
         self.swing_warmup = 16  # swings in that reference before the rule reads it
+        self.period = PeriodicFit(self.p["osc_window"])  # the log loss's last rows, for the swing's period
+        self.periodic = 0.0  # 1.0 while the last reading found a repeating swing
+        self.period_rows = math.nan  # its period, in logged rows
+        self.period_amp = 0.0  # its amplitude in log loss
+
+    def plan_long(self) -> None:
+        w = min(int(self.p["osc_window"]), max(20, int(self.planned_rows) // 3))
+        if w != self.period.size:
+            self.period = PeriodicFit(w)
 
     def plan_short(self) -> None:
         # a 50-row run would spend 45 rows filling the median, the swing window and this warm-up
@@ -134,29 +148,49 @@ class LossGauge(Gauge):
 
 
     def _oscillation(self, loss: float) -> None:
-        """The loss swinging around its level (convergence oscillation), against its own early swing."""
+        """The loss swinging around its level (convergence oscillation): against its own early swing, or by its
+        period."""
         p = self.p
         d = self.derived
+        periodic = self._period(loss)
+        grown = False
+        msg = ""
         self.local.push(loss)
-        if not self.local.full:
-            return
-        med = self.local.median()
-        self.swing.push(loss - med)
-        if not self.swing.full:
-            return
-        # in loss units against its own earlier swing (a loss converging to its floor gets relatively noisier,
-        # not absolutely), and at least osc_min of the current level
-        sw = self.swing.robust()[1]
-        rel = sw / max(abs(med), 1e-12)
-        d["oscillation"] = rel
-        base = self.swing_ref.value
-        self.swing_ref.push(sw)
-        osc = (base == base and self.swing_ref.n >= self.swing_warmup and rel >= p["osc_min"]
-               and sw >= p["osc_ratio"] * base)
-        self.check("loss-oscillating", osc, "warn", "loss", loss,
-                   lambda: f"the loss swings {rel:.0%} around its running level, {sw / max(base, 1e-12):.1f}x its "
-                   "swing earlier in the run: it oscillates instead of converging (learning rate too high for this "
-                   "stage). Lower the learning rate or decay it sooner.", for_=p["osc_for"], clear=10)
+        if self.local.full:
+            med = self.local.median()
+            self.swing.push(loss - med)
+            if self.swing.full:
+                # in loss units against its own earlier swing (a loss converging to its floor gets relatively
+                # noisier, not absolutely), and at least osc_min of the current level
+                sw = self.swing.robust()[1]
+                rel = sw / max(abs(med), 1e-12)
+                d["oscillation"] = rel
+                base = self.swing_ref.value
+                self.swing_ref.push(sw)
+                grown = (base == base and self.swing_ref.n >= self.swing_warmup and rel >= p["osc_min"]
+                         and sw >= p["osc_ratio"] * base)
+                if grown:
+                    msg = (f"the loss swings {rel:.0%} around its running level, {sw / max(base, 1e-12):.1f}x its "
+                           "swing earlier in the run")
+        if not grown and periodic:
+            msg = (f"the loss swings +-{math.expm1(self.period_amp):.0%} around its trend, repeating every "
+                   f"{self.period_rows:.3g} logged rows")
+        self.check("loss-oscillating", grown or periodic, "warn", "loss", loss,
+                   lambda: f"{msg}: it oscillates instead of converging (learning rate too high for this stage). "
+                   "Lower the learning rate or decay it sooner.", for_=p["osc_for"], clear=10)
+
+    def _period(self, loss: float) -> bool:
+        """The swing's period: a sinusoid that explains most of the last rows' detrended log loss."""
+        if not loss > 0.0:  # a hinge or shifted loss at or below 0: no log, no reading
+            self.period.clear()
+            self.periodic = 0.0
+            return False
+        self.period.push(math.log(loss))
+        if self.period.full and not self.rows_seen % max(1, int(self.p["osc_every"])):  # the last reading holds
+            share, amp, per = self.period.compute(self.p["osc_amp"])
+            self.periodic = 1.0 if share >= self.p["osc_share"] and amp >= self.p["osc_amp"] else 0.0
+            self.period_rows, self.period_amp = per, amp
+        return self.periodic > 0.0
 
 
 class GradientGauge(Gauge):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Iterable
+from operator import mul
 
 MAD_TO_SIGMA = 1.4826
 
@@ -602,3 +603,92 @@ class NoiseCusum:
         self.win.load_state_dict(state.get("win", {}))  # type: ignore[arg-type]
         self.ref.load_state_dict(state["ref"])  # type: ignore[arg-type]
         self.s, self.ratio = float(state["s"]), float(state["ratio"])  # type: ignore[arg-type]
+
+
+class PeriodicFit:
+    """How much of a window's wiggle one sinusoid explains: the best fit over periods of ``min_period`` ..
+    ``size / 2.5`` values (at least two and a half cycles in the window), after a quadratic trend is removed.
+
+    ``compute()`` gives ``(share, amplitude, period)``: the share of the detrended variance that the best period
+    explains (batch noise spreads over every period, so a white-noise window of 32 explains about 0.2 at its best
+    one; a swing that repeats explains most of it), the sinusoid's amplitude in the series' units, and its period in
+    values. The sine and cosine of each period are orthonormalised against the trend once, so a reading is two dot
+    products per period.
+    """
+
+    __slots__ = ("size", "buf", "periods", "_trend", "_basis")
+
+    def __init__(self, size: int, min_period: float = 3.5, step: float = 0.5) -> None:
+        self.size = max(8, int(size))
+        self.buf: deque[float] = deque(maxlen=self.size)
+        w = self.size
+        xs = [i - (w - 1) / 2.0 for i in range(w)]
+        self._trend = _orthonormal([[1.0] * w, xs, [x * x for x in xs]], [])
+        self.periods: list[float] = []
+        self._basis: list[tuple[list[float], list[float]]] = []
+        p = min_period
+        while p <= w / 2.5 + 1e-9:
+            om = 2.0 * math.pi / p
+            pair = _orthonormal([[math.sin(om * x) for x in xs], [math.cos(om * x) for x in xs]], self._trend)
+            if len(pair) == 2:
+                self.periods.append(p)
+                self._basis.append((pair[0], pair[1]))
+            p += step
+
+    def push(self, x: float) -> None:
+        self.buf.append(x)
+
+    @property
+    def full(self) -> bool:
+        return len(self.buf) == self.size
+
+    def clear(self) -> None:
+        self.buf.clear()
+
+    def compute(self, min_amp: float = 0.0) -> tuple[float, float, float]:
+        """``min_amp``: skip the fit (and read nothing) when the detrended variance is too small to hold a
+        sinusoid of that amplitude: most rows of a healthy run, at the cost of three dot products."""
+        if not self.full or not self._basis:
+            return 0.0, 0.0, math.nan
+        y = self.buf
+        energy = sum(map(mul, y, y))
+        resid = energy - sum(sum(map(mul, t, y)) ** 2 for t in self._trend)
+        if not resid > 1e-12 * energy + 1e-300:  # the trend explains it all (to rounding): nothing swings
+            return 0.0, 0.0, math.nan
+        if resid < 0.5 * min_amp * min_amp * self.size:  # a sinusoid of amplitude A holds A^2 W / 2 of it
+            return 0.0, 0.0, math.nan
+        best, at = 0.0, 0
+        for i, (s, c) in enumerate(self._basis):
+            a = sum(map(mul, s, y))
+            b = sum(map(mul, c, y))
+            pw = a * a + b * b
+            if pw > best:
+                best, at = pw, i
+        return min(best / resid, 1.0), math.sqrt(2.0 * best / self.size), self.periods[at]
+
+    def state_dict(self) -> dict[str, object]:
+        return {"size": self.size, "buf": list(self.buf)}
+
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        size = int(state.get("size", self.size))  # type: ignore[call-overload]
+        if size != self.size:
+            self.__init__(size)  # type: ignore[misc]
+        self.buf.clear()
+        for v in state.get("buf", []):  # type: ignore[union-attr]
+            self.buf.append(float(v))
+
+
+def _orthonormal(vectors: list[list[float]], against: list[list[float]]) -> list[list[float]]:
+    """Gram-Schmidt: ``vectors`` made orthonormal to each other and to the orthonormal ``against`` (a vector that
+    lies in their span is dropped)."""
+    out: list[list[float]] = []
+    for v in vectors:
+        v = list(v)
+        for _ in range(2):  # twice: one pass loses orthogonality in floating point
+            for u in against + out:
+                d = math.fsum(a * b for a, b in zip(u, v, strict=True))
+                v = [a - d * b for a, b in zip(v, u, strict=True)]
+        norm = math.sqrt(math.fsum(a * a for a in v))
+        if norm > 1e-9 * math.sqrt(len(v)):
+            out.append([a / norm for a in v])
+    return out
