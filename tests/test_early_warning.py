@@ -209,6 +209,19 @@ def test_length_trend_caught_before_the_thirty_percent_line():
     assert not found(rows[:ONSET + 40], "grpo", "length-grew", max_steps=N)
 
 
+def test_a_length_fall_is_read_on_a_log_scale():
+    """Lengths are close to lognormal: a creep to -35 % by the end (the reward stalled) is as far as +54 %, past the
+    trend's +45 % target, so it warns on course (under the 25 % line) in every seed; the same creep upwards, to
+    +35 %, is short of +45 % and stays quiet until it has itself moved 25 %."""
+    for seed in range(3):
+        down = found(build(lambda i, g: grpo(i, g, reward=0.4, length=200 * (1 - 0.35 * ramp(i, span=150))),
+                           seed=seed), "grpo", "length-trend-down", max_steps=N)
+        assert down and down[0].step > ONSET and "on course for" in down[0].message, (seed, down)
+        up = found(build(lambda i, g: grpo(i, g, reward=0.4, length=200 * (1 + 0.35 * ramp(i, span=150))),
+                         seed=seed), "grpo", "length-trend-up", max_steps=N)
+        assert all("on course for" not in f.message for f in up), (seed, up)
+
+
 def test_kl_growing_fires_before_the_level_line():
     rows = build(lambda i, g: grpo(i, g, kl=0.03 * math.exp(max(0, i - ONSET) / 25) + g.gauss(0, 0.003)))
     grow = found(rows, "grpo", "kl-growing")[0]

@@ -1441,7 +1441,8 @@ class LengthGauge(Gauge):
         d = self.derived
         pct = ratio - 1.0
         # the reward's context and the trend's t-statistic only where a rule could use them (they cost a row)
-        moved = abs(pct) >= min(p["trend_now"], p["drift"])
+        lo = min(p["trend_now"], p["drift"])
+        moved = abs(pct) >= (lo / (1.0 + lo) if pct < 0 else lo)  # a fall's lines are read on a log scale (below)
         improving = self.progress.improving(now=True) if moved and pct < 0 else True
         t = self.trend.t_stat() if moved and self.trend.full else 0.0
         d["length_trend_t"] = t
@@ -1474,9 +1475,14 @@ class LengthGauge(Gauge):
             rows_left = max(0.0, (self.max_steps - self.step) * self.len_rows / self.step)
         projected = pct + slope * rows_left
         d["length_projected"] = projected
-        far = (abs(projected) >= p["trend_target"] and abs(pct) >= p["trend_now"]) or abs(pct) >= p["trend_min"]
+        # the lines are ratios, read on a log scale: a fall to 1/(1 + x) of the baseline is as far as a rise to 1 + x
+        # (+45 % by the end matches -31 %; lengths are close to lognormal)
+        tgt, now, least = p["trend_target"], p["trend_now"], p["trend_min"]
+        if pct < 0:
+            tgt, now, least = tgt / (1.0 + tgt), now / (1.0 + now), least / (1.0 + least)
+        far = (abs(projected) >= tgt and abs(pct) >= now) or abs(pct) >= least
         steady = self.trend.full and abs(t) >= p["trend_t"] and far and pct * t > 0
-        where = (f", on course for {projected:+.0%} by step {self.max_steps}" if abs(pct) < p["trend_min"]
+        where = (f", on course for {projected:+.0%} by step {self.max_steps}" if abs(pct) < least
                  else "")
         self.check("length-trend-up", steady and t > 0, "warn", "completions/mean_length", L,
                    lambda: f"length is steadily increasing ({pct:+.0%} vs the baseline{where}, trend t={t:.0f} over "
