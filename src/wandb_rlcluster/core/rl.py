@@ -1331,7 +1331,9 @@ class LengthGauge(Gauge):
     Answers getting shorter, or more alike, while the reward keeps improving is what a sharpening
     policy does: then it is ``info``, not a warning. ``truncation-gap`` (mean vs mean_terminated) is
     the post's own truncation measure; where ``completions/clipped_ratio`` is logged, ``truncation``
-    judges the same thing directly, so the gap is only reported.
+    judges the same thing directly, so the gap is only reported. The steady-trend lines (``trend_target``,
+    ``trend_now``, ``trend_min``) are ratios read on a log scale: a fall to 1 / (1 + x) of the baseline is as far as
+    a rise to 1 + x; the post's 30 % line (``drift``) is kept as written, both ways.
     """
 
     id = "length"
