@@ -513,6 +513,49 @@ def test_short_run_holds_a_trend_warning_for_fewer_rows_but_not_a_stop():
         [f.step for f in found(sft, "sft", "grad-zero")] != []
 
 
+def test_long_hold_factor_grows_only_past_300_rows():
+    from wandb_rlcluster.core.gauge import LONG_RUN_ROWS, long_hold_factor
+
+    assert long_hold_factor(50) == long_hold_factor(LONG_RUN_ROWS) == 1.0
+    assert long_hold_factor(2 * LONG_RUN_ROWS) == pytest.approx(1.5)
+    assert long_hold_factor(4 * LONG_RUN_ROWS) == pytest.approx(2.0)
+
+
+def _hold_pattern(pattern: str, max_steps: int, for_: int = 5, long_hold: bool = True) -> int | None:
+    """The row (1-based) at which a warn rule held ``for_`` rows first fires, fed ``pattern`` (1: true, 0: false)
+    in a run planned for ``max_steps`` rows; the engine alone, on a one-rule gauge."""
+    from wandb_rlcluster.core.gauge import Gauge
+    from wandb_rlcluster.core.keys import Row as KeyRow
+
+    class OneRule(Gauge):
+        id, title, inputs, outputs = "one", "One rule", ("x",), ()
+
+        def observe(self, row: KeyRow) -> None:
+            self.check("x-high", row.values["x"] > 0, "warn", "x", row.values["x"], "x is high", for_=for_,
+                       long_hold=long_hold)
+
+    g = OneRule("grpo")
+    g.max_steps = max_steps
+    for i, c in enumerate(pattern, start=1):
+        if g.update(KeyRow(step=i, kind="train", values={"x": float(c)}, index=i)):
+            return i
+    return None
+
+
+def test_a_long_run_holds_a_warning_longer_and_counts_k_of_n():
+    """Planned for 1,200 rows, a warn rule held 5 rows needs 10 (x2); a quiet row takes one row off the count
+    instead of resetting it, so a condition true 3 rows in 4 still fires (a pathology that flickers), while one
+    true every other row never does. A 300-row run keeps 5 rows in a row; stop rules, rules held under 5 rows and
+    rules that opt out (``long_hold=False``: their window is a share of the run already) keep their hold."""
+    assert _hold_pattern("1" * 20, 300) == 5
+    assert _hold_pattern("1111011110" + "1" * 10, 300) == 15  # a quiet row resets a short run's count
+    assert _hold_pattern("1" * 20, 1200) == 10
+    assert _hold_pattern("1110" * 10, 1200) == 18  # 3 in 4: +3 -1 per 4 rows, 10 reached on row 18
+    assert _hold_pattern("10" * 20, 1200) is None
+    assert _hold_pattern("1" * 20, 1200, for_=3) == 3
+    assert _hold_pattern("1" * 20, 1200, long_hold=False) == 5
+
+
 def test_not_learning_yet_waits_for_a_long_runs_warm_up():
     """A flat reward over the first 150 rows is a plateau in a 150-step run, but only the warm-up of a 2000-step
     one: reward-plateau waits for 8 % of the planned run (160 rows) there."""

@@ -880,7 +880,8 @@ class RewardGauge(Gauge):
             self.check("chosen-reward-runaway", runaway, "warn", "rewards/chosen", c,
                        lambda: f"chosen reward keeps climbing ({ce:.3g}, trend t={ct:.1f}) while the rejected reward "
                        f"does not fall{kl_txt}: unbounded growth, the policy exploits the implicit reward rather than "
-                       "learning the preference. Raise beta or lower the learning rate.", for_=5, clear=10)
+                       "learning the preference. Raise beta or lower the learning rate.", for_=5, clear=10,
+                       long_hold=False)  # its window is a share of the run already (runaway_share)
 
 
 class KLGauge(Gauge):
