@@ -810,6 +810,49 @@ def test_loss_oscillation_is_read_from_its_period_when_the_run_has_no_clean_refe
         assert not alarms(healthy, "sft", max_steps=90), seed
 
 
+def _staircase(epochs: int, per_epoch: int, drop: float, seed: int, with_epoch: bool) -> list[Row]:
+    """A small dataset trained for several epochs: the loss drops at each epoch boundary and drifts in between (a
+    staircase; after the trend is removed, a sawtooth whose period is the epoch's)."""
+    g = random.Random(seed)
+    rows = []
+    for i in range(epochs * per_epoch):
+        ll = math.log(1.3) - drop * (i // per_epoch) - 0.03 * (i % per_epoch) / per_epoch + g.gauss(0, 0.03)
+        row: Row = {"step": float((i + 1) * 10), "loss": math.exp(ll), "grad_norm": 1.0, "learning_rate": 5e-6}
+        if with_epoch:
+            row["epoch"] = (i + 1) / per_epoch
+        rows.append(row)
+    return rows
+
+
+def test_a_multi_epoch_staircase_is_not_an_oscillation():
+    """A hostile review's case: 10 epochs of 6 logged rows, the loss 33 % lower each epoch, is a sawtooth the period
+    reading fitted at 65 %+ (8 seeds in 10 warned "repeating every 6 logged rows"). With TRL's epoch counter in the
+    rows the epoch's own period is not read as a swing; without it, a swing that goes down in one step and drifts
+    back is told from an oscillation by the skew of its row-to-row steps."""
+    for seed in range(5):
+        for with_epoch in (True, False):
+            for epochs, per_epoch, drop in ((10, 6, 0.4), (4, 8, 0.45)):
+                rows = _staircase(epochs, per_epoch, drop, seed, with_epoch)
+                assert not found(rows, "sft", "loss-oscillating", max_steps=len(rows) * 10), (seed, with_epoch)
+
+
+def test_eval_rows_between_train_rows_do_not_silence_the_period_reading():
+    """The reading's cadence (every 3rd row) counts train rows: with an eval row after every 2nd train row, a
+    cadence on all rows always landed on an eval row and the period was never read."""
+    for seed in range(3):
+        g = random.Random(seed)
+        rows: list[Row] = []
+        for i in range(90):
+            swing = 0.25 * math.sin(2 * math.pi * i / 6) if i > 30 else 0.0
+            rows.append({"step": float((i + 1) * 10), "loss": math.exp(math.log(1.2) - 0.4 * i / 90 + swing
+                                                                        + g.gauss(0, 0.03)),
+                         "grad_norm": 1.0, "learning_rate": 1e-5})
+            if i % 2:
+                rows.append({"step": float((i + 1) * 10), "eval_loss": 1.0 - 0.2 * i / 90})
+        hits = found(rows, "sft", "loss-oscillating", max_steps=900, params={"loss": {"osc_ratio": 1e9}})
+        assert hits and hits[0].step > 300 and "repeating every" in hits[0].message, seed
+
+
 def test_a_loss_at_or_below_zero_gives_no_period_reading():
     """A loss that can reach 0 (a hinge DPO loss) has no log: the period reading restarts instead of raising."""
     rows = build(lambda i, g: {"loss": max(0.0, 0.3 * math.sin(2 * math.pi * i / 8) + g.gauss(0, 0.02)),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 from .gauge import Gauge, finite
 from .keys import Row
@@ -49,7 +50,12 @@ class LossGauge(Gauge):
     ``osc_window`` rows (a third of a shorter run, at least 20) one sinusoid of 3.5 .. ``osc_window``/2.5 rows
     explains ``osc_share`` of the log loss's detrended variance, at an amplitude of ``osc_amp`` or more (the log
     swing: 0.12 is about +-12 %). Batch noise spreads over every period; a repeating swing does not. Read every
-    ``osc_every`` rows (a reading is ~40 dot products; it holds in between, and the rule's hold spans two).
+    ``osc_every`` train rows (a reading is ~40 dot products; it holds in between, and the rule's hold spans two).
+    Two healthy shapes repeat too and are not read as a swing: the drop at each epoch boundary of a multi-epoch run
+    (a staircase: a period within 15 % of the rows per epoch, where the log has TRL's ``epoch``), and any swing whose
+    row-to-row steps are skewed past ``osc_skew`` (down in one step, back in a slow drift: a staircase without an
+    epoch counter). Data served in repeating blocks of sources also swings periodically, and is reported: the loss
+    does oscillate, though the learning rate is then not the cause.
     """
 
     id = "loss"
@@ -58,7 +64,8 @@ class LossGauge(Gauge):
     outputs = ("loss", "loss_ewma", "loss_trend", "spike_ratio", "volatility_ratio", "eval_loss", "oscillation")
     defaults = {"window": 20, "spike_ratio": 2.0, "spike_ratio_now": 5.0, "spike_for": 2, "spike_min_rows": 10,
                 "nonfinite_for": 3, "var_ratio": 4.0, "spike_repeat": 3, "spike_repeat_rows": 50, "osc_ratio": 2.2,
-                "osc_min": 0.12, "osc_for": 5, "osc_window": 32, "osc_share": 0.65, "osc_amp": 0.12, "osc_every": 3}
+                "osc_min": 0.12, "osc_for": 5, "osc_window": 32, "osc_share": 0.65, "osc_amp": 0.12, "osc_every": 3,
+                "osc_skew": 1.0}
 
     def setup(self) -> None:
         self.hist = RollingWindow(self.p["window"])
@@ -75,6 +82,8 @@ class LossGauge(Gauge):
         self.periodic = 0.0  # 1.0 while the last reading found a repeating swing
         self.period_rows = math.nan  # its period, in logged rows
         self.period_amp = 0.0  # its amplitude in log loss
+        self.period_pushes = 0  # train rows read (eval rows must not set the reading's cadence)
+        self.epoch_rows = math.nan  # logged train rows per epoch, where the log has an epoch counter
 
     def plan_long(self) -> None:
         w = min(int(self.p["osc_window"]), max(20, int(self.planned_rows) // 3))
@@ -94,6 +103,9 @@ class LossGauge(Gauge):
             return
         if NonFiniteTracker.check(self, "loss", loss, "loss"):
             return
+        ep = row.values.get("epoch")
+        if ep is not None and finite(ep) and ep > 0:
+            self.epoch_rows = (self.period_pushes + 1) / ep
         d = self.derived
         d["loss"] = loss
         d["loss_ewma"] = self.ewma.push(loss)
@@ -173,8 +185,11 @@ class LossGauge(Gauge):
                     msg = (f"the loss swings {rel:.0%} around its running level, {sw / max(base, 1e-12):.1f}x its "
                            "swing earlier in the run")
         if not grown and periodic:
-            msg = (f"the loss swings +-{math.expm1(self.period_amp):.0%} around its trend, repeating every "
-                   f"{self.period_rows:.3g} logged rows")
+            a, per = self.period_amp, self.period_rows
+            every = f"{per:.3g} logged rows" + (f" (~{per * self.step / self.period_pushes:.0f} steps)"
+                                                 if self.step > self.period_pushes else "")
+            msg = (f"the loss swings from {math.expm1(-a):+.0%} to {math.expm1(a):+.0%} around its trend (the fitted "
+                   f"swing so far), repeating every {every}")
         self.check("loss-oscillating", grown or periodic, "warn", "loss", loss,
                    lambda: f"{msg}: it oscillates instead of converging (learning rate too high for this stage). "
                    "Lower the learning rate or decay it sooner.", for_=p["osc_for"], clear=10)
@@ -186,11 +201,35 @@ class LossGauge(Gauge):
             self.periodic = 0.0
             return False
         self.period.push(math.log(loss))
-        if self.period.full and not self.rows_seen % max(1, int(self.p["osc_every"])):  # the last reading holds
+        self.period_pushes += 1
+        if self.period.full and not self.period_pushes % max(1, int(self.p["osc_every"])):  # the last reading holds
             share, amp, per = self.period.compute(self.p["osc_amp"])
-            self.periodic = 1.0 if share >= self.p["osc_share"] and amp >= self.p["osc_amp"] else 0.0
+            found = share >= self.p["osc_share"] and amp >= self.p["osc_amp"]
+            # not an oscillation: the drop at each epoch boundary of a multi-epoch run (a staircase, its period the
+            # epoch's) or any swing that goes one way in a step and back in a slow drift
+            epoch = self.epoch_rows
+            if found and epoch == epoch and abs(per - epoch) <= max(1.0, 0.15 * epoch):
+                found = False
+            if found and abs(_skew_of_steps(self.period.buf)) > self.p["osc_skew"]:
+                found = False
+            self.periodic = 1.0 if found else 0.0
             self.period_rows, self.period_amp = per, amp
         return self.periodic > 0.0
+
+
+def _skew_of_steps(values: Iterable[float]) -> float:
+    """Skewness of a series' row-to-row steps: near 0 for a swing that goes up and down alike, far from it for a
+    staircase (one large step per cycle, small ones between)."""
+    v = list(values)
+    steps = [b - a for a, b in zip(v, v[1:], strict=False)]
+    n = len(steps)
+    if n < 3:
+        return 0.0
+    m = sum(steps) / n
+    var = sum((x - m) ** 2 for x in steps) / n
+    if var <= 0.0:
+        return 0.0
+    return sum((x - m) ** 3 for x in steps) / n / var**1.5
 
 
 class GradientGauge(Gauge):
