@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
 
 from .gauge import Gauge, finite
 from .keys import Row
 from .rollouts import ROLLOUT_DEFAULTS, ROLLOUT_INPUTS, ROLLOUT_OUTPUTS, samples_rules
-from .stats import Baseline, Ewma, OctaveMean, PeriodicFit, RollingSlope, RollingWindow, robust_z
+from .stats import Baseline, Ewma, OctaveMean, PeriodicFit, RollingSlope, RollingWindow, robust_z, step_skew
 
 # Families whose "loss" is a surrogate or an RL objective: near zero, signed,
 # and free to rise while the model improves. A loss-spike rule means nothing there.
@@ -79,7 +78,7 @@ class LossGauge(Gauge):
         self.swing_ref = OctaveMean()  # the swing earlier in the run: a falling loss's relative noise grows slowly
         self.swing_warmup = 16  # swings in that reference before the rule reads it
         self.period = PeriodicFit(self.p["osc_window"])  # the log loss's last rows, for the swing's period
-        self.periodic = 0.0  # 1.0 while the last reading found a repeating swing
+        self.periodic = False  # the last reading found a repeating swing (it holds until the next reading)
         self.period_rows = math.nan  # its period, in logged rows
         self.period_amp = 0.0  # its amplitude in log loss
         self.period_pushes = 0  # train rows read (eval rows must not set the reading's cadence)
@@ -103,9 +102,6 @@ class LossGauge(Gauge):
             return
         if NonFiniteTracker.check(self, "loss", loss, "loss"):
             return
-        ep = row.values.get("epoch")
-        if ep is not None and finite(ep) and ep > 0:
-            self.epoch_rows = (self.period_pushes + 1) / ep
         d = self.derived
         d["loss"] = loss
         d["loss_ewma"] = self.ewma.push(loss)
@@ -143,7 +139,7 @@ class LossGauge(Gauge):
                 f"in the last {self.p['spike_repeat_rows']} logged steps: not one bad batch but unstable training. "
                 "Lower the learning rate or tighten gradient clipping.", clear=10,
             )
-        self._oscillation(loss)
+        self._oscillation(loss, row.values.get("epoch"))
         if not spiky:  # keep the spike out of the reference it is judged against
             self.hist.push(loss)
         self.recent.push(loss)
@@ -159,12 +155,12 @@ class LossGauge(Gauge):
             )
 
 
-    def _oscillation(self, loss: float) -> None:
+    def _oscillation(self, loss: float, epoch: float | None) -> None:
         """The loss swinging around its level (convergence oscillation): against its own early swing, or by its
         period."""
         p = self.p
         d = self.derived
-        periodic = self._period(loss)
+        periodic = self._period(loss, epoch)
         grown = False
         msg = ""
         self.local.push(loss)
@@ -194,14 +190,16 @@ class LossGauge(Gauge):
                    lambda: f"{msg}: it oscillates instead of converging (learning rate too high for this stage). "
                    "Lower the learning rate or decay it sooner.", for_=p["osc_for"], clear=10)
 
-    def _period(self, loss: float) -> bool:
+    def _period(self, loss: float, epoch: float | None) -> bool:
         """The swing's period: a sinusoid that explains most of the last rows' detrended log loss."""
         if not loss > 0.0:  # a hinge or shifted loss at or below 0: no log, no reading
             self.period.clear()
-            self.periodic = 0.0
+            self.periodic = False
             return False
         self.period.push(math.log(loss))
         self.period_pushes += 1
+        if epoch is not None and finite(epoch) and epoch > 0:
+            self.epoch_rows = self.period_pushes / epoch
         if self.period.full and not self.period_pushes % max(1, int(self.p["osc_every"])):  # the last reading holds
             share, amp, per = self.period.compute(self.p["osc_amp"])
             found = share >= self.p["osc_share"] and amp >= self.p["osc_amp"]
@@ -210,26 +208,11 @@ class LossGauge(Gauge):
             epoch = self.epoch_rows
             if found and epoch == epoch and abs(per - epoch) <= max(1.0, 0.15 * epoch):
                 found = False
-            if found and abs(_skew_of_steps(self.period.buf)) > self.p["osc_skew"]:
+            if found and abs(step_skew(self.period.buf)) > self.p["osc_skew"]:
                 found = False
-            self.periodic = 1.0 if found else 0.0
+            self.periodic = found
             self.period_rows, self.period_amp = per, amp
-        return self.periodic > 0.0
-
-
-def _skew_of_steps(values: Iterable[float]) -> float:
-    """Skewness of a series' row-to-row steps: near 0 for a swing that goes up and down alike, far from it for a
-    staircase (one large step per cycle, small ones between)."""
-    v = list(values)
-    steps = [b - a for a, b in zip(v, v[1:], strict=False)]
-    n = len(steps)
-    if n < 3:
-        return 0.0
-    m = sum(steps) / n
-    var = sum((x - m) ** 2 for x in steps) / n
-    if var <= 0.0:
-        return 0.0
-    return sum((x - m) ** 3 for x in steps) / n / var**1.5
+        return self.periodic
 
 
 class GradientGauge(Gauge):

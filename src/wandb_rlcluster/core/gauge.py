@@ -170,12 +170,13 @@ class Gauge:
             if not active:
                 return False
             st = self._rules[rule] = [0, 0, 0, SEVERITY_RANK[severity]]
+        longer = self._long > 1.0 and long_hold and for_ >= PERSIST_MIN_FOR and severity == "warn"
         if active:
             st[0] += 1
             st[2] = 0
             need = (for_ if for_ < PERSIST_MIN_FOR or self._persist == 1.0 or severity != "warn"
                     else round(for_ * self._persist))
-            if self._long > 1.0 and long_hold and for_ >= PERSIST_MIN_FOR and severity == "warn":
+            if longer:
                 need = round(for_ * self._long)
             if not st[1] and st[0] >= need:
                 st[1] = 1
@@ -188,8 +189,7 @@ class Gauge:
                 if SEVERITY_RANK[severity] > SEVERITY_RANK.get(self.worst, 0):
                     self.worst = severity
         else:
-            if st[0] > 0 and not st[1] and self._long > 1.0 and long_hold and for_ >= PERSIST_MIN_FOR \
-                    and severity == "warn":
+            if longer and st[0] > 0 and not st[1]:
                 st[0] -= 1  # a long run: one quiet row does not undo the rows that held
             else:
                 st[0] = 0

@@ -1320,6 +1320,11 @@ class PolicyRatioGauge(Gauge):
                        "update (value loss unstable). Lower the learning rate or widen cliprange_value.", for_=3)
 
 
+def _as_fall(rise: float) -> float:
+    """A rise line read on a log scale as a fall: to 1 / (1 + x) of the baseline is as far as up to 1 + x."""
+    return rise / (1.0 + rise)
+
+
 class LengthGauge(Gauge):
     """Gauge 12 — generation length: drift, trend, explosion, collapse, spread, truncation.
 
@@ -1445,7 +1450,7 @@ class LengthGauge(Gauge):
         pct = ratio - 1.0
         # the reward's context and the trend's t-statistic only where a rule could use them (they cost a row)
         lo = min(p["trend_now"], p["drift"])
-        moved = abs(pct) >= (lo / (1.0 + lo) if pct < 0 else lo)  # a fall's lines are read on a log scale (below)
+        moved = abs(pct) >= (_as_fall(lo) if pct < 0 else lo)  # a fall's lines are read on a log scale (below)
         improving = self.progress.improving(now=True) if moved and pct < 0 else True
         t = self.trend.t_stat() if moved and self.trend.full else 0.0
         d["length_trend_t"] = t
@@ -1482,7 +1487,7 @@ class LengthGauge(Gauge):
         # (+45 % by the end matches -31 %; lengths are close to lognormal)
         tgt, now, least = p["trend_target"], p["trend_now"], p["trend_min"]
         if pct < 0:
-            tgt, now, least = tgt / (1.0 + tgt), now / (1.0 + now), least / (1.0 + least)
+            tgt, now, least = _as_fall(tgt), _as_fall(now), _as_fall(least)
         far = (abs(projected) >= tgt and abs(pct) >= now) or abs(pct) >= least
         steady = self.trend.full and abs(t) >= p["trend_t"] and far and pct * t > 0
         where = (f", on course for {projected:+.0%} by step {self.max_steps}" if abs(pct) < least

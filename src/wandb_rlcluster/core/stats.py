@@ -605,6 +605,21 @@ class NoiseCusum:
         self.s, self.ratio = float(state["s"]), float(state["ratio"])  # type: ignore[arg-type]
 
 
+def step_skew(values: Iterable[float]) -> float:
+    """Skewness of a series' row-to-row steps: near 0 for a swing that goes up and down alike, far from it for a
+    staircase (one large step per cycle, small ones between)."""
+    v = list(values)
+    steps = [b - a for a, b in zip(v, v[1:], strict=False)]
+    n = len(steps)
+    if n < 3:
+        return 0.0
+    m = sum(steps) / n
+    var = sum((x - m) ** 2 for x in steps) / n
+    if var <= 0.0:
+        return 0.0
+    return sum((x - m) ** 3 for x in steps) / n / var**1.5
+
+
 class PeriodicFit:
     """How much of a window's wiggle one sinusoid explains: the best fit over periods of ``min_period`` ..
     ``size / 2.5`` values (at least two and a half cycles in the window), after a quadratic trend is removed.
