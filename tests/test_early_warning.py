@@ -222,6 +222,17 @@ def test_a_length_fall_is_read_on_a_log_scale():
         assert all("on course for" not in f.message for f in up), (seed, up)
 
 
+def test_a_length_projection_never_passes_minus_100_percent():
+    """The projection to the end of the run is a straight line in log space: a steep fall early in a long run is on
+    course for close to -100 %, never past it (a straight line in tokens printed "on course for -151 %")."""
+    for seed in range(3):
+        rows = build(lambda i, g: grpo(i, g, reward=0.4, length=200 * (1 - 0.6 * ramp(i, span=300))), seed=seed)
+        down = found(rows, "grpo", "length-trend-down", max_steps=4 * N)
+        assert down and "on course for" in down[0].message, (seed, down)
+        course = int(down[0].message.split("on course for ")[1].split("%")[0])
+        assert -100 < course <= -31, (seed, down[0].message)
+
+
 def test_kl_growing_fires_before_the_level_line():
     rows = build(lambda i, g: grpo(i, g, kl=0.03 * math.exp(max(0, i - ONSET) / 25) + g.gauss(0, 0.003)))
     grow = found(rows, "grpo", "kl-growing")[0]

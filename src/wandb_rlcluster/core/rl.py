@@ -1339,7 +1339,8 @@ class LengthGauge(Gauge):
     the post's own truncation measure; where ``completions/clipped_ratio`` is logged, ``truncation``
     judges the same thing directly, so the gap is only reported. The steady-trend lines (``trend_target``,
     ``trend_now``, ``trend_min``) are ratios read on a log scale: a fall to 1 / (1 + x) of the baseline is as far as
-    a rise to 1 + x; the post's 30 % line (``drift``) is kept as written, both ways.
+    a rise to 1 + x, and the projection to the end of the run is a straight line in log space (a fall nears -100 %,
+    never passes it); the post's 30 % line (``drift``) is kept as written, both ways.
     """
 
     id = "length"
@@ -1477,11 +1478,13 @@ class LengthGauge(Gauge):
                    for_=p["drift_for"], clear=10)
         # A steady trend, early: where the slope of the last `trend_rows` rows takes the mean by the end of the run
         # (the callback knows max_steps); without it, the change so far must reach `trend_min`.
-        slope = self.trend.slope() / b if self.trend.full else 0.0
+        # projected in log space (lengths are close to lognormal): the current relative rate carried to the end,
+        # so a fall can approach but never pass -100 %
+        rate = self.trend.slope() / slow if self.trend.full and slow > 0 else 0.0
         rows_left = 0.0
         if self.max_steps > 0 and self.len_rows > 1 and self.step > 0:
             rows_left = max(0.0, (self.max_steps - self.step) * self.len_rows / self.step)
-        projected = pct + slope * rows_left
+        projected = math.expm1(min(math.log1p(pct) + rate * rows_left, 50.0))
         d["length_projected"] = projected
         # the lines are ratios, read on a log scale: a fall to 1/(1 + x) of the baseline is as far as a rise to 1 + x
         # (+45 % by the end matches -31 %; lengths are close to lognormal)
