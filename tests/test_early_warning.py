@@ -240,6 +240,17 @@ def test_kl_growing_fires_before_the_level_line():
     assert grow.value < 0.5 and grow.step < warn.step
 
 
+def test_kl_growing_near_the_end_of_a_run_only_warns_if_it_passes_the_line_in_the_run():
+    """The same accelerating KL, in a run planned to end at step 215: it would pass the warn line at step ~223, after
+    the last step, so "on course to pass the line within 20 logged steps" is not true and is not said; in a run
+    planned for 300 steps it is warned while KL is still under half the line."""
+    rows = build(lambda i, g: grpo(i, g, kl=0.03 * math.exp(max(0, i - ONSET) / 25) + g.gauss(0, 0.003)))
+    assert found(rows, "grpo", "kl-warn")[0].step > 215
+    assert not found(rows[:215], "grpo", "kl-growing", max_steps=215)
+    longer = found(rows[:215], "grpo", "kl-growing", max_steps=N)
+    assert longer and longer[0].value < 0.25
+
+
 def test_one_giant_kl_estimate_does_not_set_the_noise_reference():
     """A per-token k3 estimate 1000x the rest on one early row: the level the noise is read against is a median,
     so the rows after it do not look quiet, and the ordinary noise later is not "3x its earlier level"."""

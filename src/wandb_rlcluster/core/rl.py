@@ -892,6 +892,7 @@ class KLGauge(Gauge):
     are not the same quantity. The level lines (0.5 / 1.0 per token) come last:
     ``kl-growing`` reads the slope and its acceleration against the series' own
     noise and fires while KL is still below the warn line, either within one window
+    (or the rows the run has left, where fewer: a line passed after the last step is never passed)
     or, where the run's planned length is known, before its end (``grow_end`` times
     the line; 0 turns that off): the slope then also read over ``grow_span_share`` of
     the run, carried no further ahead than the run has gone, and only while the climb
@@ -1046,12 +1047,16 @@ class KLGauge(Gauge):
         if not self.longer.full or e < p["grow_min"] * p["warn"]:  # far below the line: nothing to project
             self.check("kl-growing", False, "warn", key, kl, "")
             return
-        w = self.recent.size
         s1, s2, t = self.recent.slope(), self.longer.slope(), self.recent.t_stat()
         d["kl_trend_t"] = t
         accel = s2 > 0 and s1 > p["grow_accel"] * s2
         d["kl_acceleration"] = s1 / s2 if s2 > 0 else 0.0
-        # where the current slope (steeper still if it is accelerating) takes KL within one window
+        left = max(self.planned_rows - self.rows_seen, 0.0)
+        # where the current slope (steeper still if it is accelerating) takes KL within one window, or by the end of
+        # the run where that comes sooner: a KL that would pass the line only after the last step never does
+        w = self.recent.size
+        if self.max_steps > 0:
+            w = max(min(w, int(left)), 0)
         projected = e + s1 * w * (min(s1 / s2, p["grow_accel_max"]) if accel else 1.0)
         d["kl_projected"] = projected
         # Where the run's length is known, a slow climb in a long run reaches the line long after one window and is
@@ -1059,7 +1064,6 @@ class KLGauge(Gauge):
         # but no further ahead than the run has already gone, and only while the climb is not slowing (the last 20
         # rows' slope at least `grow_end_keep` of the last 40's) and the span is full: a healthy KL rises early and
         # then levels off, and a straight line from its early slope crosses a line it never reaches.
-        left = max(self.planned_rows - self.rows_seen, 0.0)
         ahead = min(left, float(self.rows_seen))
         s_end = min(s2, self.span.slope())
         climbing = s1 >= p["grow_end_keep"] * s2 and self.span.full
