@@ -233,6 +233,23 @@ def test_a_length_projection_never_passes_minus_100_percent():
         assert -100 < course <= -31, (seed, down[0].message)
 
 
+def test_two_outlier_rows_are_not_a_reward_shift_but_a_drop_that_holds_is():
+    """Heavy-tailed reward noise: two rows 8 sigmas down in a row, then back, in a healthy run. Each row's CUSUM
+    residual is clipped at 4 sigmas, so they add 6, not 14, and the reward-shift-down line (12) is not crossed;
+    a drop of 4 sigmas that holds is caught within a few rows."""
+    def outliers(i: int, g: random.Random) -> Row:
+        row = grpo(i, g, reward=0.5)
+        if i in (200, 201):
+            row["reward"] = 0.5 - 8 * 0.05
+        return row
+
+    for seed in range(3):
+        assert not found(build(outliers, seed=seed), "grpo", "reward-shift-down", max_steps=N), seed
+        held = found(build(lambda i, g: grpo(i, g, reward=0.5 - 0.2 * (i >= 200)), seed=seed), "grpo",
+                     "reward-shift-down", max_steps=N)
+        assert held and 200 <= held[0].step <= 210, (seed, held)
+
+
 def test_kl_growing_fires_before_the_level_line():
     rows = build(lambda i, g: grpo(i, g, kl=0.03 * math.exp(max(0, i - ONSET) / 25) + g.gauss(0, 0.003)))
     grow = found(rows, "grpo", "kl-growing")[0]

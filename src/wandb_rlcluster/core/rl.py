@@ -312,7 +312,10 @@ class RewardGauge(Gauge):
     GRPO/RLOO/PPO: is the reward improving, flat-lined, unstable, shifting, or climbing suspiciously
     together with length (hacking)? A sudden upward shift alone is only ``info``: a policy that finds
     the solution jumps too; it becomes a warning in the reward-hacking diagnosis, when length or KL
-    moves with it. Signals that never look at a trusted reward cannot tell hacking from learning, so
+    moves with it. A shift is a CUSUM against the reward's own noise, each row's residual clipped at
+    ``shift_clip`` sigmas: two heavy-tailed rows in a row are not a change point (unclipped, two rows at
+    -8 sigma crossed ``shift_h`` = 12 by themselves), a drop that holds still is. Signals that never look at
+    a trusted reward cannot tell hacking from learning, so
     a user can name held-out *gold* reward functions (TRL: weight 0 in ``reward_weights``, still
     logged as ``rewards/<fn>/mean``): the trained ``reward`` is the proxy, and the proxy rising while
     the gold stalls or falls is over-optimisation (Gao et al. 2023), unless the gold only stalled with the trained
@@ -341,7 +344,9 @@ class RewardGauge(Gauge):
         "hack_length_ratio": 1.5, "hack_corr": 0.6, "hack_gain_sigma": 3.0,
         "volatile_ratio": 2.2, "volatile_for": 5, "volatile_warmup": 30, "volatile_ratio_rl": 1.8,
         "volatile_window": 30, "volatile_warmup_rl": 16,
-        "shift_k": 1.0, "shift_h": 12.0, "shift_alpha": 0.05, "drop_share": 0.4, "drop_sigma": 4.0, "drop_for": 5,
+        # shift: a CUSUM (k sigmas allowance per row, h to fire, each row's residual clipped at shift_clip sigmas)
+        "shift_k": 1.0, "shift_h": 12.0, "shift_clip": 4.0, "shift_alpha": 0.05,
+        "drop_share": 0.4, "drop_sigma": 4.0, "drop_for": 5,
         "drop_within": 50, "drop_gain_sigma": 3.0,
         "gold": [], "gold_stall_rows": 15, "gold_gap_sigma": 3.0, "gold_for": 10, "gold_stall_t": 0.5, "gold_half": 0,
         "gold_alpha": 0.1, "gold_drop_se": 4.0, "gold_drop_for": 3, "gold_rho": 0.3, "gold_noise_rows": 60,
@@ -372,7 +377,8 @@ class RewardGauge(Gauge):
         self.vol_ref = ScaleRef(self.p["volatile_warmup_rl"])
         self.vol_std = Ewma(0.1)
         self.vol_last = math.nan
-        self.shift = ShiftDetector(k=self.p["shift_k"], h=self.p["shift_h"], alpha=self.p["shift_alpha"], warmup=w)
+        self.shift = ShiftDetector(k=self.p["shift_k"], h=self.p["shift_h"], alpha=self.p["shift_alpha"], warmup=w,
+                                   clip=self.p["shift_clip"])
         self.up_since = 0
         self.down_since = 0
         self.peak_e = -math.inf  # the reward EWMA's highest point since the start window filled

@@ -388,13 +388,16 @@ class ShiftDetector:
     reference close behind and adds nothing; a jump of a few sigmas crosses ``h`` within a few rows.
     The noise is the robust (MAD) sigma of recent residuals, so the threshold follows the run's own
     noise. ``since_up``/``since_down`` hold the row count at which the current excursion began.
+    ``clip`` caps each row's residual (in sigmas): heavy-tailed noise sends one row 8 sigmas out now and
+    then, and a change point should take rows that hold, not one or two outliers.
     """
 
-    __slots__ = ("k", "h", "alpha", "warmup", "ref", "resid", "up", "down", "n", "since_up", "since_down", "z")
+    __slots__ = ("k", "h", "alpha", "warmup", "clip", "ref", "resid", "up", "down", "n", "since_up", "since_down",
+                 "z")
 
     def __init__(self, k: float = 0.5, h: float = 8.0, alpha: float = 0.05, warmup: int = 10,
-                 window: int = 30) -> None:
-        self.k, self.h, self.alpha, self.warmup = k, h, alpha, max(2, int(warmup))
+                 window: int = 30, clip: float = math.inf) -> None:
+        self.k, self.h, self.alpha, self.warmup, self.clip = k, h, alpha, max(2, int(warmup)), clip
         self.ref = math.nan
         self.resid = RollingWindow(window)
         self.up = self.down = 0.0
@@ -416,8 +419,9 @@ class ShiftDetector:
                 self.since_up = self.n
             if self.down <= 0.0:
                 self.since_down = self.n
-            self.up = max(0.0, self.up + z - self.k)
-            self.down = max(0.0, self.down - z - self.k)
+            zc = min(max(z, -self.clip), self.clip)  # one outlier row adds at most clip - k
+            self.up = max(0.0, self.up + zc - self.k)
+            self.down = max(0.0, self.down - zc - self.k)
         self.resid.push(r)
         self.ref += self.alpha * r if self.n > self.warmup else (x - self.ref) / self.n
 
