@@ -250,6 +250,16 @@ def test_two_outlier_rows_are_not_a_reward_shift_but_a_drop_that_holds_is():
         assert held and 200 <= held[0].step <= 210, (seed, held)
 
 
+def test_lengths_at_zero_for_thousands_of_rows_do_not_break_the_projection():
+    """Empty completions from step 50 on: the smoothed length decays to exactly 0.0 after ~3,300 rows, a -100 %
+    change whose log does not exist (the log-space projection raised a math domain error there)."""
+    rows = [{"step": float(i), "reward": 0.5, "completions/mean_length": 200.0 if i < 50 else 0.0}
+            for i in range(1, 4000)]
+    cluster = analyze_rows(rows, trainer="grpo", max_steps=4000)
+    assert found(rows, "grpo", "length-collapse", max_steps=4000)
+    assert -1.0 < cluster.gauges["length"].derived["length_projected"] < -0.99
+
+
 def test_kl_growing_fires_before_the_level_line():
     rows = build(lambda i, g: grpo(i, g, kl=0.03 * math.exp(max(0, i - ONSET) / 25) + g.gauss(0, 0.003)))
     grow = found(rows, "grpo", "kl-growing")[0]

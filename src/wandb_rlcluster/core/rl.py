@@ -1494,7 +1494,7 @@ class LengthGauge(Gauge):
         rows_left = 0.0
         if self.max_steps > 0 and self.len_rows > 1 and self.step > 0:
             rows_left = max(0.0, (self.max_steps - self.step) * self.len_rows / self.step)
-        projected = math.expm1(min(math.log1p(pct) + rate * rows_left, 50.0))
+        projected = math.expm1(min(math.log1p(max(pct, -0.999)) + rate * rows_left, 50.0))
         d["length_projected"] = projected
         # the lines are ratios, read on a log scale: a fall to 1/(1 + x) of the baseline is as far as a rise to 1 + x
         # (+45 % by the end matches -31 %; lengths are close to lognormal)
