@@ -250,6 +250,23 @@ def test_two_outlier_rows_are_not_a_reward_shift_but_a_drop_that_holds_is():
         assert held and 200 <= held[0].step <= 210, (seed, held)
 
 
+def test_a_length_climb_is_projected_in_tokens_and_a_resumed_run_from_its_first_step():
+    """A climb is carried on as a straight line in tokens (compounded in log space, +0.3 % a row printed
+    +14,619 % by step 2,000 and +5e23 % by step 100,000), and past 10x the message says so instead of a number; a
+    resumed run's rows left are counted from its first logged step (5,001), not from step 0."""
+    def climbing(i: int, g: random.Random) -> Row:
+        return grpo(i, g, reward=0.4, length=200 + 0.6 * i)
+
+    rows = build(climbing)
+    assert "on course for +5" in found(rows, "grpo", "length-trend-up", max_steps=2000)[0].message
+    assert "more than 10x the baseline by step 100000" in found(rows, "grpo", "length-trend-up",
+                                                                 max_steps=100_000)[0].message
+    resumed = [dict(r, step=r["step"] + 5000) for r in build(lambda i, g: grpo(i, g, reward=0.4,
+                                                                                length=200 * (1 - 0.002 * i)))]
+    down = found(resumed, "grpo", "length-trend-down", max_steps=10_000)
+    assert down and "on course for -100% by step 10000" in down[0].message, down
+
+
 def test_lengths_at_zero_for_thousands_of_rows_do_not_break_the_projection():
     """Empty completions from step 50 on: the smoothed length decays to exactly 0.0 after ~3,300 rows, a -100 %
     change whose log does not exist (the log-space projection raised a math domain error there)."""
@@ -257,7 +274,7 @@ def test_lengths_at_zero_for_thousands_of_rows_do_not_break_the_projection():
             for i in range(1, 4000)]
     cluster = analyze_rows(rows, trainer="grpo", max_steps=4000)
     assert found(rows, "grpo", "length-collapse", max_steps=4000)
-    assert -1.0 < cluster.gauges["length"].derived["length_projected"] < -0.99
+    assert -1.0 <= cluster.gauges["length"].derived["length_projected"] < -0.99
 
 
 def test_kl_growing_fires_before_the_level_line():
@@ -276,6 +293,10 @@ def test_kl_growing_near_the_end_of_a_run_only_warns_if_it_passes_the_line_in_th
     assert not found(rows[:215], "grpo", "kl-growing", max_steps=215)
     longer = found(rows[:215], "grpo", "kl-growing", max_steps=N)
     assert longer and longer[0].value < 0.25
+    # a log that runs on past its planned end (stages joined, a replayed resume, a wrong max_steps) has no end to read
+    # from: one window, as with no plan, warned before the line (not "within about 0 logged steps" after it)
+    past = found(rows, "grpo", "kl-growing", max_steps=150)
+    assert past and past[0].step < found(rows, "grpo", "kl-warn")[0].step and past[0].value < 0.5, past
 
 
 def test_one_giant_kl_estimate_does_not_set_the_noise_reference():

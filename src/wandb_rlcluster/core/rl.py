@@ -1059,10 +1059,12 @@ class KLGauge(Gauge):
         d["kl_acceleration"] = s1 / s2 if s2 > 0 else 0.0
         left = max(self.planned_rows - self.rows_seen, 0.0)
         # where the current slope (steeper still if it is accelerating) takes KL within one window, or by the end of
-        # the run where that comes sooner: a KL that would pass the line only after the last step never does
+        # the run where that comes sooner: a KL that would pass the line only after the last step never does. A log
+        # that runs on past its planned end (stages joined, a resumed run replayed, a wrong max_steps) has no end to
+        # read: one window.
         w = self.recent.size
-        if self.max_steps > 0:
-            w = max(min(w, int(left)), 0)
+        if self.max_steps > 0 and left >= 1.0:
+            w = min(w, int(left))
         projected = e + s1 * w * (min(s1 / s2, p["grow_accel_max"]) if accel else 1.0)
         d["kl_projected"] = projected
         # Where the run's length is known, a slow climb in a long run reaches the line long after one window and is
@@ -1349,8 +1351,9 @@ class LengthGauge(Gauge):
     the post's own truncation measure; where ``completions/clipped_ratio`` is logged, ``truncation``
     judges the same thing directly, so the gap is only reported. The steady-trend lines (``trend_target``,
     ``trend_now``, ``trend_min``) are ratios read on a log scale: a fall to 1 / (1 + x) of the baseline is as far as
-    a rise to 1 + x, and the projection to the end of the run is a straight line in log space (a fall nears -100 %,
-    never passes it); the post's 30 % line (``drift``) is kept as written, both ways.
+    a rise to 1 + x, and the projection of a fall to the end of the run is a straight line in log space (it nears
+    -100 %, never passes it; a climb's is a straight line in tokens); the post's 30 % line (``drift``) is kept as
+    written, both ways.
     """
 
     id = "length"
@@ -1488,13 +1491,16 @@ class LengthGauge(Gauge):
                    for_=p["drift_for"], clear=10)
         # A steady trend, early: where the slope of the last `trend_rows` rows takes the mean by the end of the run
         # (the callback knows max_steps); without it, the change so far must reach `trend_min`.
-        # projected in log space (lengths are close to lognormal): the current relative rate carried to the end,
-        # so a fall can approach but never pass -100 %
-        rate = self.trend.slope() / slow if self.trend.full and slow > 0 else 0.0
-        rows_left = 0.0
-        if self.max_steps > 0 and self.len_rows > 1 and self.step > 0:
-            rows_left = max(0.0, (self.max_steps - self.step) * self.len_rows / self.step)
-        projected = math.expm1(min(math.log1p(max(pct, -0.999)) + rate * rows_left, 50.0))
+        # A climb is carried on as a straight line in tokens (compounded, a straight line in log space, a steady
+        # +0.3 % a row read as +14,000 % by step 2,000); a fall as a straight line in log space, so it nears -100 %
+        # and never passes it. The rows left come from the planned rows, which start at the log's first step (a
+        # resumed run's first row is not step 0).
+        slope = self.trend.slope() if self.trend.full else 0.0
+        rows_left = max(0.0, self.planned_rows - self.rows_seen) if self.max_steps > 0 else 0.0
+        if slope >= 0 or slow <= 0:
+            projected = pct + slope / b * rows_left
+        else:
+            projected = math.expm1(max(math.log1p(max(pct, -0.999)) + slope / slow * rows_left, -50.0))
         d["length_projected"] = projected
         # the lines are ratios, read on a log scale: a fall to 1/(1 + x) of the baseline is as far as a rise to 1 + x
         # (+45 % by the end matches -31 %; lengths are close to lognormal)
@@ -1503,8 +1509,8 @@ class LengthGauge(Gauge):
             tgt, now, least = _as_fall(tgt), _as_fall(now), _as_fall(least)
         far = (abs(projected) >= tgt and abs(pct) >= now) or abs(pct) >= least
         steady = self.trend.full and abs(t) >= p["trend_t"] and far and pct * t > 0
-        where = (f", on course for {projected:+.0%} by step {self.max_steps}" if abs(pct) < least
-                 else "")
+        course = f"{projected:+.0%}" if projected < 9.0 else "more than 10x the baseline"
+        where = f", on course for {course} by step {self.max_steps}" if abs(pct) < least else ""
         self.check("length-trend-up", steady and t > 0, "warn", "completions/mean_length", L,
                    lambda: f"length is steadily increasing ({pct:+.0%} vs the baseline{where}, trend t={t:.0f} over "
                    f"the last {self.trend.size} logged steps): a length bias in the reward is being learned. Add "
