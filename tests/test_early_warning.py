@@ -277,6 +277,18 @@ def test_lengths_at_zero_for_thousands_of_rows_do_not_break_the_projection():
     assert -1.0 <= cluster.gauges["length"].derived["length_projected"] < -0.99
 
 
+def test_clip_high_needs_the_level_past_the_line_not_one_noisy_row():
+    """A healthy PPO run at 12 % clipped whose noisy rows pass 30 % one at a time (every 40th row) is not warned;
+    the same run whose clip fraction moves to 35 % and stays is warned within 3 rows."""
+    def spiky(i: int, g: random.Random) -> Row:
+        return ppo(i, g, clip=0.36 if i % 40 == 0 else 0.12)
+
+    for seed in range(3):
+        assert not found(build(spiky, seed=seed), "ppo", "clip-high"), seed
+        moved = found(build(lambda i, g: ppo(i, g, clip=0.35 if i >= 200 else 0.12), seed=seed), "ppo", "clip-high")
+        assert moved and 200 <= moved[0].step <= 203, (seed, moved)
+
+
 def test_kl_growing_fires_before_the_level_line():
     rows = build(lambda i, g: grpo(i, g, kl=0.03 * math.exp(max(0, i - ONSET) / 25) + g.gauss(0, 0.003)))
     grow = found(rows, "grpo", "kl-growing")[0]

@@ -1144,7 +1144,8 @@ class PolicyRatioGauge(Gauge):
 
     Default GRPO is on-policy (num_iterations=1): the ratio is exactly 1 and
     every clip fraction 0, so clip rules stay silent until clipping is seen.
-    ``clip-growing`` reads the clip fraction's trend against its own start and
+    The level lines (ratio, clip fraction) are held ``warn_for`` = 3 rows: one noisy row past 30 % clipped is
+    a spike, not the level moving. ``clip-growing`` reads the clip fraction's trend against its own start and
     noise, so a fraction climbing towards 30 % is caught on the way (the post:
     it often precedes a KL explosion); it waits while the learning rate is
     still warming up, when clipping rises in every healthy run. ``clip-low`` is
@@ -1162,7 +1163,8 @@ class PolicyRatioGauge(Gauge):
     outputs = ("ratio", "ratio_deviation", "clip_asymmetry", "clip", "clip_ewma", "clip_trend_t", "clip_vs_start",
                "ratio_var", "value_loss", "value_loss_vs_start", "value_clip")
     defaults = {"ratio_warn": (0.7, 1.5), "ratio_stop": (0.5, 2.0), "clip_warn": 0.3, "clip_stop": 0.5,
-                "clip_low": 0.01, "for": 3, "warn_for": 1,  # stop after 3 rows out of range, warn after 2
+                # the warn lines too are held 3 rows: one noisy row past 30 % clipped is not the level moving
+                "clip_low": 0.01, "for": 3, "warn_for": 3,
                 "grow_rows": 20, "grow_t": 3.0, "grow_abs": 0.03, "grow_sigma": 3.0, "grow_ratio": 1.5,
                 "grow_for": 3, "grow_share": 0.05, "ratio_var_x": 4.0, "ratio_var_min": 1e-3, "value_growth": 3.0,
                 "value_t": 3.0, "value_clip": 0.3}
