@@ -55,6 +55,9 @@ BAD = [
     ("unknown trainer", "rules:\n  - name: a\n    gauge: kl\n    when: 'kl > 1'\n    trainers: [grpoo]\n", 5,
      "did you mean 'grpo'"),
     ("unknown gauge param", "gauges:\n  kl:\n    stopp: 2.0\n", 3, "did you mean 'stop'"),
+    ("gauge param not finite", "gauges:\n  kl:\n    warn: .nan\n", 3, "must be a finite number"),
+    ("gauge param infinite", "gauges:\n  reward:\n    shift_h: .inf\n", 3, "must be a finite number"),
+    ("shift clip not above 0", "gauges:\n  reward:\n    shift_clip: 0\n", 3, "must be above 0"),
     ("inhibits unknown", "rules:\n  - name: a\n    gauge: kl\n    when: 'kl > 1'\n    inhibits: [nope]\n", 5,
      "inhibits unknown rule"),
 ]

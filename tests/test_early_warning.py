@@ -234,13 +234,16 @@ def test_a_length_projection_never_passes_minus_100_percent():
 
 
 def test_two_outlier_rows_are_not_a_reward_shift_but_a_drop_that_holds_is():
-    """Heavy-tailed reward noise: two rows 8 sigmas down in a row, then back, in a healthy run. Each row's CUSUM
-    residual is clipped at 4 sigmas, so they add 6, not 14, and the reward-shift-down line (12) is not crossed;
-    a drop of 4 sigmas that holds is caught within a few rows."""
+    """Heavy-tailed reward noise: two rows 8 sigmas down in a row, then back, in a healthy run. A row's CUSUM
+    residual is clipped at 4 sigmas, at 8 where the row before it was out too, so they add 3 + 7, not 14, and the
+    reward-shift-down line (12) is not crossed; a drop of 4 sigmas that holds is caught within a few rows, and a
+    collapse of 16 sigmas on its third row (unclipped: on its first)."""
     def outliers(i: int, g: random.Random) -> Row:
         row = grpo(i, g, reward=0.5)
         if i in (200, 201):
             row["reward"] = 0.5 - 8 * 0.05
+        if i == 250:
+            row["reward"] = 0.5 - 30 * 0.05
         return row
 
     for seed in range(3):
@@ -248,6 +251,9 @@ def test_two_outlier_rows_are_not_a_reward_shift_but_a_drop_that_holds_is():
         held = found(build(lambda i, g: grpo(i, g, reward=0.5 - 0.2 * (i >= 200)), seed=seed), "grpo",
                      "reward-shift-down", max_steps=N)
         assert held and 200 <= held[0].step <= 210, (seed, held)
+        collapse = found(build(lambda i, g: grpo(i, g, reward=0.9 - 0.8 * (i >= 200)), seed=seed), "grpo",
+                         "reward-shift-down", max_steps=N)
+        assert collapse and collapse[0].step <= 202, (seed, collapse)
 
 
 def test_a_length_climb_is_projected_in_tokens_and_a_resumed_run_from_its_first_step():

@@ -8,6 +8,7 @@ import random
 import statistics
 
 import numpy as np
+import pytest
 
 from wandb_rlcluster.core.stats import (
     Baseline,
@@ -17,6 +18,7 @@ from wandb_rlcluster.core.stats import (
     RollingSlope,
     RollingWindow,
     RunningRegression,
+    ShiftDetector,
     robust_z,
 )
 
@@ -131,3 +133,22 @@ def test_periodic_fit_finds_a_repeating_swing_under_a_trend_and_not_in_noise():
     resized = PeriodicFit(32)
     resized.load_state_dict(short.state_dict())
     assert resized.size == 20 and resized.periods == short.periods
+
+
+def test_shift_detector_clips_an_outlier_row_and_its_clip_is_a_setting_not_state():
+    """One row 10 sigmas out adds clip - k to the CUSUM; the row after it, out on the same side too, adds 2 clip - k
+    (a collapse holds, an outlier does not). A checkpoint keeps the sums, not the clip: a resumed run takes the clip
+    it is given now."""
+    det = ShiftDetector(k=1.0, h=12.0, alpha=0.05, warmup=10, clip=4.0)
+    g = random.Random(0)
+    for _ in range(40):
+        det.push(g.gauss(0.0, 1.0))
+    sigma, before = det.sigma(), det.down
+    det.push(det.ref - 10 * sigma)
+    assert det.down - before == pytest.approx(3.0, abs=0.05)
+    second = det.down
+    det.push(det.ref - 10 * sigma)
+    assert det.down - second == pytest.approx(7.0, abs=0.05)
+    resumed = ShiftDetector(k=1.0, h=12.0, alpha=0.05, warmup=10, clip=2.0)
+    resumed.load_state_dict(json.loads(json.dumps(det.state_dict())))
+    assert resumed.clip == 2.0 and resumed.down == det.down and resumed.n == det.n

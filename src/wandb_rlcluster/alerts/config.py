@@ -690,6 +690,13 @@ def _raw_document(path: str, text: str, loc: _Loc) -> dict[str, Any] | None:
     return doc
 
 
+_POSITIVE_PARAMS = {
+    ("reward", "shift_clip"): "each row's reward residual is clipped at this many sigmas; 0 or less silences the "
+                              "reward-shift rules or turns them on every row",
+}
+"""Numeric parameters that only make sense above 0, and why."""
+
+
 def _gauge_params(loc: _Loc, items: list[tuple[Any, int, Any]]) -> dict[str, dict[str, Any]]:
     """Checked per-gauge parameter overrides from ``(gauge id, line, [(param, line, value)] or a non-list)``;
     the stored form gives ``(param, value)`` pairs and line 0."""
@@ -712,6 +719,11 @@ def _gauge_params(loc: _Loc, items: list[tuple[Any, int, Any]]) -> dict[str, dic
             elif type(pv) is not type(default) and not (
                     isinstance(pv, (int, float)) and isinstance(default, (int, float)) and not isinstance(pv, bool)):
                 loc.err(pl, f"gauges.{gid}.{pk} must be like {default!r}, not {clean_text(repr(pv), 60)}")
+            elif isinstance(pv, float) and not math.isfinite(pv):
+                loc.err(pl, f"gauges.{gid}.{pk} must be a finite number (like {default!r}), not {pv!r}")
+            elif (gid, pk) in _POSITIVE_PARAMS and pv <= 0:
+                loc.err(pl, f"gauges.{gid}.{pk} must be above 0 (like {default!r}), not {pv!r}: "
+                            f"{_POSITIVE_PARAMS[(gid, pk)]}")
             else:
                 out.setdefault(gid, {})[pk] = pv
     return out

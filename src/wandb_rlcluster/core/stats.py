@@ -388,8 +388,10 @@ class ShiftDetector:
     reference close behind and adds nothing; a jump of a few sigmas crosses ``h`` within a few rows.
     The noise is the robust (MAD) sigma of recent residuals, so the threshold follows the run's own
     noise. ``since_up``/``since_down`` hold the row count at which the current excursion began.
-    ``clip`` caps each row's residual (in sigmas): heavy-tailed noise sends one row 8 sigmas out now and
-    then, and a change point should take rows that hold, not one or two outliers.
+    ``clip`` caps a row's residual (in sigmas), at twice that where the row before it was out past the clip on
+    the same side: heavy-tailed noise sends a row or two 8 sigmas out now and then, and a change point should take
+    rows that hold. With the reward's k = 1, clip = 4, h = 12, no two rows cross h by themselves and any drop
+    that holds three rows past 4 sigmas does, so a collapse is warned on its third row.
     """
 
     __slots__ = ("k", "h", "alpha", "warmup", "clip", "ref", "resid", "up", "down", "n", "since_up", "since_down",
@@ -414,12 +416,16 @@ class ShiftDetector:
         if self.n > self.warmup:
             sigma = max(self.resid.robust()[1], floor)
             z = r / sigma
-            self.z = z
+            prev, self.z = self.z, z
             if self.up <= 0.0:
                 self.since_up = self.n
             if self.down <= 0.0:
                 self.since_down = self.n
-            zc = min(max(z, -self.clip), self.clip)  # one outlier row adds at most clip - k
+            # a row out past the clip adds at most clip - k, twice that where the row before it was out on the same
+            # side: no burst of two rows crosses h = 4 (clip - k) by itself, a collapse that holds a third row does
+            held = (z > self.clip and prev > self.clip) or (z < -self.clip and prev < -self.clip)
+            cap = 2.0 * self.clip if held else self.clip
+            zc = min(max(z, -cap), cap)
             self.up = max(0.0, self.up + zc - self.k)
             self.down = max(0.0, self.down - zc - self.k)
         self.resid.push(r)
@@ -429,13 +435,15 @@ class ShiftDetector:
         return self.resid.robust()[1] if len(self.resid) >= 2 else math.nan
 
     def state_dict(self) -> dict[str, object]:
-        return {k: getattr(self, k) for k in self.__slots__ if k != "resid"} | {"resid": self.resid.state_dict()}
+        # clip is the user's setting, not state: a resumed run takes the one it is given now
+        return {k: getattr(self, k) for k in self.__slots__ if k not in ("resid", "clip")} | {
+            "resid": self.resid.state_dict()}
 
     def load_state_dict(self, state: dict[str, object]) -> None:
         for k in self.__slots__:
             if k == "resid":
                 self.resid.load_state_dict(state.get("resid", {}))  # type: ignore[arg-type]
-            elif k in state:
+            elif k in state and k != "clip":
                 setattr(self, k, state[k])
 
 
