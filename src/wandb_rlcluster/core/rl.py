@@ -312,10 +312,10 @@ class RewardGauge(Gauge):
     GRPO/RLOO/PPO: is the reward improving, flat-lined, unstable, shifting, or climbing suspiciously
     together with length (hacking)? A sudden upward shift alone is only ``info``: a policy that finds
     the solution jumps too; it becomes a warning in the reward-hacking diagnosis, when length or KL
-    moves with it. A shift is a CUSUM against the reward's own noise, each row's residual clipped at
-    ``shift_clip`` sigmas: two heavy-tailed rows in a row are not a change point (unclipped, two rows at
-    -8 sigma crossed ``shift_h`` = 12 by themselves), a drop that holds still is. Signals that never look at
-    a trusted reward cannot tell hacking from learning, so
+    moves with it. A shift is a CUSUM against the reward's own noise, each row's fall clipped at
+    ``shift_clip`` sigmas (twice that on a second row out): two heavy-tailed rows in a row are not a drop
+    (unclipped, two rows at -8 sigma crossed ``shift_h`` = 12 by themselves), a drop that holds still is.
+    Signals that never look at a trusted reward cannot tell hacking from learning, so
     a user can name held-out *gold* reward functions (TRL: weight 0 in ``reward_weights``, still
     logged as ``rewards/<fn>/mean``): the trained ``reward`` is the proxy, and the proxy rising while
     the gold stalls or falls is over-optimisation (Gao et al. 2023), unless the gold only stalled with the trained

@@ -388,10 +388,11 @@ class ShiftDetector:
     reference close behind and adds nothing; a jump of a few sigmas crosses ``h`` within a few rows.
     The noise is the robust (MAD) sigma of recent residuals, so the threshold follows the run's own
     noise. ``since_up``/``since_down`` hold the row count at which the current excursion began.
-    ``clip`` caps a row's residual (in sigmas), at twice that where the row before it was out past the clip on
-    the same side: heavy-tailed noise sends a row or two 8 sigmas out now and then, and a change point should take
-    rows that hold. With the reward's k = 1, clip = 4, h = 12, no two rows cross h by themselves and any drop
-    that holds three rows past 4 sigmas does, so a collapse is warned on its third row.
+    ``clip`` caps a row's fall (in sigmas), at twice that where the row before it was out past the clip too:
+    heavy-tailed noise sends a row or two 8 sigmas down now and then, and a fall (the reward's warning) should take
+    rows that hold. With the reward's k = 1, clip = 4, h = 12, no two rows cross h by themselves and any drop that
+    holds three rows past 4 sigmas does, so a collapse is warned on its third row. A rise is not clipped: it is
+    ``info`` read together with other gauges (the reward-hacking diagnosis), where a real jump counts from its row.
     """
 
     __slots__ = ("k", "h", "alpha", "warmup", "clip", "ref", "resid", "up", "down", "n", "since_up", "since_down",
@@ -421,13 +422,11 @@ class ShiftDetector:
                 self.since_up = self.n
             if self.down <= 0.0:
                 self.since_down = self.n
-            # a row out past the clip adds at most clip - k, twice that where the row before it was out on the same
-            # side: no burst of two rows crosses h = 4 (clip - k) by itself, a collapse that holds a third row does
-            held = (z > self.clip and prev > self.clip) or (z < -self.clip and prev < -self.clip)
-            cap = 2.0 * self.clip if held else self.clip
-            zc = min(max(z, -cap), cap)
-            self.up = max(0.0, self.up + zc - self.k)
-            self.down = max(0.0, self.down - zc - self.k)
+            # a row out below the clip adds at most clip - k to the fall, twice that where the row before it was out
+            # too: no burst of two rows crosses h = 4 (clip - k) by itself, a collapse that holds a third row does
+            cap = 2.0 * self.clip if prev < -self.clip else self.clip
+            self.up = max(0.0, self.up + z - self.k)
+            self.down = max(0.0, self.down - max(z, -cap) - self.k)
         self.resid.push(r)
         self.ref += self.alpha * r if self.n > self.warmup else (x - self.ref) / self.n
 
