@@ -691,8 +691,8 @@ def _raw_document(path: str, text: str, loc: _Loc) -> dict[str, Any] | None:
 
 
 _POSITIVE_PARAMS = {
-    ("reward", "shift_clip"): "each row's reward residual is clipped at this many sigmas; 0 or less silences the "
-                              "reward-shift rules or turns them on every row",
+    ("reward", "shift_clip"): "each row's reward fall is clipped at this many sigmas; 0 or less silences "
+                              "reward-shift-down or turns it on every row",
 }
 """Numeric parameters that only make sense above 0, and why."""
 

@@ -344,7 +344,7 @@ class RewardGauge(Gauge):
         "hack_length_ratio": 1.5, "hack_corr": 0.6, "hack_gain_sigma": 3.0,
         "volatile_ratio": 2.2, "volatile_for": 5, "volatile_warmup": 30, "volatile_ratio_rl": 1.8,
         "volatile_window": 30, "volatile_warmup_rl": 16,
-        # shift: a CUSUM (k sigmas allowance per row, h to fire, each row's residual clipped at shift_clip sigmas)
+        # shift: a CUSUM (k sigmas allowance per row, h to fire, each row's fall clipped at shift_clip sigmas)
         "shift_k": 1.0, "shift_h": 12.0, "shift_clip": 4.0, "shift_alpha": 0.05,
         "drop_share": 0.4, "drop_sigma": 4.0, "drop_for": 5,
         "drop_within": 50, "drop_gain_sigma": 3.0,
