@@ -63,15 +63,16 @@ from synthetic import FAMILIES, KINDS, PATHOLOGIES, SyntheticRun, combinations, 
 # on seeds 1000-1049; their verdict drove round 2, so they are seen now and round 2 was judged on 2000-2049.
 # Round 2's verdict drove round 3, so 2000-2049 are seen too; round 3 was judged on 3000-3049, declared before
 # any round 3 tuning and run once after its rules were settled; round 4 the same way on 4000-4049, round 5 on
-# 5000-5049 (run once at 6716fa7; both seen now too), round 6 on 6000-6049 (run once at 5cf84b5; seen now).
-# Round 7 is judged on 7000-7049, declared here (and in the README) before any round 7 tuning.
+# 5000-5049 (run once at 6716fa7; both seen now too), round 6 on 6000-6049 (run once at 5cf84b5; seen now),
+# round 7 on 7000-7049 (run once at b61d8ec; seen now). Round 8 is judged on 8000-8049, declared here (and in the
+# README) before any round 8 tuning.
 # The CI slice (tests/test_detection_slice.py) is the first seeds of round 1's held-out set.
 TUNING_SEEDS = range(0, 30)
-HELD_OUT_SEEDS = range(7000, 7050)
+HELD_OUT_SEEDS = range(8000, 8050)
 SEEN_SEEDS = (range(1000, 1050), range(2000, 2050), range(3000, 3050), range(4000, 4050), range(5000, 5050),
-              range(6000, 6050))
+              range(6000, 6050), range(7000, 7050))
 SLICE_SEEDS = range(1000, 1005)
-QUICK_SEEDS = {"tuning": range(0, 3), "held-out": range(7000, 7003)}
+QUICK_SEEDS = {"tuning": range(0, 3), "held-out": range(8000, 8003)}
 
 N_STEPS = (100, 2000)  # log-uniform
 NOISE = (0.5, 2.0)
