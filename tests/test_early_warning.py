@@ -719,7 +719,45 @@ def test_a_long_runs_trend_windows_cover_a_share_of_it():
         known = _first(chosen, "dpo", "chosen-reward-runaway", max_steps=1400)
         assert known is not None and known >= 700
         assert _first(chosen, "dpo", "chosen-reward-runaway", max_steps=1400,
-                      params={"reward": {"runaway_share": 0.0}}) is None
+                      params={"reward": {"runaway_share": 0.0, "runaway_half_t": 0.0}}) is None
+
+
+def test_a_slow_runaway_under_per_step_noise_is_read_over_the_runs_second_half():
+    """A chosen reward climbing +2.5 over 800 per-step rows (the rejected side rising slower), with per-step noise
+    1.0: every 5 % window (54 rows) sees a rise far inside its noise (t < 3), the run's second half sees it plainly.
+    Without the half-run reading it is silent; a healthy run with the same noise (chosen drifting down) is silent
+    with it."""
+    def chosen_noise(rows: list[Row], seed: int) -> list[Row]:
+        noise = random.Random(seed + 100)
+        return [dict(r, **{"rewards/chosen": r["rewards/chosen"] + noise.gauss(0, 1.0)}) for r in rows]
+
+    for seed in range(3):
+        sick = chosen_noise(build(lambda i, g: dpo(i, g, chosen=2.5 * ramp(i, start=280, span=800),
+                                                   rejected=-0.2 + 1.0 * ramp(i, start=280, span=800)),
+                                  n=1080, seed=seed), seed)
+        hit = _first(sick, "dpo", "chosen-reward-runaway", max_steps=1080)
+        assert hit is not None and hit >= 280, (seed, hit)
+        assert _first(sick, "dpo", "chosen-reward-runaway", max_steps=1080,
+                      params={"reward": {"runaway_half_t": 0.0}}) is None
+        healthy = chosen_noise(build(dpo, n=1080, seed=seed), seed)
+        assert _first(healthy, "dpo", "chosen-reward-runaway", max_steps=1080) is None
+
+
+def test_a_margin_falling_from_a_late_peak_is_read_since_that_peak():
+    """The margin climbs for 200 rows, then gives back 40 % of it over the last 100 (per-row noise 0.2): the
+    run's second half still holds the climb, so its fit stays flat; a fit since the peak shows the fall. It is
+    caught after the peak, and later or never with that fit off; the same climb without the fall is silent."""
+    def margin(fall: float) -> Callable[[int, random.Random], Row]:
+        return lambda i, g: dict(dpo(i, g, acc=0.8), **{
+            "rewards/margins": 1.2 * min(i, 200) / 200 - fall * ramp(i, start=200, span=100) + g.gauss(0, 0.2)})
+
+    for seed in range(3):
+        sick = build(margin(0.5), seed=seed)
+        hit = _first(sick, "dpo", "margin-shrinking", max_steps=N)
+        assert hit is not None and hit > 200, (seed, hit)
+        off = _first(sick, "dpo", "margin-shrinking", max_steps=N, params={"reward": {"margin_peak_rows": 0}})
+        assert off is None or off > hit, (seed, hit, off)
+        assert _first(build(margin(0.0), seed=seed), "dpo", "margin-shrinking", max_steps=N) is None
 
 
 def test_reward_falling_from_its_peak_while_still_learning_is_a_shift_down():

@@ -327,7 +327,10 @@ class RewardGauge(Gauge):
 
     DPO family: margin and accuracy together — never the chosen reward alone, which often falls in
     healthy runs; but a chosen reward climbing past +1 without the rejected side falling is the
-    post's "unbounded reward growth".
+    post's "unbounded reward growth", read over a share of the run (``runaway_share``) and over its second
+    half (``runaway_half_t``: per-step noise hides a slow runaway from any short window). A margin falling
+    from its peak is read against a fit of the raw margin since that peak (``margin_peak_rows``), not only
+    the run's second half, which still holds the climb up to the peak.
     """
 
     id = "reward"
@@ -356,8 +359,9 @@ class RewardGauge(Gauge):
         "margin_collapse": 0.5, "margin_peak_min": 0.2, "accuracy_chance": 0.55, "dpo_min_rows": 30,
         "margin_learning_t": 2.0, "margin_plateau_growth": 0.2, "plateau_accuracy": 0.7, "margin_plateau_for": 15,
         "margin_plateau_rows": 20,
-        "margin_shrink": 0.15, "margin_shrink_t": -2.0, "margin_shrink_sd": 5.0, "margin_shrink_for": 10,
-        "runaway_level": 1.0, "runaway_t": 3.0, "runaway_share": 0.05, **ROLLOUT_DEFAULTS["reward"],
+        "margin_shrink": 0.15, "margin_shrink_t": -2.0, "margin_shrink_sd": 5.0, "margin_shrink_for": 6,
+        "margin_peak_rows": 20,
+        "runaway_level": 1.0, "runaway_t": 3.0, "runaway_share": 0.05, "runaway_half_t": 5.0, **ROLLOUT_DEFAULTS["reward"],
     }
 
     def setup(self) -> None:
@@ -417,12 +421,15 @@ class RewardGauge(Gauge):
         self.margin_recent = RollingCorrelation(30)
         self.margin_half = HalfRunTrend()  # a slow learner's trend needs the run's whole second half
         self.margin_mark = [0.0, 0.0]  # the margin EWMA where margin_half's previous and current spans began
+        self.margin_since_peak = RunningRegression()  # the raw margin since its EWMA last set a peak
         self.acc = Ewma(0.1)
         self.chosen = Ewma(0.1)
         self.chosen_start = Baseline(5)
         self.chosen_recent = RollingCorrelation(30)
         self.rejected = Ewma(0.1)
         self.rejected_recent = RollingCorrelation(30)
+        self.chosen_half = HalfRunTrend()  # a slow runaway in a long, per-step log: its second half
+        self.rejected_half = HalfRunTrend()
         self.pref_rows = 0
 
     # the per-function components are a dict of objects: serialise them by hand
@@ -805,8 +812,10 @@ class RewardGauge(Gauge):
         d["margin"] = m
         d["margin_ewma"] = me
         warm = self.pref_rows >= p["dpo_min_rows"]
-        if warm:
-            self.margin_peak = max(self.margin_peak, me)
+        if warm and me > self.margin_peak:
+            self.margin_peak = me
+            self.margin_since_peak = RunningRegression()
+        self.margin_since_peak.push(float(self.pref_rows), m)
         d["margin_peak"] = self.margin_peak if self.margin_peak > -math.inf else me
         peak = self.margin_peak
         collapsed = warm and peak >= p["margin_peak_min"] and me < p["margin_collapse"] * peak
@@ -815,7 +824,8 @@ class RewardGauge(Gauge):
                    "converging and the preference signal is being undone (LR too high, noisy pairs, beta too low).",
                    for_=5)
         # The same convergence, early: a steady fall from the peak, far beyond the EWMA's own noise (the peak of a
-        # noisy EWMA sits high by itself), over the second half of the run so far or the last 30 rows.
+        # noisy EWMA sits high by itself), over the second half of the run so far, the last 30 rows, or the rows
+        # since the peak (the half-run fit still holds the climb to a late peak, and 30 per-step rows are noise).
         drop = (peak - me) / peak if peak > 0 else 0.0
         rt = 0.0
         shrinking = False
@@ -823,6 +833,9 @@ class RewardGauge(Gauge):
             ht = self.margin_half.t_stat() if self.margin_half.rows() >= 20 else 0.0
             rt30 = self.margin_recent.t_stat() if self.margin_recent.full else 0.0
             rt = min(ht, rt30 + 1.0)  # falling over the last 30 rows counts when it is one sigma clearer
+            since = self.margin_since_peak
+            if p["margin_peak_rows"] > 0 and since.n >= p["margin_peak_rows"]:
+                rt = min(rt, since.t_stat())
             sd = self.margin_noise.sigma() * _EWMA10_SD if len(self.margin_noise) >= 10 else math.inf
             # 15 % off the peak with t <= -2, or 8 % with t <= -5
             steady = (drop >= p["margin_shrink"] and rt <= p["margin_shrink_t"]) or rt <= 2.5 * p["margin_shrink_t"]
@@ -873,6 +886,8 @@ class RewardGauge(Gauge):
                 self.rejected.push(rj)
             if rj is not None and finite(rj):
                 self.rejected_recent.push(float(self.pref_rows), rj)
+                self.rejected_half.push(rj)
+            self.chosen_half.push(c)
             ct = 0.0
             runaway = False
             if warm and ce > p["runaway_level"] and self.chosen_recent.full:
@@ -880,6 +895,13 @@ class RewardGauge(Gauge):
                 # over the same rows the chosen side climbed, the rejected side did not fall: the margin is not why
                 rej_holding = not self.rejected_recent.full or self.rejected_recent.t_stat() > -2.0
                 runaway = ct >= p["runaway_t"] and rej_holding
+                # the same over the run's second half so far: a climb of +2 over 800 per-step rows is t < 2 in
+                # any 5 % window and t > 10 over the half
+                if not runaway and p["runaway_half_t"] > 0 and self.chosen_half.rows() >= 20:
+                    ht = self.chosen_half.t_stat()
+                    rh = self.rejected_half.t_stat() if self.rejected_half.rows() >= 20 else 0.0
+                    if ht >= p["runaway_half_t"] and rh > -2.0:
+                        runaway, ct = True, ht
             kl = v.get("objective/kl", v.get("kl"))
             kl_txt = f"; KL to the reference is {kl:.3g}" if kl is not None and finite(kl) else \
                 "; DPO logs no KL, but a chosen reward of +1 is already a large log-ratio to the reference"
