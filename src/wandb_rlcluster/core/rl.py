@@ -361,7 +361,8 @@ class RewardGauge(Gauge):
         "margin_plateau_rows": 20,
         "margin_shrink": 0.15, "margin_shrink_t": -2.0, "margin_shrink_sd": 5.0, "margin_shrink_for": 6,
         "margin_peak_rows": 20,
-        "runaway_level": 1.0, "runaway_t": 3.0, "runaway_share": 0.05, "runaway_half_t": 5.0, **ROLLOUT_DEFAULTS["reward"],
+        "runaway_level": 1.0, "runaway_t": 3.0, "runaway_share": 0.05, "runaway_half_t": 5.0,
+        **ROLLOUT_DEFAULTS["reward"],
     }
 
     def setup(self) -> None:
