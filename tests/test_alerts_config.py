@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -120,3 +121,24 @@ def test_missing_file_and_callback_fails_before_training(tmp_path: Path):
                                                ("soon", None), (-1, None), ("", None)])
 def test_durations(text, seconds):
     assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("params, says", [
+    ({"reward": {"shift_k": "1"}}, "params.reward.shift_k must be like 1.0, not '1'"),
+    ({"reward": {"shfit_k": 1.0}}, "did you mean 'shift_k'"),
+    ({"kl": {"warn": float("nan")}}, "params.kl.warn must be a finite number"),
+    ({"reward": {"shift_clip": 0}}, "params.reward.shift_clip must be above 0"),
+    ({"diagnosis": {"clear": "5"}}, "params.diagnosis.clear must be like 5"),
+])
+def test_python_params_are_checked_before_training_like_the_yaml(params, says):
+    """The callback's ``params=`` get the checks ``alerts.yaml``'s ``gauges:`` get, when the callback is built: a
+    string where a number belongs used to raise in the middle of the run (on the first row the rule read), and a
+    misspelt name was ignored without a word. The defaults and a valid override still build."""
+    from wandb_rlcluster import RLClusterCallback
+    from wandb_rlcluster.core import analyze_rows
+
+    with pytest.raises(ValueError, match=re.escape(says)):
+        RLClusterCallback(params=params, alerts=False)
+    with pytest.raises(ValueError, match=re.escape(says)):
+        analyze_rows([{"step": 1.0, "reward": 0.1}], trainer="grpo", params=params)
+    RLClusterCallback(params={"kl": {"warn": 0.3, "stop": 0.8}, "reward": {"shift_clip": 3}}, alerts=False)

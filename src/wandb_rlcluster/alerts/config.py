@@ -6,7 +6,6 @@ training starts, all of them at once rather than the first only.
 
 from __future__ import annotations
 
-import difflib
 import math
 import os
 import re
@@ -20,9 +19,10 @@ from typing import Any
 import yaml
 
 from ..core import DIAGNOSIS_ID, GAUGE_CLASSES, GAUGE_IDS, REPORTING_CLASSES
+from ..core.gauge import param_problem
 from ..core.keys import FAMILIES, LIVE_INPUT_KEYS, TRL_LOGGED_KEYS, canonical_family, is_reward_function_key
 from ..core.readers import InputRefused, InputTooLarge, read_bounded
-from ..core.text import clean_text
+from ..core.text import clean_text, did_you_mean
 from ..safe_yaml import MAX_YAML_CHARS, compose_checked, construct
 from .expr import ExprError, Expression, parse
 
@@ -394,8 +394,7 @@ def _value(node: yaml.Node) -> Any:
 
 
 def _did_you_mean(word: str, options: Any) -> str:
-    m = difflib.get_close_matches(word, list(options), n=1, cutoff=0.6)
-    return f" (did you mean {m[0]!r}?)" if m else ""
+    return did_you_mean(word, options)
 
 
 # -- validation ---------------------------------------------------------------------------------
@@ -690,13 +689,6 @@ def _raw_document(path: str, text: str, loc: _Loc) -> dict[str, Any] | None:
     return doc
 
 
-_POSITIVE_PARAMS = {
-    ("reward", "shift_clip"): "each row's reward fall is clipped at this many sigmas; 0 or less silences "
-                              "reward-shift-down or turns it on every row",
-}
-"""Numeric parameters that only make sense above 0, and why."""
-
-
 def _gauge_params(loc: _Loc, items: list[tuple[Any, int, Any]]) -> dict[str, dict[str, Any]]:
     """Checked per-gauge parameter overrides from ``(gauge id, line, [(param, line, value)] or a non-list)``;
     the stored form gives ``(param, value)`` pairs and line 0."""
@@ -709,21 +701,11 @@ def _gauge_params(loc: _Loc, items: list[tuple[Any, int, Any]]) -> dict[str, dic
         if not isinstance(params, list):
             loc.err(gl, f"gauges.{gid} must be a mapping of parameter: value")
             continue
-        allowed = set(by_id[gid].defaults)
         for item in params:
             pk, pl, pv = item if len(item) == 3 else (item[0], gl, item[1])
-            default = by_id[gid].defaults.get(pk)
-            if pk not in allowed:
-                loc.err(pl, f"gauges.{gid}: unknown parameter {clean_text(pk, 40)!r}{_did_you_mean(str(pk), allowed)}; "
-                            f"parameters: {', '.join(sorted(allowed))}")
-            elif type(pv) is not type(default) and not (
-                    isinstance(pv, (int, float)) and isinstance(default, (int, float)) and not isinstance(pv, bool)):
-                loc.err(pl, f"gauges.{gid}.{pk} must be like {default!r}, not {clean_text(repr(pv), 60)}")
-            elif isinstance(pv, float) and not math.isfinite(pv):
-                loc.err(pl, f"gauges.{gid}.{pk} must be a finite number (like {default!r}), not {pv!r}")
-            elif (gid, pk) in _POSITIVE_PARAMS and pv <= 0:
-                loc.err(pl, f"gauges.{gid}.{pk} must be above 0 (like {default!r}), not {pv!r}: "
-                            f"{_POSITIVE_PARAMS[(gid, pk)]}")
+            problem = param_problem(by_id[gid], pk, pv, where="gauges")
+            if problem:
+                loc.err(pl, problem)
             else:
                 out.setdefault(gid, {})[pk] = pv
     return out

@@ -22,7 +22,7 @@ from .fundamentals import (
     LossGauge,
     SamplesGauge,
 )
-from .gauge import Gauge
+from .gauge import Gauge, param_problem
 from .keys import FAMILIES, Normalizer, Row, canonical_family, detect_family
 from .rl import EntropyGauge, KLGauge, LengthGauge, PolicyRatioGauge, RewardGauge, RewardSignalGauge
 
@@ -88,6 +88,13 @@ class InstrumentCluster:
         unknown = set(self.params) - set(GAUGE_IDS) - {DIAGNOSIS_ID}
         if unknown:
             raise ValueError(f"unknown gauge id(s) {sorted(unknown)}; expected one of {', '.join(GAUGE_IDS)}")
+        # every name and value checked here, before the first row: a typo is not ignored, and a string where a
+        # number belongs does not raise in the middle of a run
+        by_id: dict[str, type[Gauge]] = {cls.id: cls for cls in (*GAUGE_CLASSES, Diagnoser)}
+        problems = [msg for gid, ps in self.params.items() for k, v in ps.items()
+                    if (msg := param_problem(by_id[gid], k, v)) is not None]
+        if problems:
+            raise ValueError("; ".join(problems))
         gold = self.params.get("reward", {}).get("gold")
         if gold:
             if isinstance(gold, str) or not all(isinstance(g, str) and g for g in gold):

@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 
 from .findings import SEVERITY_RANK, Finding, Severity
 from .keys import Row
+from .text import clean_text, did_you_mean
 
 Message = str | Callable[[], str]
 
@@ -302,3 +303,34 @@ def persistence_factor(planned_rows: float) -> float:
 
 def finite(x: float | None) -> bool:
     return x is not None and x == x and x != math.inf and x != -math.inf
+
+
+POSITIVE_PARAMS = {
+    ("reward", "shift_clip"): "each row's reward fall is clipped at this many sigmas; 0 or less silences "
+                              "reward-shift-down or turns it on every row",
+}
+"""Numeric parameters that only make sense above 0, and why."""
+
+
+def param_problem(gauge: type[Gauge], key: object, value: object, where: str = "params") -> str | None:
+    """Why ``value`` cannot be ``gauge``'s parameter ``key`` (``None`` when it can): an unknown name, a value unlike
+    the default's type, a non-finite number, or 0 or less where only a positive value makes sense.
+
+    The one check that ``alerts.yaml`` (``where="gauges"``, with its line) and Python callers
+    (``params={...}``, before the first row) share: a typo must not be ignored silently, and a string where a
+    number belongs must not raise in the middle of a training run."""
+    defaults = {**{k: v for fd in gauge.family_defaults.values() for k, v in fd.items()}, **gauge.defaults}
+    gid = gauge.id
+    if not isinstance(key, str) or key not in defaults:
+        return (f"{where}.{gid}: unknown parameter {clean_text(key, 40)!r}{did_you_mean(str(key), defaults)}; "
+                f"parameters: {', '.join(sorted(defaults))}")
+    default = defaults[key]
+    numeric = isinstance(value, (int, float)) and isinstance(default, (int, float)) and not isinstance(value, bool)
+    if type(value) is not type(default) and not numeric:
+        return f"{where}.{gid}.{key} must be like {default!r}, not {clean_text(repr(value), 60)}"
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{where}.{gid}.{key} must be a finite number (like {default!r}), not {value!r}"
+    why = POSITIVE_PARAMS.get((gid, key))
+    if why is not None and value <= 0:  # type: ignore[operator]
+        return f"{where}.{gid}.{key} must be above 0 (like {default!r}), not {value!r}: {why}"
+    return None

@@ -10,9 +10,11 @@ different names look the same. Every such character is replaced by a visible esc
 
 from __future__ import annotations
 
+import difflib
 import re
+from collections.abc import Iterable
 
-__all__ = ["clean_text"]
+__all__ = ["clean_text", "did_you_mean"]
 
 # C0 controls (tab and newline included: one printed item must stay on one line), DEL, C1 controls, the
 # line/paragraph separators, and every invisible format character (Unicode category Cf, as of Unicode 15.1):
@@ -44,3 +46,9 @@ def clean_text(value: object, limit: int | None = None) -> str:
     if limit is not None and len(text) > limit:
         text = text[: max(0, limit - 1)] + "…"
     return _UNSAFE.sub(_escape, text)
+
+
+def did_you_mean(word: str, options: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` for the closest of ``options`` to a misspelt ``word``, or ``""``."""
+    m = difflib.get_close_matches(word, list(options), n=1, cutoff=0.6)
+    return f" (did you mean {m[0]!r}?)" if m else ""
