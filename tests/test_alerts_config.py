@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -129,6 +130,17 @@ def test_durations(text, seconds):
     ({"kl": {"warn": float("nan")}}, "params.kl.warn must be a finite number"),
     ({"reward": {"shift_clip": 0}}, "params.reward.shift_clip must be above 0"),
     ({"diagnosis": {"clear": "5"}}, "params.diagnosis.clear must be like 5"),
+    ({"policy_ratio": {"ratio_warn": (1.5, 0.7)}}, "must be finite, increasing and not negative"),
+    ({"policy_ratio": {"ratio_warn": ["a", "b"]}}, "params.policy_ratio.ratio_warn must be like (0.7, 1.5)"),
+    ({"length": {"drift": -1}}, "params.length.drift must be above 0"),
+    ({"kl": {"noisy_p1": 1.0}}, "params.kl.noisy_p1 must be between 0 and 1"),
+    ({"reward": {"runaway_share": 1e308}}, "params.reward.runaway_share must be at most 1e+09 in size"),
+    ({"reward": {"runaway_share": 20.0}}, "params.reward.runaway_share is a share (above 1 turns its reading off)"),
+    ({"reward": {"window": 10**400}}, "params.reward.window must be at most 1e+09 in size"),
+    ({"reward": {"window": 10**7}}, "params.reward.window counts rows or items: at most 100,000"),
+    ({"reward": {"window": -3}}, "params.reward.window counts rows or items: not below 0"),
+    ({"reward": None}, "params.reward must be a mapping of parameter: value"),
+    ({"rewrad": {}}, "unknown gauge id 'rewrad' (did you mean 'reward'?)"),
 ])
 def test_python_params_are_checked_before_training_like_the_yaml(params, says):
     """The callback's ``params=`` get the checks ``alerts.yaml``'s ``gauges:`` get, when the callback is built: a
@@ -142,3 +154,31 @@ def test_python_params_are_checked_before_training_like_the_yaml(params, says):
     with pytest.raises(ValueError, match=re.escape(says)):
         analyze_rows([{"step": 1.0, "reward": 0.1}], trainer="grpo", params=params)
     RLClusterCallback(params={"kl": {"warn": 0.3, "stop": 0.8}, "reward": {"shift_clip": 3}}, alerts=False)
+
+
+def test_python_params_take_numpy_numbers_tuples_and_lists_and_a_checkpoint_keeps_them():
+    """numpy numbers, a pair given as a list (JSON and YAML give tuples back as lists) and gold names as a tuple are
+    made plain Python values; the callback's checkpoint arguments are JSON and rebuild the same callback. A
+    checkpoint written by an older version with a parameter this one no longer has leaves it out with a warning
+    (``restored``): transformers rebuilds the callback from the checkpoint, so raising would fail the resume."""
+    import numpy as np
+
+    from wandb_rlcluster import RLClusterCallback
+    from wandb_rlcluster.core import InstrumentCluster
+
+    params = {"kl": {"warn": np.float32(0.25)}, "reward": {"window": np.int64(20), "gold": ("verifier",)},
+              "policy_ratio": {"ratio_warn": [0.6, 1.6]}}
+    cluster = InstrumentCluster(trainer="ppo", params=params)
+    assert cluster.params["kl"]["warn"] == 0.25 and type(cluster.params["kl"]["warn"]) is float
+    assert cluster.params["reward"]["window"] == 20 and type(cluster.params["reward"]["window"]) is int
+    assert cluster.params["policy_ratio"]["ratio_warn"] == (0.6, 1.6)
+    assert cluster.gauges["reward"].p["gold"] == ["verifier"]
+    cb = RLClusterCallback(params=params, alerts=False, log_to_wandb=False)
+    args = json.loads(json.dumps(cb.state()))["args"]
+    again = type(cb)(**args)
+    assert again.params == cb.params and again.params["policy_ratio"]["ratio_warn"] == (0.6, 1.6)
+    old = dict(args, params={"reward": {"shfit_k": 1.0, "shift_h": 10.0}})
+    with pytest.raises(ValueError, match="did you mean 'shift_k'"):
+        type(cb)(**dict(old, restored=False))
+    resumed = type(cb)(**old)
+    assert resumed.params == {"reward": {"shift_h": 10.0}}

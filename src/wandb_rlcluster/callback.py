@@ -17,6 +17,7 @@ from .alerts import AlertConfig, AlertEngine, AlertEvent, load_config
 from .alerts.config import validate_config
 from .alerts.notify import Notifier, clamp_wait
 from .core import GAUGE_IDS, InstrumentCluster
+from .core.cluster import checked_params
 from .core.findings import Finding
 from .core.keys import canonical_family, to_float
 from .core.rollouts import ROLLOUT_GAUGES, RolloutStats, evidence_focus
@@ -92,6 +93,9 @@ class RLClusterCallback(TrainerCallback, ExportableState):
             proxy, and the reward gauge reports the proxy-gold gap and fires when the proxy keeps rising
             while the gold stalls or falls (over-optimisation). Also settable in alerts.yaml
             (``gold_rewards: [...]``); this argument wins.
+        restored: set in the checkpoint's arguments by ``state()``: when transformers rebuilds the callback from a
+            checkpoint written by an older version, a parameter this version no longer has is left out with a
+            warning instead of failing the resume. Anywhere else a bad ``params`` entry raises ValueError here.
 
     Stopping is decided on every rank from the same log row and then reduced across
     ranks, so all processes stop at the same step; logging happens on the main
@@ -131,6 +135,7 @@ class RLClusterCallback(TrainerCallback, ExportableState):
         crash_timeout: float | str | None = None,
         guardian: bool | None = None,
         gold_rewards: str | list[str] | tuple[str, ...] | None = None,
+        restored: bool = False,
     ) -> None:
         if stop_on not in (None, "stop", "warn"):
             raise ValueError(f"stop_on must be 'stop', 'warn' or None, not {stop_on!r}")
@@ -139,7 +144,11 @@ class RLClusterCallback(TrainerCallback, ExportableState):
             if not isinstance(every, int) or every < 0:
                 raise ValueError(f"{name} must be an int >= 0 (0 turns the probe off), not {every!r}")
         self.trainer = canonical_family(trainer) if trainer else None
-        self.params = {k: dict(v) for k, v in (params or {}).items()}
+        self.params, problems = checked_params(params)
+        if problems and not restored:
+            raise ValueError("; ".join(problems))
+        for problem in problems:  # a checkpoint of an older version: a resume must not fail on a renamed knob
+            logger.warning("rlcluster: the checkpoint's %s; left out", problem)
         self.stop_on = stop_on
         self.save_on_stop = save_on_stop
         self.grad_every = grad_every
@@ -314,7 +323,7 @@ class RLClusterCallback(TrainerCallback, ExportableState):
                 "sample_every": self.sample_every, "sample_tokens": self.sample_tokens,
                 "log_to_wandb": self.log_to_wandb, "wandb_min_interval": self.wandb_min_interval,
                 "prefix": self.prefix, "channel_wait": self.channel_wait, "gold_rewards": self.gold_rewards,
-                **self.liveness_args,
+                **self.liveness_args, "restored": True,
             },
             "attributes": {"cluster_state": self.cluster.state_dict(),
                            "engine_state": self.engine.state_dict() if self.engine else {},

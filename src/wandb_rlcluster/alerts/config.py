@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from ..core import DIAGNOSIS_ID, GAUGE_CLASSES, GAUGE_IDS, REPORTING_CLASSES
-from ..core.gauge import param_problem
+from ..core.gauge import check_param
 from ..core.keys import FAMILIES, LIVE_INPUT_KEYS, TRL_LOGGED_KEYS, canonical_family, is_reward_function_key
 from ..core.readers import InputRefused, InputTooLarge, read_bounded
 from ..core.text import clean_text, did_you_mean
@@ -703,11 +703,11 @@ def _gauge_params(loc: _Loc, items: list[tuple[Any, int, Any]]) -> dict[str, dic
             continue
         for item in params:
             pk, pl, pv = item if len(item) == 3 else (item[0], gl, item[1])
-            problem = param_problem(by_id[gid], pk, pv, where="gauges")
+            value, problem = check_param(by_id[gid], pk, pv, where="gauges")
             if problem:
                 loc.err(pl, problem)
             else:
-                out.setdefault(gid, {})[pk] = pv
+                out.setdefault(gid, {})[pk] = value
     return out
 
 

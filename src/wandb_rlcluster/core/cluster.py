@@ -22,9 +22,10 @@ from .fundamentals import (
     LossGauge,
     SamplesGauge,
 )
-from .gauge import Gauge, param_problem
+from .gauge import Gauge, check_param
 from .keys import FAMILIES, Normalizer, Row, canonical_family, detect_family
 from .rl import EntropyGauge, KLGauge, LengthGauge, PolicyRatioGauge, RewardGauge, RewardSignalGauge
+from .text import clean_text, did_you_mean
 
 GAUGE_CLASSES: tuple[type[Gauge], ...] = (
     LossGauge,
@@ -61,6 +62,34 @@ NO_DATA_NOTES = {
 }
 
 
+def checked_params(params: Mapping[str, Any] | None, where: str = "params") -> tuple[dict[str, dict[str, Any]],
+                                                                                list[str]]:
+    """Per-gauge parameter overrides, each checked (``check_param``) and made a plain Python value, and what was
+    wrong with the rest: every name and value is checked before the first row, so a typo is not ignored and a
+    string where a number belongs does not raise in the middle of a run."""
+    by_id: dict[str, type[Gauge]] = {cls.id: cls for cls in (*GAUGE_CLASSES, Diagnoser)}
+    out: dict[str, dict[str, Any]] = {}
+    problems: list[str] = []
+    if params is not None and not isinstance(params, Mapping):
+        return out, [f"{where} must be a mapping of gauge id to its parameters, not {clean_text(repr(params), 60)}"]
+    for gid, ps in (params or {}).items():
+        if gid not in by_id:
+            problems.append(f"{where}: unknown gauge id {clean_text(gid, 40)!r}{did_you_mean(str(gid), by_id)}; "
+                            f"expected one of {', '.join(by_id)}")
+            continue
+        if not isinstance(ps, Mapping):
+            problems.append(f"{where}.{gid} must be a mapping of parameter: value, not {clean_text(repr(ps), 60)}")
+            continue
+        out[gid] = {}
+        for k, v in ps.items():
+            value, problem = check_param(by_id[gid], k, v, where)
+            if problem is None:
+                out[gid][k] = value
+            else:
+                problems.append(problem)
+    return out, problems
+
+
 class InstrumentCluster:
     """Feeds rows to the fourteen gauges, then to the diagnoser, and keeps the findings.
 
@@ -84,15 +113,7 @@ class InstrumentCluster:
     ) -> None:
         self.detect_rows = max(1, detect_rows)
         self.family: str | None = canonical_family(trainer) if trainer else None
-        self.params = {k: dict(v) for k, v in (params or {}).items()}
-        unknown = set(self.params) - set(GAUGE_IDS) - {DIAGNOSIS_ID}
-        if unknown:
-            raise ValueError(f"unknown gauge id(s) {sorted(unknown)}; expected one of {', '.join(GAUGE_IDS)}")
-        # every name and value checked here, before the first row: a typo is not ignored, and a string where a
-        # number belongs does not raise in the middle of a run
-        by_id: dict[str, type[Gauge]] = {cls.id: cls for cls in (*GAUGE_CLASSES, Diagnoser)}
-        problems = [msg for gid, ps in self.params.items() for k, v in ps.items()
-                    if (msg := param_problem(by_id[gid], k, v)) is not None]
+        self.params, problems = checked_params(params)
         if problems:
             raise ValueError("; ".join(problems))
         gold = self.params.get("reward", {}).get("gold")

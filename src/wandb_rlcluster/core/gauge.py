@@ -10,6 +10,7 @@ for ``clear`` evaluations, so one noisy point neither fires nor flaps.
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
@@ -308,13 +309,27 @@ def finite(x: float | None) -> bool:
 POSITIVE_PARAMS = {
     ("reward", "shift_clip"): "each row's reward fall is clipped at this many sigmas; 0 or less silences "
                               "reward-shift-down or turns it on every row",
+    ("policy_ratio", "ratio_var_x"): "the ratio variance's growth is read as a multiple of its start",
+    ("length", "drift"): "a mean-length change is read as this share of the baseline",
+    ("length", "trend_now"): "a length trend is read once the mean moved this share of the baseline",
 }
 """Numeric parameters that only make sense above 0, and why."""
 
+UNIT_PARAMS = {("kl", "noisy_p1"): "a probability"}
+"""Numeric parameters strictly between 0 and 1."""
 
-def param_problem(gauge: type[Gauge], key: object, value: object, where: str = "params") -> str | None:
-    """Why ``value`` cannot be ``gauge``'s parameter ``key`` (``None`` when it can): an unknown name, a value unlike
-    the default's type, a non-finite number, or 0 or less where only a positive value makes sense.
+MAX_PARAM = 1e9
+"""The largest magnitude a numeric parameter may have (windows of 1e308 rows overflow)."""
+
+MAX_ROWS_PARAM = 100_000
+"""The largest count (window, hold, warm-up: the parameters whose default is an int): a window is memory."""
+
+
+def check_param(gauge: type[Gauge], key: object, value: object, where: str = "params") -> tuple[Any, str | None]:
+    """``(value, None)`` with ``value`` as a plain Python number, tuple or list, or ``(None, why)`` when it cannot
+    be ``gauge``'s parameter ``key``: an unknown name, a value unlike the default (a number where a number belongs,
+    numpy's included; a pair of numbers for a pair; a list of names for a list), NaN or infinite, past
+    ``MAX_PARAM``, a negative count, a share outside [0, 10], or 0 or less where only a positive value makes sense.
 
     The one check that ``alerts.yaml`` (``where="gauges"``, with its line) and Python callers
     (``params={...}``, before the first row) share: a typo must not be ignored silently, and a string where a
@@ -322,15 +337,60 @@ def param_problem(gauge: type[Gauge], key: object, value: object, where: str = "
     defaults = {**{k: v for fd in gauge.family_defaults.values() for k, v in fd.items()}, **gauge.defaults}
     gid = gauge.id
     if not isinstance(key, str) or key not in defaults:
-        return (f"{where}.{gid}: unknown parameter {clean_text(key, 40)!r}{did_you_mean(str(key), defaults)}; "
-                f"parameters: {', '.join(sorted(defaults))}")
+        return None, (f"{where}.{gid}: unknown parameter {clean_text(key, 40)!r}"
+                      f"{did_you_mean(str(key), defaults)}; parameters: {', '.join(sorted(defaults))}")
     default = defaults[key]
-    numeric = isinstance(value, (int, float)) and isinstance(default, (int, float)) and not isinstance(value, bool)
-    if type(value) is not type(default) and not numeric:
-        return f"{where}.{gid}.{key} must be like {default!r}, not {clean_text(repr(value), 60)}"
-    if isinstance(value, float) and not math.isfinite(value):
-        return f"{where}.{gid}.{key} must be a finite number (like {default!r}), not {value!r}"
+    unlike = f"{where}.{gid}.{key} must be like {default!r}, not {clean_text(repr(value), 60)}"
+
+    def real(x: object) -> bool:
+        return isinstance(x, numbers.Real) and not isinstance(x, bool)
+
+    if isinstance(default, tuple):  # a (low, high) pair; JSON and YAML give it back as a list
+        if not isinstance(value, (list, tuple)) or len(value) != len(default) or not all(real(x) for x in value):
+            return None, unlike
+        try:
+            pair = tuple(float(x) for x in value)  # type: ignore[arg-type]
+        except OverflowError:
+            pair = (math.inf,)
+        if not all(math.isfinite(x) and 0 <= x <= MAX_PARAM for x in pair) or list(pair) != sorted(set(pair)):
+            return None, f"{where}.{gid}.{key} must be finite, increasing and not negative, like {default!r}"
+        return pair, None
+    if isinstance(default, list):  # reward function names
+        if not isinstance(value, (list, tuple)) or not all(isinstance(x, str) for x in value):
+            return None, unlike
+        return list(value), None
+    if not isinstance(default, (int, float)) or isinstance(default, bool):
+        return (value, None) if type(value) is type(default) else (None, unlike)
+    if not real(value):
+        return None, unlike
+    try:
+        x = float(value)  # type: ignore[arg-type]
+    except OverflowError:  # an int of 400 digits
+        x = math.inf if value > 0 else -math.inf  # type: ignore[operator]
+    if math.isinf(x) and isinstance(value, numbers.Integral):
+        return None, f"{where}.{gid}.{key} must be at most {MAX_PARAM:g} in size (like {default!r}), not that long"
+    if not math.isfinite(x):
+        return None, f"{where}.{gid}.{key} must be a finite number (like {default!r}), not {value!r}"
+    if abs(x) > MAX_PARAM:
+        return None, f"{where}.{gid}.{key} must be at most {MAX_PARAM:g} in size (like {default!r}), not {value!r}"
     why = POSITIVE_PARAMS.get((gid, key))
-    if why is not None and value <= 0:  # type: ignore[operator]
-        return f"{where}.{gid}.{key} must be above 0 (like {default!r}), not {value!r}: {why}"
-    return None
+    if why is not None and x <= 0:
+        return None, f"{where}.{gid}.{key} must be above 0 (like {default!r}), not {value!r}: {why}"
+    if (gid, key) in UNIT_PARAMS and not 0 < x < 1:
+        return None, (f"{where}.{gid}.{key} must be between 0 and 1 (like {default!r}), not {value!r}: "
+                      f"{UNIT_PARAMS[(gid, key)]}")
+    if "share" in key and not 0 <= x <= 10:  # above 1: never reached, the reading is off
+        return None, (f"{where}.{gid}.{key} is a share (above 1 turns its reading off) and must be from 0 to 10 "
+                      f"(like {default!r}), not {value!r}")
+    if isinstance(default, int) and x > MAX_ROWS_PARAM:
+        return None, (f"{where}.{gid}.{key} counts rows or items: at most {MAX_ROWS_PARAM:,} (like {default!r}), "
+                      f"not {value!r}")
+    if isinstance(default, int) and x < 0:
+        return None, f"{where}.{gid}.{key} counts rows or items: not below 0 (like {default!r}), not {value!r}"
+    is_int = isinstance(default, int) and isinstance(value, numbers.Integral)
+    return (int(value) if is_int else x), None  # type: ignore[call-overload]
+
+
+def param_problem(gauge: type[Gauge], key: object, value: object, where: str = "params") -> str | None:
+    """Why ``value`` cannot be ``gauge``'s parameter ``key``, or ``None`` (``check_param``)."""
+    return check_param(gauge, key, value, where)[1]
