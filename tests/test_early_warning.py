@@ -540,6 +540,27 @@ def test_gold_that_rises_with_the_proxy_vetoes_reward_hacking():
                                    **{"rewards/gold/mean": 0.2 + 0.3 * ramp(i, span=10) + g.gauss(0, 0.03)}))
     assert found(rows, "grpo", "reward-hacking", DIAGNOSIS_ID)  # without telling it about the gold
     assert not found(rows, "grpo", "reward-hacking", DIAGNOSIS_ID, params={"reward": {"gold": ["gold"]}})
+    assert found(rows, "grpo", "gold-rising", "reward", params={"reward": {"gold": ["gold"]}})
+
+
+def test_a_flat_gold_does_not_veto_reward_hacking():
+    """The same jump with length climbing, but the logged gold stays flat. A gold that does not rise confirms
+    nothing: the diagnosis fires after onset in every seed, no later than the proxy-gold divergence (which in 2 of
+    the 6 seeds never fires: a flat gold that does not fall is not a divergence), and says the gold does not follow.
+    Before round 9, naming a flat gold silenced the diagnosis until the divergence fired, and for good without it.
+    (Noise can read a flat gold as rising for a while: in seed 3 its half-run trend reaches t = 2.1 at row 156,
+    ``gold-rising`` holds the diagnosis back, and it fires at row 182.)"""
+    not_following = 0
+    for seed in range(6):
+        rows = build(lambda i, g: dict(grpo(i, g, reward=0.3 + 0.4 * ramp(i, span=10),
+                                            length=200 * (1 + 1.5 * ramp(i, span=40))),
+                                       **{"rewards/gold/mean": 0.2 + g.gauss(0, 0.03)}), seed=seed)
+        cluster = analyze_rows(rows, trainer="grpo", params={"reward": {"gold": ["gold"]}})
+        hacking = [f for f in cluster.findings if f.gauge == DIAGNOSIS_ID and f.rule == "reward-hacking"]
+        divergence = [f.step for f in cluster.findings if f.rule == "proxy-gold-divergence"]
+        assert hacking and hacking[0].step >= ONSET and hacking[0].step <= min(divergence, default=N), seed
+        not_following += "the gold reward does not rise with it" in hacking[0].message
+    assert not_following >= 4, not_following
 
 
 def test_diagnoses_are_the_same_row_by_row_and_in_batch():

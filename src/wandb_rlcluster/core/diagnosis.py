@@ -105,7 +105,8 @@ class Diagnoser(Gauge):
     Not one of the fourteen gauges (it reads no metric); the cluster runs it after them on every
     row. A diagnosis fires once when its pattern holds and resolves after it has not held for a
     few rows, like any rule. With gold rewards configured, a rise the gold reward confirms is
-    learning, not hacking: ``reward-hacking`` then needs the gold to disagree.
+    learning, not hacking: ``reward-hacking`` stands down while the gold rises with the proxy
+    (``reward/gold-rising``); a gold that is merely logged and flat confirms nothing.
     """
 
     id = DIAGNOSIS_ID
@@ -175,8 +176,9 @@ class Diagnoser(Gauge):
         settling = False
         for pat in PATTERNS:
             hits = self._holding(pat)
-            if hits and pat.name == "reward-hacking" and gold and "reward/proxy-gold-divergence" not in self.active:
-                hits = None  # the gold reward rises with the proxy: the gains are real
+            if (hits and pat.name == "reward-hacking" and gold and "reward/proxy-gold-divergence" not in self.active
+                    and "reward/gold-rising" in self.active):
+                hits = None  # the gold reward rises with the proxy: the gains are real (a flat gold says nothing)
             first = min((self.active[k][0] for k in hits), default=self.step) if hits else self.step
             lead = min(hits, key=lambda k: self.active[k][0]) if hits else ""
             firing = self.check(pat.name, hits is not None, "warn", lead, None,
@@ -192,8 +194,9 @@ class Diagnoser(Gauge):
         evidence = "; ".join(f"{k} since step {self.active[k][0]}" for k in hits)
         qualifier = ""
         if pat.name == "reward-hacking":
-            qualifier = " (confirmed: the gold reward disagrees)" if "reward/proxy-gold-divergence" in self.active \
-                else " (likely; no gold reward logged to confirm)"
+            qualifier = (" (confirmed: the gold reward disagrees)" if "reward/proxy-gold-divergence" in self.active
+                         else " (likely: the gold reward does not rise with it)" if self.p["gold"]
+                         else " (likely; no gold reward logged to confirm)")
         detail = ""
         if "reward/proxy-gold-divergence" in hits:
             detail = " " + self.active["reward/proxy-gold-divergence"][2]

@@ -353,7 +353,7 @@ class RewardGauge(Gauge):
         "drop_within": 50, "drop_gain_sigma": 3.0,
         "gold": [], "gold_stall_rows": 15, "gold_gap_sigma": 3.0, "gold_for": 10, "gold_stall_t": 0.5, "gold_half": 0,
         "gold_alpha": 0.1, "gold_drop_se": 4.0, "gold_drop_for": 3, "gold_rho": 0.3, "gold_noise_rows": 60,
-        "gold_explained_se": 2.0, "gold_stall_se": 4.0,
+        "gold_explained_se": 2.0, "gold_stall_se": 4.0, "gold_rising_t": 2.0,
         "component_gain_sigma": 4.0, "component_flat_sigma": 1.0, "component_for": 10, "component_dead": 0.01,
         "saturated_for": 50,
         "margin_collapse": 0.5, "margin_peak_min": 0.2, "accuracy_chance": 0.55, "dpo_min_rows": 30,
@@ -697,6 +697,12 @@ class RewardGauge(Gauge):
         # proxy's EWMA rose clearly, the gold's did not, and their trends agree
         pht, ght = self.proxy_half.t_stat(), self.gold_half.t_stat()
         d["gold_half_t"] = ght
+        # the gold confirming the proxy's gains: what lets the reward-hacking diagnosis stand down (a gold that is
+        # merely logged, flat, confirms nothing)
+        self.check("gold-rising", self.gold_half.rows() >= 20 and ght >= p["gold_rising_t"], "info",
+                   self.gold_keys[0], ge,
+                   lambda: f"the gold reward {self.gold_names} rises with the trained reward (trend t={ght:.1f} over "
+                   "the second half of the run so far): the gains are confirmed by the held-out check.", clear=5)
         proxy_rise = (e - self.half_levels[0]) / (proxy_sigma * se)
         gold_rise = (ge - self.half_levels[1]) / (gold_sigma * se)
         over_half = (self.gold_half.rows() >= 20 and pht >= 2.0 and ght <= p["gold_stall_t"]
