@@ -221,7 +221,7 @@ def _from_data(data: dict[str, Any], where: str) -> AlertConfig:
     for r in rules:
         for target in r.inhibits:
             if target not in names:
-                loc.err(0, f"rule {r.name!r} inhibits unknown rule {target!r}{_did_you_mean(target, names)}")
+                loc.err(0, f"rule {r.name!r} inhibits unknown rule {target!r}{did_you_mean(target, names)}")
     from .liveness import check_value
 
     watchdog: dict[str, Any] = {}
@@ -393,10 +393,6 @@ def _value(node: yaml.Node) -> Any:
     return construct(node)
 
 
-def _did_you_mean(word: str, options: Any) -> str:
-    return did_you_mean(word, options)
-
-
 # -- validation ---------------------------------------------------------------------------------
 
 
@@ -435,7 +431,7 @@ def _check_template(loc: _Loc, line: int, what: str, text: Any) -> str:
                 continue
             if base not in TEMPLATE_FIELDS:
                 loc.err(line, lambda fname=fname: f"{what}: unknown field {{{fname}}}"
-                                                  f"{_did_you_mean(fname, TEMPLATE_FIELDS)}; "
+                                                  f"{did_you_mean(fname, TEMPLATE_FIELDS)}; "
                                                   f"available: {', '.join(sorted(TEMPLATE_FIELDS))}")
             if spec and "{" in spec:
                 loc.err(line, f"{what}: nested fields in a format spec are not allowed")
@@ -456,7 +452,7 @@ def _int_field(loc: _Loc, line: int, name: str, v: Any, minimum: int) -> int | N
 
 def _severity(loc: _Loc, line: int, key: str, v: Any) -> str | None:
     if v not in SEVERITIES:
-        loc.err(line, f"'{key}' must be one of info, warn, stop, not {v!r}{_did_you_mean(str(v), SEVERITIES)}")
+        loc.err(line, f"'{key}' must be one of info, warn, stop, not {v!r}{did_you_mean(str(v), SEVERITIES)}")
         return None
     return str(v)
 
@@ -470,7 +466,7 @@ def _parse_rule(loc: _Loc, node: yaml.Node) -> dict[str, Any] | None:
     for key, vnode, kline in _pairs(node):
         out["_lines"][key] = kline
         if key not in RULE_KEYS:
-            loc.err(kline, f"unknown rule field '{key}'{_did_you_mean(key, RULE_KEYS)}")
+            loc.err(kline, f"unknown rule field '{key}'{did_you_mean(key, RULE_KEYS)}")
             continue
         out[key] = _value(vnode)
     return out
@@ -502,7 +498,7 @@ def _finish_rule(loc: _Loc, d: dict[str, Any], defaults: dict[str, Any], channel
     ok = True
     gauge = d.get("gauge")
     if gauge not in RULE_GAUGES:
-        loc.err(ln("gauge"), f"rule {name!r}: unknown gauge {gauge!r}{_did_you_mean(str(gauge), RULE_GAUGES)}; "
+        loc.err(ln("gauge"), f"rule {name!r}: unknown gauge {gauge!r}{did_you_mean(str(gauge), RULE_GAUGES)}; "
                              f"gauges: {', '.join(RULE_GAUGES)}")
         ok = False
     sev = _severity(loc, ln("severity"), "severity", d.get("severity", "warn"))
@@ -531,7 +527,7 @@ def _finish_rule(loc: _Loc, d: dict[str, Any], defaults: dict[str, Any], channel
                     bare = n.removeprefix("train/")
                     if n not in known and bare not in known and not is_reward_function_key(bare):
                         loc.warn(ln("when"), lambda n=n: f"rule {name!r}: metric {n!r} is not one rlcluster knows"
-                                 f"{_did_you_mean(n, known)}; fine for a custom metric, otherwise a typo "
+                                 f"{did_you_mean(n, known)}; fine for a custom metric, otherwise a typo "
                                  "means this rule never fires")
     pattern = None
     if regex is not None:
@@ -574,7 +570,7 @@ def _finish_rule(loc: _Loc, d: dict[str, Any], defaults: dict[str, Any], channel
                 trainers.append(canonical_family(str(t)))
             except ValueError:
                 loc.err(ln("trainers"), f"rule {name!r}: unknown trainer {t!r}"
-                                        f"{_did_you_mean(str(t), FAMILIES)}; trainers: {', '.join(FAMILIES)}, rloo")
+                                        f"{did_you_mean(str(t), FAMILIES)}; trainers: {', '.join(FAMILIES)}, rloo")
                 ok = False
     title = _check_template(loc, ln("title"), f"rule {name!r} title", d.get("title", "{rule} at step {step}"))
     text = _check_template(loc, ln("text"), f"rule {name!r} text", d.get("text", "{message}"))
@@ -630,7 +626,7 @@ def _raw_document(path: str, text: str, loc: _Loc) -> dict[str, Any] | None:
                            "watchdog": {}}
     for key, vnode, kline in _pairs(root):
         if key not in TOP_KEYS:
-            loc.err(kline, f"unknown top-level section '{key}'{_did_you_mean(key, TOP_KEYS)}; "
+            loc.err(kline, f"unknown top-level section '{key}'{did_you_mean(key, TOP_KEYS)}; "
                            f"sections: {', '.join(sorted(TOP_KEYS))}")
             continue
         if key == "version":
@@ -647,7 +643,7 @@ def _raw_document(path: str, text: str, loc: _Loc) -> dict[str, Any] | None:
                 continue
             for dk, dv, dl in _pairs(vnode):
                 if dk not in DEFAULT_KEYS:
-                    loc.err(dl, f"unknown default '{dk}'{_did_you_mean(dk, DEFAULT_KEYS)}; "
+                    loc.err(dl, f"unknown default '{dk}'{did_you_mean(dk, DEFAULT_KEYS)}; "
                                 f"defaults: {', '.join(sorted(DEFAULT_KEYS))}")
                 else:
                     doc["defaults"][dk] = _value(dv)
@@ -696,7 +692,7 @@ def _gauge_params(loc: _Loc, items: list[tuple[Any, int, Any]]) -> dict[str, dic
     out: dict[str, dict[str, Any]] = {}
     for gid, gl, params in items:
         if gid not in by_id:
-            loc.err(gl, f"unknown gauge {clean_text(gid, 40)!r}{_did_you_mean(str(gid), GAUGE_IDS)}")
+            loc.err(gl, f"unknown gauge {clean_text(gid, 40)!r}{did_you_mean(str(gid), GAUGE_IDS)}")
             continue
         if not isinstance(params, list):
             loc.err(gl, f"gauges.{gid} must be a mapping of parameter: value")
@@ -728,7 +724,7 @@ def _channel_value(loc: _Loc, name: str, v: Any, line: int) -> ChannelConfig | N
     for k in v:
         if k not in CHANNEL_KEYS[ctype] and k not in ("password", "webhook_url", "url"):
             loc.err(line, f"channel {name!r}: unknown setting {clean_text(k, 40)!r}"
-                          f"{_did_you_mean(str(k), CHANNEL_KEYS[ctype])}")
+                          f"{did_you_mean(str(k), CHANNEL_KEYS[ctype])}")
             ok = False
     for k in ("password", "webhook_url", "url"):
         if k in v:
@@ -865,7 +861,7 @@ def load_config(path: str | os.PathLike[str] | None = None) -> AlertConfig:
         for target in _as_list(r.get("inhibits", [])) or []:
             if isinstance(target, str) and target not in names and target not in merged_rules:
                 loc.err(r.get("_lines", {}).get("inhibits", r.get("_line", 0)),
-                        f"rule {r.get('name')!r} inhibits unknown rule {target!r}{_did_you_mean(target, names)}")
+                        f"rule {r.get('name')!r} inhibits unknown rule {target!r}{did_you_mean(target, names)}")
     problems = default_loc.report() + (user_loc.report() if user_loc else [])
     if problems:
         raise ConfigError(problems)

@@ -96,7 +96,8 @@ def parse_section(loc: _Loc, node: yaml.Node, line: int) -> dict[str, Any]:
     """The ``watchdog:`` section of one file: validated values by key; problems go to ``loc``."""
     import yaml
 
-    from .config import _did_you_mean, _line, _pairs, _value
+    from ..core.text import did_you_mean
+    from .config import _line, _pairs, _value
 
     if not isinstance(node, yaml.MappingNode):
         loc.err(line, f"'watchdog' must be a mapping of settings ({', '.join(KEYS)})")
@@ -104,7 +105,7 @@ def parse_section(loc: _Loc, node: yaml.Node, line: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, vnode, kline in _pairs(node):
         if key not in KEYS:
-            loc.err(kline, f"unknown watchdog setting '{key}'{_did_you_mean(key, KEYS)}; settings: {', '.join(KEYS)}")
+            loc.err(kline, f"unknown watchdog setting '{key}'{did_you_mean(key, KEYS)}; settings: {', '.join(KEYS)}")
             continue
         value, problem = check_value(key, _value(vnode))
         if problem:

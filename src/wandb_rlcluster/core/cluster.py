@@ -118,7 +118,7 @@ class InstrumentCluster:
             raise ValueError("; ".join(problems))
         gold = self.params.get("reward", {}).get("gold")
         if gold:
-            if isinstance(gold, str) or not all(isinstance(g, str) and g for g in gold):
+            if not all(gold):  # names, checked above; an empty one matches no reward function
                 raise ValueError(f"gold rewards must be a list of reward function names, not {gold!r}")
             for gid in GOLD_AWARE:
                 self.params.setdefault(gid, {}).setdefault("gold", list(gold))

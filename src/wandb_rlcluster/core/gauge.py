@@ -325,6 +325,14 @@ MAX_ROWS_PARAM = 100_000
 """The largest count (window, hold, warm-up: the parameters whose default is an int): a window is memory."""
 
 
+def _as_float(x: Any) -> float:
+    """``float(x)``, infinite where ``x`` is an int too large for a float (10**400 raises OverflowError)."""
+    try:
+        return float(x)
+    except OverflowError:
+        return math.inf if x > 0 else -math.inf
+
+
 def check_param(gauge: type[Gauge], key: object, value: object, where: str = "params") -> tuple[Any, str | None]:
     """``(value, None)`` with ``value`` as a plain Python number, tuple or list, or ``(None, why)`` when it cannot
     be ``gauge``'s parameter ``key``: an unknown name, a value unlike the default (a number where a number belongs,
@@ -348,10 +356,7 @@ def check_param(gauge: type[Gauge], key: object, value: object, where: str = "pa
     if isinstance(default, tuple):  # a (low, high) pair; JSON and YAML give it back as a list
         if not isinstance(value, (list, tuple)) or len(value) != len(default) or not all(real(x) for x in value):
             return None, unlike
-        try:
-            pair = tuple(float(x) for x in value)  # type: ignore[arg-type]
-        except OverflowError:
-            pair = (math.inf,)
+        pair = tuple(_as_float(x) for x in value)
         if not all(math.isfinite(x) and 0 <= x <= MAX_PARAM for x in pair) or list(pair) != sorted(set(pair)):
             return None, f"{where}.{gid}.{key} must be finite, increasing and not negative, like {default!r}"
         return pair, None
@@ -363,16 +368,12 @@ def check_param(gauge: type[Gauge], key: object, value: object, where: str = "pa
         return (value, None) if type(value) is type(default) else (None, unlike)
     if not real(value):
         return None, unlike
-    try:
-        x = float(value)  # type: ignore[arg-type]
-    except OverflowError:  # an int of 400 digits
-        x = math.inf if value > 0 else -math.inf  # type: ignore[operator]
-    if math.isinf(x) and isinstance(value, numbers.Integral):
-        return None, f"{where}.{gid}.{key} must be at most {MAX_PARAM:g} in size (like {default!r}), not that long"
-    if not math.isfinite(x):
+    x = _as_float(value)
+    if math.isnan(x) or (math.isinf(x) and not isinstance(value, numbers.Integral)):
         return None, f"{where}.{gid}.{key} must be a finite number (like {default!r}), not {value!r}"
-    if abs(x) > MAX_PARAM:
-        return None, f"{where}.{gid}.{key} must be at most {MAX_PARAM:g} in size (like {default!r}), not {value!r}"
+    if abs(x) > MAX_PARAM:  # an int of 400 digits reads as infinite here
+        return None, (f"{where}.{gid}.{key} must be at most {MAX_PARAM:g} in size (like {default!r}), "
+                      f"not {clean_text(repr(value), 60)}")
     why = POSITIVE_PARAMS.get((gid, key))
     if why is not None and x <= 0:
         return None, f"{where}.{gid}.{key} must be above 0 (like {default!r}), not {value!r}: {why}"
@@ -390,7 +391,3 @@ def check_param(gauge: type[Gauge], key: object, value: object, where: str = "pa
     is_int = isinstance(default, int) and isinstance(value, numbers.Integral)
     return (int(value) if is_int else x), None  # type: ignore[call-overload]
 
-
-def param_problem(gauge: type[Gauge], key: object, value: object, where: str = "params") -> str | None:
-    """Why ``value`` cannot be ``gauge``'s parameter ``key``, or ``None`` (``check_param``)."""
-    return check_param(gauge, key, value, where)[1]
