@@ -539,7 +539,9 @@ class RLClusterCallback(TrainerCallback, ExportableState):
         except Exception as e:  # noqa: BLE001
             self._error("publish", e)
         try:
-            self.cluster.finalize()
+            final = self.cluster.finalize()
+            if final:
+                self._report_final(state.global_step, final)
             summary = {f"{self.prefix}/verdict": self.cluster.verdict(),
                        f"{self.prefix}/findings": len(self.cluster.findings)}
             if self.stopped_at is not None:
@@ -562,6 +564,23 @@ class RLClusterCallback(TrainerCallback, ExportableState):
             except Exception as e:  # noqa: BLE001
                 self._error("alert channels", e)
             self.channel_wait_seconds = time.monotonic() - t0
+
+    def _report_final(self, step: int, final: list[Finding]) -> None:
+        """The end of training's findings (end-of-run checks, warnings that were building when it ended) go where a
+        row's go: through the alert rules to the journal and the channels, or to the log without an alert config."""
+        try:
+            if self.engine is not None:
+                events = self.engine.evaluate(step, {}, self.cluster, final, {f.gauge for f in final},
+                                              findings_only=True)
+                self.alert_events.extend(e for e in events if e.kind == "firing")
+                if self.notifier is not None and events:
+                    self.notifier.handle(events)
+            else:
+                for f in final:
+                    logger.warning("rlcluster step %d %s %s/%s: %s", f.step, f.severity.upper(), f.gauge, f.rule,
+                                   f.message)
+        except Exception as e:  # noqa: BLE001
+            self._error("end-of-training findings", e)
 
     def _build_report(self, args: TrainingArguments) -> None:
         from .report import build_report, report_spec

@@ -113,10 +113,13 @@ class AlertEngine:
 
     # -- evaluation ------------------------------------------------------------------------------
     def evaluate(self, step: int, raw: Mapping[str, Any], cluster: InstrumentCluster,
-                 fired: Iterable[Finding] = (), updated: set[str] | None = None) -> list[AlertEvent]:
+                 fired: Iterable[Finding] = (), updated: set[str] | None = None,
+                 findings_only: bool = False) -> list[AlertEvent]:
         """One logged row, right after ``cluster.update(raw)``: returns the events (firing / resolved) it produced.
 
         ``updated`` is the set of gauges that read the row (``cluster.last_updated``); None evaluates all.
+        ``findings_only``: the end of training (``cluster.finalize()``'s findings, no new row): only the rules that
+        match findings are read; a metric rule would count the last row twice.
         """
         for f in fired:
             self.last_finding[(f.gauge, f.rule)] = f
@@ -133,7 +136,7 @@ class AlertEngine:
             # Nothing this rule reads changed on this row: no evaluation, no state change (a key logged
             # every other row must not reset a `for` counter).
             if rule.when is not None:
-                if not values.any_in_row(rule.when.names):
+                if findings_only or not values.any_in_row(rule.when.names):
                     continue
                 active, value = rule.when.evaluate(values.get)
                 metric = rule.when.names[0] if rule.when.names else ""

@@ -47,6 +47,8 @@ class Gauge:
         self.note = ""
         # rule -> [consecutive_true, firing (0/1), consecutive_false, severity_rank]
         self._rules: dict[str, list[int]] = {}
+        #: rule -> (rows it waits for, metric, value, message) while a warn rule is building: the end-of-stream report
+        self._building: dict[str, tuple[int, str, float | None, Message]] = {}
         self._out: list[Finding] = []
         self._inputs = frozenset(self.inputs)
         #: Where rule transitions are published (the cluster's diagnoser), with this gauge's position.
@@ -74,7 +76,7 @@ class Gauge:
         raise NotImplementedError
 
     def finish(self) -> None:
-        """End-of-stream checks (offline analysis only). Default: none."""
+        """End-of-stream checks (``finalize``: the end of an analysed log, or of training). Default: none."""
 
     def applies(self) -> bool:
         """False where the gauge means nothing for this trainer family."""
@@ -144,10 +146,36 @@ class Gauge:
         return self._out
 
     def finalize(self) -> list[Finding]:
+        """The end of the stream: end-of-stream checks, then the warn rules that were building when it ended."""
         self._out = []
         if self.rows_seen:
             self.finish()
+            self._report_building()
         return self._out
+
+    def _report_building(self) -> None:
+        """Report each ``warn`` rule whose hold was at least ``BUILDING_SHARE`` complete when the stream ended.
+
+        A hold filters noise that a run would outgrow; at the end of training there are no more rows to wait for,
+        and the checkpoint the user keeps is the one those last rows describe. A pathology that sets in late (the
+        last 20 rows of a run) is otherwise never reported. The message says how much of the hold was seen."""
+        warn = SEVERITY_RANK["warn"]
+        for rule, st in self._rules.items():
+            b = self._building.get(rule)
+            if st[1] or st[3] != warn or b is None or st[0] < BUILDING_SHARE * b[0]:
+                continue
+            need, metric, value, message = b
+            try:  # the text of the last row it held on; the end of a run must not fail on one message
+                text = message() if callable(message) else message
+            except Exception:  # noqa: BLE001
+                text = rule
+            st[1] = 1
+            self._nfiring += 1
+            self._out.append(Finding(self.id, rule, "warn", self.step, metric, value,
+                                     f"{BUILDING_PREFIX}this had held {st[0]} of the {need} logged rows it waits "
+                                     f"for: {text}"))
+            if SEVERITY_RANK["warn"] > SEVERITY_RANK.get(self.worst, 0):
+                self.worst = "warn"
 
     def check(
         self,
@@ -180,6 +208,8 @@ class Gauge:
                     else round(for_ * self._persist))
             if longer:
                 need = round(for_ * self._long)
+            if not st[1] and st[0] < need and severity == "warn":
+                self._building[rule] = (need, metric, value, message)
             if not st[1] and st[0] >= need:
                 st[1] = 1
                 self._nfiring += 1
@@ -236,7 +266,8 @@ class Gauge:
         return out
 
     # -- checkpointing --------------------------------------------------------
-    _SKIP_STATE: ClassVar[frozenset[str]] = frozenset({"family", "p", "_out", "_inputs", "bus", "bus_pos"})
+    _SKIP_STATE: ClassVar[frozenset[str]] = frozenset({"family", "p", "_out", "_inputs", "bus", "bus_pos",
+                                                        "_building"})
 
     def state_dict(self) -> dict[str, Any]:
         """JSON-serialisable state, so a resumed run keeps its baselines."""
@@ -272,6 +303,11 @@ PERSIST_MIN_FOR = 5
 """Rules held for fewer rows than this filter single-row outliers, which a short run has as often: left alone,
 as are ``stop`` rules (their hold is the user's last line before a run is ended)."""
 
+
+BUILDING_SHARE = 0.6
+"""A ``warn`` rule held this share of its rows when the stream ends is reported then (``Gauge.finalize``)."""
+BUILDING_PREFIX = "when the log ended, "
+"""How such a report's message begins."""
 
 LONG_RUN_ROWS = 300
 """A run planned for more logged rows than this holds its warn rules longer (``long_hold_factor``)."""

@@ -1,0 +1,122 @@
+"""The end of a stream: a warning that was building when the log (or training) ended is reported then, with how
+much of its hold it had seen; one that had barely started is not. The live callback sends these end-of-training
+findings through the alert rules to the journal, like any row's.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from transformers import TrainerControl, TrainerState, TrainingArguments
+
+from wandb_rlcluster import RLClusterCallback
+from wandb_rlcluster.alerts import AlertEngine, load_config
+from wandb_rlcluster.core import InstrumentCluster, analyze_rows
+from wandb_rlcluster.core.gauge import BUILDING_SHARE
+
+from .test_early_warning import ONSET, N, build, ppo, ramp
+
+
+def ratio_var_rows(n: int) -> list[dict[str, float]]:
+    """A PPO log whose ratio variance jumps at ``ONSET`` (``ratio-variance``, a warn rule held several rows)."""
+    return build(lambda i, g: ppo(i, g, ratio_var=0.001 + 0.03 * ramp(i, span=30)), n=n)
+
+
+def first_fire(rule: str) -> int:
+    cluster = analyze_rows(ratio_var_rows(N), trainer="ppo")
+    steps = [f.step for f in cluster.findings if f.rule == rule and f.severity == "warn"]
+    assert steps, f"{rule} never fires on the full stream"
+    return steps[0]
+
+
+def test_a_warning_one_row_short_of_its_hold_is_reported_when_the_log_ends():
+    fire = first_fire("ratio-variance")
+    assert fire > ONSET
+    cut = analyze_rows(ratio_var_rows(fire - 1), trainer="ppo")  # the log ends one row before the rule fires
+    ends = [f for f in cut.findings if f.rule == "ratio-variance"]
+    assert len(ends) == 1, [(f.rule, f.step) for f in cut.findings]
+    f = ends[0]
+    assert (f.severity, f.gauge, f.step) == ("warn", "policy_ratio", fire - 1)
+    assert f.message.startswith("when the log ended, this had held ")
+    assert "ratio" in f.message  # the rule's own text follows
+    assert cut.verdict() == "warn"
+    assert cut.gauges["policy_ratio"].summary()["status"] == "warn"
+
+
+def test_a_warning_that_had_barely_started_is_not_reported():
+    fire = first_fire("ratio-variance")
+    # the first row where it is active: one row of a hold of several is far under BUILDING_SHARE
+    rows = ratio_var_rows(N)
+    for n in range(ONSET, fire):
+        cluster = InstrumentCluster(trainer="ppo")
+        for r in rows[:n]:
+            cluster.update(r)
+        st = cluster.gauges["policy_ratio"]._rules.get("ratio-variance")
+        if st and st[0] == 1:
+            need = cluster.gauges["policy_ratio"]._building["ratio-variance"][0]
+            assert BUILDING_SHARE * need > 1
+            assert not [f for f in cluster.finalize() if f.rule == "ratio-variance"]
+            return
+    raise AssertionError("ratio-variance was never active for exactly one row before it fired")
+
+
+def test_a_healthy_log_reports_nothing_at_its_end():
+    cluster = analyze_rows(build(lambda i, g: ppo(i, g)), trainer="ppo")
+    assert [f for f in cluster.findings if f.severity != "info"] == []
+
+
+def test_the_building_state_is_not_checkpointed_and_a_resumed_run_reports_alike():
+    rows = ratio_var_rows(first_fire("ratio-variance") - 1)
+    a = InstrumentCluster(trainer="ppo")
+    for r in rows[:-1]:
+        a.update(r)
+    state = json.loads(json.dumps(a.state_dict()))  # what a checkpoint holds: JSON, no message callables
+    assert all("_building" not in g for g in state["gauges"].values())
+    b = InstrumentCluster(trainer="ppo")
+    b.load_state_dict(state)
+    b.update(rows[-1])
+    a.update(rows[-1])
+    assert [f.rule for f in a.finalize()] == [f.rule for f in b.finalize()] == ["ratio-variance"]
+
+
+def test_end_of_training_findings_fire_finding_rules_only(tmp_path: Path):
+    f = tmp_path / "rules.yaml"
+    f.write_text("extends: none\nrules:\n"
+                 "  - name: ratio\n    gauge: policy_ratio\n    finding: '*'\n    severity: warn\n"
+                 "  - name: kl-line\n    gauge: kl\n    when: 'objective/kl > 4'\n    for: 2\n    severity: warn\n")
+    engine = AlertEngine(load_config(f), clock=None)
+    cluster = InstrumentCluster(trainer="ppo")
+    events = []
+    for r in ratio_var_rows(first_fire("ratio-variance") - 1):
+        events += engine.evaluate(int(r["step"]), r, cluster, cluster.update(r), cluster.last_updated)
+    assert [e for e in events if e.rule == "ratio"] == []
+    kl_count = engine.state["kl-line"][1]
+    final = cluster.finalize()
+    end = engine.evaluate(N, {}, cluster, final, {x.gauge for x in final}, findings_only=True)
+    assert [(e.kind, e.rule) for e in end] == [("firing", "ratio")]
+    assert "when the log ended" in end[0].text or "ratio-variance" in end[0].title
+    assert engine.state["kl-line"][1] == kl_count  # the last row is not counted twice by a metric rule
+
+
+def test_the_callback_journals_an_end_of_training_warning(tmp_path: Path):
+    rows = ratio_var_rows(first_fire("ratio-variance") - 1)
+    out = tmp_path / "out"
+    args = TrainingArguments(output_dir=str(out), report_to=[], use_cpu=True)
+    state, control = TrainerState(), TrainerControl()
+    state.max_steps = len(rows)
+    cb = RLClusterCallback(trainer="ppo", log_to_wandb=False, stall_alert=False, crash_alert=False,
+                           guardian=False, grad_every=0, attention_every=0, lora_every=0, sample_every=0)
+    cb.on_train_begin(args, state, control)
+    for r in rows:
+        state.global_step = int(r["step"])
+        cb.on_log(args, state, control, logs={k: v for k, v in r.items() if k != "step"})
+    assert not [e for e in cb.alert_events if "ratio" in e.title.lower()]
+    cb.on_train_end(args, state, control)
+    journal = [json.loads(x) for x in (out / "alerts.jsonl").read_text().splitlines()]
+    ends = [j for j in journal if j.get("type") == "alert" and j.get("kind") == "firing"
+            and "ratio-variance" in (j.get("title", "") + j.get("text", ""))]
+    assert ends, journal
+    assert ends[-1]["step"] == len(rows)
+    assert math.isfinite(float(ends[-1]["value"]))
