@@ -54,6 +54,7 @@ from anchors import BEFORE_COMMIT, THRESHOLD, WINDOW, load_core_at, zscore_findi
 
 from wandb_rlcluster.analyze import analyze_path  # noqa: E402
 from wandb_rlcluster.core import analyze_rows  # noqa: E402
+from wandb_rlcluster.core.gauge import BUILDING_PREFIX  # noqa: E402
 from wandb_rlcluster.core.readers import load_rows  # noqa: E402
 
 from seed_rules import SEED_RULES, seed_findings  # noqa: E402
@@ -91,6 +92,8 @@ TRAINER = {"grpo": "grpo", "grpo_kl": "grpo", "dpo": "dpo", "ppo": "ppo", "sft":
 DETECTORS = ("core", "seed", "zscore", "before")
 LABELS = {"core": "ours", "seed": "seed rules", "zscore": "z-score", "before": "before #10"}
 ALARM = frozenset({"warn", "stop"})
+AT_END = "@end"
+"""Appended to a rule's name where it was reported because it was still building when the log ended."""
 TARGET_KINDS = ("trend", "spread")
 TARGETS = {"recall": 0.95, "healthy_any": 0.05, "delay": 0.25, "clip_early": 0.80}
 CLIP_MARK = "clip_crosses_0.30"
@@ -202,7 +205,9 @@ def _core(run: SyntheticRun, trainer: str) -> list[Alarm]:
     # A run that logs a held-out reward names it, as a user does with gold_rewards=[...].
     params = {"reward": {"gold": list(run.gold)}} if run.gold else None
     c = analyze_rows(run.rows, trainer=trainer, params=params, max_steps=run.n_steps)
-    return [(f.gauge, f.rule, f.severity, f.step) for f in c.findings]
+    # a warning still building when the log ended (Gauge.finalize) is marked: the scores count those apart
+    return [(f.gauge, f.rule + (AT_END if f.message.startswith(BUILDING_PREFIX) else ""), f.severity, f.step)
+            for f in c.findings]
 
 
 def _before(run: SyntheticRun, trainer: str) -> list[Alarm]:
@@ -315,6 +320,7 @@ class Scores:
 
     n: int = 0
     detected: int = 0
+    at_end: int = 0  # detected only by a warning still building when the log ended (AT_END)
     clean: int = 0  # detected with no expected-gauge alarm before onset
     early: int = 0
     delays: list[float] = field(default_factory=list)
@@ -329,6 +335,11 @@ class Scores:
     @property
     def recall(self) -> float:
         return self.detected / self.n if self.n else math.nan
+
+    @property
+    def live_recall(self) -> float:
+        """Recall without the end-of-log reports: what was warned while the run went on."""
+        return (self.detected - self.at_end) / self.n if self.n else math.nan
 
     @property
     def clean_recall(self) -> float:
@@ -375,6 +386,7 @@ def aggregate(results: Iterable[Result], detector: str) -> Scores:
         d = r.delay(detector)
         if d is not None:
             s.detected += 1
+            s.at_end += o.first_rule.endswith(AT_END)
             s.clean += not o.early_expected
             s.delays.append(d)
         if r.spec.pathology == "clip_growing" and CLIP_MARK in r.marks:
@@ -526,6 +538,8 @@ def verdict_table(results: list[Result], real: list[RealResult], dets: Sequence[
     n_t = next(iter(t.values())).n if t else 0
     row(f"recall, trend + spread pathologies ({n_t} runs)", [_pct(t[d].recall) for d in dets],
         f"≥ {_pct(TARGETS['recall'])}")
+    row("… while the run goes (without warnings reported as still building when the log ended)",
+        [_pct(t[d].live_recall) for d in dets])
     row("… clean (no expected-gauge alarm before onset)", [_pct(t[d].clean_recall) for d in dets])
     row(f"recall, all pathologies ({next(iter(a.values())).n if a else 0} runs)", [_pct(a[d].recall) for d in dets])
     row("early fires: pathological runs with a warn/stop before onset", [_pct(a[d].early_rate) for d in dets])
@@ -745,7 +759,8 @@ def summary_text(results: list[Result], dets: Sequence[str]) -> str:
         t = aggregate(target_runs(results), d)
         h = aggregate(healthy_runs(results), d)
         hb = aggregate([r for r in healthy_runs(results) if r.spec.block == "benign"], d)
-        out.append(f"{LABELS[d]:>11}: trend+spread recall {_pct(t.recall)} (clean {_pct(t.clean_recall)}), "
+        out.append(f"{LABELS[d]:>11}: trend+spread recall {_pct(t.recall)} (while the run goes "
+                   f"{_pct(t.live_recall)}, clean {_pct(t.clean_recall)}), "
                    f"median delay {_num(t.median_delay)}, healthy any {_pct(h.healthy_any_rate)} "
                    f"(benign {_pct(hb.healthy_any_rate)}), stops {_pct(h.healthy_stop_rate)}")
     return "\n".join(out)
