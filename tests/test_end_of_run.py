@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 from transformers import TrainerControl, TrainerState, TrainingArguments
@@ -16,7 +17,7 @@ from wandb_rlcluster.alerts import AlertEngine, load_config
 from wandb_rlcluster.core import InstrumentCluster, analyze_rows
 from wandb_rlcluster.core.gauge import BUILDING_SHARE
 
-from .test_early_warning import ONSET, N, build, ppo, ramp
+from .test_early_warning import ONSET, N, build, grpo, ppo, ramp
 
 
 def ratio_var_rows(n: int) -> list[dict[str, float]]:
@@ -39,7 +40,7 @@ def test_a_warning_one_row_short_of_its_hold_is_reported_when_the_log_ends():
     assert len(ends) == 1, [(f.rule, f.step) for f in cut.findings]
     f = ends[0]
     assert (f.severity, f.gauge, f.step) == ("warn", "policy_ratio", fire - 1)
-    assert f.message.startswith("when the log ended, this had held ")
+    assert f.message.startswith("when the log ended, this had built up to ")
     assert "ratio" in f.message  # the rule's own text follows
     assert cut.verdict() == "warn"
     assert cut.gauges["policy_ratio"].summary()["status"] == "warn"
@@ -60,6 +61,31 @@ def test_a_warning_that_had_barely_started_is_not_reported():
             assert not [f for f in cluster.finalize() if f.rule == "ratio-variance"]
             return
     raise AssertionError("ratio-variance was never active for exactly one row before it fired")
+
+
+def zero_std_end(quiet_rows: int) -> tuple[list[str], int]:
+    """A GRPO run planned for 1,200 steps (a long run: ``zero-std-high`` holds 10 rows, k of n), 600 logged, whose
+    zero-std share is high on 9 rows that end ``quiet_rows`` rows before the log does: (the end-of-log reports, the
+    rule's count at the end)."""
+    rows = build(lambda i, g: grpo(i, g, reward=0.6 - 0.2 * i / 600,
+                                   zero_std=0.85 if 600 - quiet_rows - 9 < i <= 600 - quiet_rows else 0.1), n=600)
+    cluster = InstrumentCluster(trainer="grpo", max_steps=1200)
+    for r in rows:
+        cluster.update(r)
+    assert not [f for f in cluster.findings if f.rule == "zero-std-high"]  # it never fires while the run goes
+    count = cluster.gauges["reward_signal"]._rules["zero-std-high"][0]
+    return [f.message for f in cluster.finalize() if f.rule == "zero-std-high"], count
+
+
+def test_only_a_warning_active_on_the_last_row_is_reported():
+    ends, _ = zero_std_end(0)
+    m = re.match(r"when the log ended, this had built up to (\d+) of the 10 logged rows", ends[0] if ends else "")
+    assert len(ends) == 1 and m and 6 <= int(m.group(1)) < 10, ends
+    # quiet for the last rows (the share's smoothed level back under its line): the k-of-n count is still past
+    # 60 % of the hold, but the condition has cleared
+    for quiet in (2, 3):
+        ends, count = zero_std_end(quiet)
+        assert ends == [] and count >= 6, (quiet, ends, count)
 
 
 def test_a_healthy_log_reports_nothing_at_its_end():
@@ -84,7 +110,7 @@ def test_the_building_state_is_not_checkpointed_and_a_resumed_run_reports_alike(
 def test_end_of_training_findings_fire_finding_rules_only(tmp_path: Path):
     f = tmp_path / "rules.yaml"
     f.write_text("extends: none\nrules:\n"
-                 "  - name: ratio\n    gauge: policy_ratio\n    finding: '*'\n    severity: warn\n"
+                 "  - name: ratio\n    gauge: policy_ratio\n    finding: '*'\n    for: 3\n    severity: warn\n"
                  "  - name: kl-line\n    gauge: kl\n    when: 'objective/kl > 4'\n    for: 2\n    severity: warn\n")
     engine = AlertEngine(load_config(f), clock=None)
     cluster = InstrumentCluster(trainer="ppo")
@@ -95,7 +121,7 @@ def test_end_of_training_findings_fire_finding_rules_only(tmp_path: Path):
     kl_count = engine.state["kl-line"][1]
     final = cluster.finalize()
     end = engine.evaluate(N, {}, cluster, final, {x.gauge for x in final}, findings_only=True)
-    assert [(e.kind, e.rule) for e in end] == [("firing", "ratio")]
+    assert [(e.kind, e.rule) for e in end] == [("firing", "ratio")]  # at the end, whatever its for: 3
     assert "when the log ended" in end[0].text or "ratio-variance" in end[0].title
     assert engine.state["kl-line"][1] == kl_count  # the last row is not counted twice by a metric rule
 

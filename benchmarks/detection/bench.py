@@ -241,9 +241,10 @@ def _outcome(findings: Sequence[Alarm], onset: int | None, expected: tuple[str, 
         before = [g for g, _, _, s in alarms if s < onset]
         o.early = bool(before)
         o.early_expected = any(g in expected for g in before)
-        hits = sorted((s, f"{g}/{r}") for g, r, _, s in alarms if s >= onset and g in expected)
+        # on the same step, a warning the run raised comes before one reported as still building at the log's end
+        hits = sorted((s, r.endswith(AT_END), f"{g}/{r}") for g, r, _, s in alarms if s >= onset and g in expected)
         if hits:
-            o.first_match, o.first_rule = hits[0]
+            o.first_match, _, o.first_rule = hits[0]
     return o
 
 

@@ -199,7 +199,9 @@ def analyze_stream(rows: Iterable[Mapping[str, object]], trainer: str | None = N
                         samplers[gid].push(x)
                     break
     cluster.update_batch(chunk)
-    cluster.finalize()
+    final = cluster.finalize()
+    if engine is not None and final:  # as the callback's on_train_end: end-of-log findings through the rules
+        events += engine.evaluate(cluster.last_step, {}, cluster, final, findings_only=True)
     return Analysis(cluster, source, source_format, {g: s.series() for g, s in samplers.items()},
                     first or 0, cluster.last_step, alerts=events if engine is not None else None)
 

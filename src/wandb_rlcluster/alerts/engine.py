@@ -118,9 +118,12 @@ class AlertEngine:
         """One logged row, right after ``cluster.update(raw)``: returns the events (firing / resolved) it produced.
 
         ``updated`` is the set of gauges that read the row (``cluster.last_updated``); None evaluates all.
-        ``findings_only``: the end of training (``cluster.finalize()``'s findings, no new row): only the rules that
-        match findings are read; a metric rule would count the last row twice.
+        ``findings_only``: the end of training (``fired`` is ``cluster.finalize()``'s findings, no new row): a rule
+        that matches one of them fires now, whatever its ``for`` (there is no next row to wait for); no other rule's
+        state moves (a metric rule or a pending finding rule would count the last row twice).
         """
+        if findings_only:
+            return self._final(step, cluster, list(fired))
         for f in fired:
             self.last_finding[(f.gauge, f.rule)] = f
         family = cluster.family
@@ -171,6 +174,25 @@ class AlertEngine:
                         events.append(self._event("resolved", rule, step, value, metric, message, rule.name))
                 elif st[0] == PENDING:
                     st[0] = INACTIVE
+        self._route(events)
+        return events
+
+    def _final(self, step: int, cluster: InstrumentCluster, final: list[Finding]) -> list[AlertEvent]:
+        events: list[AlertEvent] = []
+        for rule in self.config.rules:
+            if rule.when is not None or not rule.applies_to(cluster.family):
+                continue
+            st = self.state.setdefault(rule.name, [INACTIVE, 0, 0])
+            if st[0] == FIRING:
+                continue
+            pat, min_rank = self._patterns[rule.name], SEVERITY_RANK[rule.min_severity]
+            hits = [f for f in final if f.gauge == rule.gauge and CORE_RANK.get(f.severity, 0) >= min_rank
+                    and pat.match(f.rule)]
+            if hits:
+                f = max(hits, key=lambda x: CORE_RANK[x.severity])
+                self.last_finding[(f.gauge, f.rule)] = f
+                st[0], st[2] = FIRING, 0
+                events.append(self._event("firing", rule, step, f.value, f.metric, f.message, f.rule))
         self._route(events)
         return events
 

@@ -47,8 +47,9 @@ class Gauge:
         self.note = ""
         # rule -> [consecutive_true, firing (0/1), consecutive_false, severity_rank]
         self._rules: dict[str, list[int]] = {}
-        #: rule -> (rows it waits for, metric, value, message) while a warn rule is building: the end-of-stream report
-        self._building: dict[str, tuple[int, str, float | None, Message]] = {}
+        #: rule -> (rows it waits for, the gauge's row count, metric, value, message) while a warn rule is active and
+        #: building up to its hold (dropped on its first quiet row): the end-of-stream report
+        self._building: dict[str, tuple[int, int, str, float | None, Message]] = {}
         self._out: list[Finding] = []
         self._inputs = frozenset(self.inputs)
         #: Where rule transitions are published (the cluster's diagnoser), with this gauge's position.
@@ -154,27 +155,27 @@ class Gauge:
         return self._out
 
     def _report_building(self) -> None:
-        """Report each ``warn`` rule whose hold was at least ``BUILDING_SHARE`` complete when the stream ended.
+        """Report each ``warn`` rule that was active on the last row this gauge read, its hold at least
+        ``BUILDING_SHARE`` complete (a hold of 3 rows or more: 2 of 3, 3 of 5, 6 of 10).
 
         A hold filters noise that a run would outgrow; at the end of training there are no more rows to wait for,
         and the checkpoint the user keeps is the one those last rows describe. A pathology that sets in late (the
-        last 20 rows of a run) is otherwise never reported. The message says how much of the hold was seen."""
+        last 20 rows of a run) is otherwise never reported. The message says how far the hold got (in a long run the
+        count is k of n: a quiet row takes one off). The rule's state is left as it was: it did not fire on a row."""
         warn = SEVERITY_RANK["warn"]
         for rule, st in self._rules.items():
             b = self._building.get(rule)
-            if st[1] or st[3] != warn or b is None or st[0] < BUILDING_SHARE * b[0]:
+            if st[1] or st[3] != warn or b is None or b[1] != self.rows_seen or st[0] < BUILDING_SHARE * b[0]:
                 continue
-            need, metric, value, message = b
+            need, _, metric, value, message = b
             try:  # the text of the last row it held on; the end of a run must not fail on one message
                 text = message() if callable(message) else message
             except Exception:  # noqa: BLE001
                 text = rule
-            st[1] = 1
-            self._nfiring += 1
             self._out.append(Finding(self.id, rule, "warn", self.step, metric, value,
-                                     f"{BUILDING_PREFIX}this had held {st[0]} of the {need} logged rows it waits "
-                                     f"for: {text}"))
-            if SEVERITY_RANK["warn"] > SEVERITY_RANK.get(self.worst, 0):
+                                     f"{BUILDING_PREFIX}this had built up to {st[0]} of the {need} logged rows it "
+                                     f"waits for: {text}"))
+            if warn > SEVERITY_RANK.get(self.worst, 0):
                 self.worst = "warn"
 
     def check(
@@ -209,7 +210,7 @@ class Gauge:
             if longer:
                 need = round(for_ * self._long)
             if not st[1] and st[0] < need and severity == "warn":
-                self._building[rule] = (need, metric, value, message)
+                self._building[rule] = (need, self.rows_seen, metric, value, message)
             if not st[1] and st[0] >= need:
                 st[1] = 1
                 self._nfiring += 1
@@ -221,6 +222,8 @@ class Gauge:
                 if SEVERITY_RANK[severity] > SEVERITY_RANK.get(self.worst, 0):
                     self.worst = severity
         else:
+            if self._building:
+                self._building.pop(rule, None)
             if longer and st[0] > 0 and not st[1]:
                 st[0] -= 1  # a long run: one quiet row does not undo the rows that held
             else:
