@@ -65,15 +65,16 @@ from synthetic import FAMILIES, KINDS, PATHOLOGIES, SyntheticRun, combinations, 
 # Round 2's verdict drove round 3, so 2000-2049 are seen too; round 3 was judged on 3000-3049, declared before
 # any round 3 tuning and run once after its rules were settled; round 4 the same way on 4000-4049, round 5 on
 # 5000-5049 (run once at 6716fa7; both seen now too), round 6 on 6000-6049 (run once at 5cf84b5; seen now),
-# round 7 on 7000-7049 (run once at b61d8ec; seen now). Round 8 is judged on 8000-8049, declared here (and in the
-# README) before any round 8 tuning, and run once at 7636a5d. Round 9's seeds are 9000-9049 (README).
+# round 7 on 7000-7049 (run once at b61d8ec; seen now), round 8 on 8000-8049 (run once at 7636a5d; seen now).
+# Round 9 is judged on 9000-9049, declared here (and in the README) before any round 9 tuning, and run once at the
+# commit that sets them here. Round 10's seeds are 10000-10049 (README).
 # The CI slice (tests/test_detection_slice.py) is the first seeds of round 1's held-out set.
 TUNING_SEEDS = range(0, 30)
-HELD_OUT_SEEDS = range(8000, 8050)
+HELD_OUT_SEEDS = range(9000, 9050)
 SEEN_SEEDS = (range(1000, 1050), range(2000, 2050), range(3000, 3050), range(4000, 4050), range(5000, 5050),
-              range(6000, 6050), range(7000, 7050))
+              range(6000, 6050), range(7000, 7050), range(8000, 8050))
 SLICE_SEEDS = range(1000, 1005)
-QUICK_SEEDS = {"tuning": range(0, 3), "held-out": range(8000, 8003)}
+QUICK_SEEDS = {"tuning": range(0, 3), "held-out": range(9000, 9003)}
 
 N_STEPS = (100, 2000)  # log-uniform
 NOISE = (0.5, 2.0)
