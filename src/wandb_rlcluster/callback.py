@@ -576,11 +576,19 @@ class RLClusterCallback(TrainerCallback, ExportableState):
                 if self.notifier is not None and events:
                     self.notifier.handle(events)
             else:
-                for f in final:
-                    logger.warning("rlcluster step %d %s %s/%s: %s", f.step, f.severity.upper(), f.gauge, f.rule,
-                                   f.message)
+                self._log_findings(final)
         except Exception as e:  # noqa: BLE001
             self._error("end-of-training findings", e)
+
+    @staticmethod
+    def _log_findings(findings: list[Finding]) -> None:
+        """Without an alert config, findings go to the Python log (info at INFO, warn/stop at WARNING)."""
+        for f in findings:
+            if f.severity == "info":
+                logger.info("rlcluster step %d INFO %s/%s: %s", f.step, f.gauge, f.rule, f.message)
+            else:
+                logger.warning("rlcluster step %d %s %s/%s: %s", f.step, f.severity.upper(), f.gauge, f.rule,
+                               f.message)
 
     def _build_report(self, args: TrainingArguments) -> None:
         from .report import build_report, report_spec
@@ -608,12 +616,8 @@ class RLClusterCallback(TrainerCallback, ExportableState):
         events, self._events = self._events, []
         if self.notifier is not None and events:
             self.notifier.handle(events)
-        for f in fired if self.engine is None else ():
-            if f.severity == "info":
-                logger.info("rlcluster step %d INFO %s/%s: %s", f.step, f.gauge, f.rule, f.message)
-            else:
-                logger.warning("rlcluster step %d %s %s/%s: %s", f.step, f.severity.upper(), f.gauge, f.rule,
-                               f.message)
+        if self.engine is None:
+            self._log_findings(fired)
         if stop and self.stop_finding is not None:
             logger.warning("rlcluster: stopping training at step %d (%s/%s)", state.global_step,
                            self.stop_finding.gauge, self.stop_finding.rule)

@@ -185,11 +185,8 @@ class AlertEngine:
             st = self.state.setdefault(rule.name, [INACTIVE, 0, 0])
             if st[0] == FIRING:
                 continue
-            pat, min_rank = self._patterns[rule.name], SEVERITY_RANK[rule.min_severity]
-            hits = [f for f in final if f.gauge == rule.gauge and CORE_RANK.get(f.severity, 0) >= min_rank
-                    and pat.match(f.rule)]
-            if hits:
-                f = max(hits, key=lambda x: CORE_RANK[x.severity])
+            f = self._best_match(rule, final)
+            if f is not None:
                 self.last_finding[(f.gauge, f.rule)] = f
                 st[0], st[2] = FIRING, 0
                 events.append(self._event("firing", rule, step, f.value, f.metric, f.message, f.rule))
@@ -197,15 +194,19 @@ class AlertEngine:
         return events
 
     def _matching_finding(self, rule: Rule, gauge: Any) -> Finding | None:
+        """The finding behind the worst of ``gauge``'s firing core rules that ``rule`` matches."""
+        return self._best_match(rule, (self.last_finding.get((rule.gauge, r)) for r in gauge.firing()))
+
+    def _best_match(self, rule: Rule, findings: Iterable[Finding | None]) -> Finding | None:
+        """The worst finding (the first of equals) of ``rule``'s gauge that its pattern and ``min_severity`` take."""
         pat = self._patterns[rule.name]
         best: Finding | None = None
         min_rank = SEVERITY_RANK[rule.min_severity]
-        for core_rule in gauge.firing():
-            f = self.last_finding.get((rule.gauge, core_rule))
-            sev = f.severity if f else None
-            if sev is None or CORE_RANK.get(sev, 0) < min_rank or not pat.match(core_rule):
+        for f in findings:
+            if (f is None or f.gauge != rule.gauge or CORE_RANK.get(f.severity, 0) < min_rank
+                    or not pat.match(f.rule)):
                 continue
-            if best is None or CORE_RANK[sev] > CORE_RANK[best.severity]:
+            if best is None or CORE_RANK[f.severity] > CORE_RANK[best.severity]:
                 best = f
         return best
 

@@ -162,12 +162,10 @@ class Gauge:
         and the checkpoint the user keeps is the one those last rows describe. A pathology that sets in late (the
         last 20 rows of a run) is otherwise never reported. The message says how far the hold got (in a long run the
         count is k of n: a quiet row takes one off). The rule's state is left as it was: it did not fire on a row."""
-        warn = SEVERITY_RANK["warn"]
-        for rule, st in self._rules.items():
-            b = self._building.get(rule)
-            if st[1] or st[3] != warn or b is None or b[1] != self.rows_seen or st[0] < BUILDING_SHARE * b[0]:
+        for rule, (need, seen, metric, value, message) in self._building.items():
+            st = self._rules[rule]  # only warn rules are kept here, from their active rows
+            if st[1] or seen != self.rows_seen or st[0] < BUILDING_SHARE * need:
                 continue
-            need, _, metric, value, message = b
             try:  # the text of the last row it held on; the end of a run must not fail on one message
                 text = message() if callable(message) else message
             except Exception:  # noqa: BLE001
@@ -175,7 +173,7 @@ class Gauge:
             self._out.append(Finding(self.id, rule, "warn", self.step, metric, value,
                                      f"{BUILDING_PREFIX}this had built up to {st[0]} of the {need} logged rows it "
                                      f"waits for: {text}"))
-            if warn > SEVERITY_RANK.get(self.worst, 0):
+            if SEVERITY_RANK["warn"] > SEVERITY_RANK.get(self.worst, 0):
                 self.worst = "warn"
 
     def check(
