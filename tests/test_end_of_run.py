@@ -146,3 +146,41 @@ def test_the_callback_journals_an_end_of_training_warning(tmp_path: Path):
     assert ends, journal
     assert ends[-1]["step"] == len(rows)
     assert math.isfinite(float(ends[-1]["value"]))
+
+
+END_RULES = """
+watchdog: {stall_alert: false, crash_alert: false, guardian: false}
+rules:
+  - name: cut-off-answers
+    gauge: length
+    finding: truncation
+    severity: warn
+    for: 2
+"""
+
+
+def test_a_real_grpo_run_ends_with_a_building_warning_in_the_journal_and_the_wandb_alert_series(tmp_path: Path):
+    """A real tiny TRL GRPO run (W&B offline): its random model almost never emits EOS, so nearly every completion
+    hits max_completion_length on every row. The truncation rule is held 30 rows (12 in a 10-row run), longer than
+    the run: it never fires while training goes, and at the end it had built up 10 of 12. The end of training
+    reports it through the alert rule (whatever its for: 2) to the journal and to W&B's alert-state series."""
+    from .test_callback_trl import run_trainer
+    from wandb_rlcluster.wandb_offline import read_offline_run
+
+    rules = tmp_path / "alerts.yaml"
+    rules.write_text(END_RULES)
+    steps = 10
+    res = run_trainer(tmp_path, "grpo", "--max-steps", str(steps), "--every", "1000", "--alerts", str(rules),
+                      "--params", json.dumps({"length": {"truncation_for": 30}}))
+    journal = [json.loads(x) for x in (Path(res["output_dir"]) / "alerts.jsonl").read_text().splitlines()]
+    fired = [j for j in journal if j.get("type") == "alert" and j.get("kind") == "firing"
+             and j.get("rule") == "cut-off-answers"]
+    assert len(fired) == 1, journal
+    assert fired[0]["step"] == steps  # not while training went: at its end
+    assert "when the log ended" in fired[0]["text"] and "of the 12 logged rows" in fired[0]["text"], fired[0]
+    history = read_offline_run(res["run_dir"]).history
+    series = [(r["train/global_step"], r["rlcluster/alerts/cut-off-answers"]) for r in history
+              if "rlcluster/alerts/cut-off-answers" in r]
+    assert series, "no alert-state series in the W&B run"
+    assert all(v == 0 for s, v in series[:-1]), series  # quiet (never pending: a finding rule waits for a finding)
+    assert series[-1] == (steps, 2), series  # firing at the last step

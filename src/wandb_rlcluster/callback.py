@@ -575,6 +575,10 @@ class RLClusterCallback(TrainerCallback, ExportableState):
                 self.alert_events.extend(e for e in events if e.kind == "firing")
                 if self.notifier is not None and events:
                     self.notifier.handle(events)
+                if events and self.log_to_wandb and self.sink.active:
+                    # the alert-state series shows the end alert too (2 = firing at the last step), beside the row's
+                    self._rollout_row = {}
+                    self._write_row(step, set(), events)
             else:
                 self._log_findings(final)
         except Exception as e:  # noqa: BLE001
