@@ -172,7 +172,8 @@ def test_a_real_grpo_run_ends_with_a_building_warning_in_the_journal_and_the_wan
     rules.write_text(END_RULES)
     steps = 10
     res = run_trainer(tmp_path, "grpo", "--max-steps", str(steps), "--every", "1000", "--alerts", str(rules),
-                      "--params", json.dumps({"length": {"truncation_for": 30}}))
+                      "--params", json.dumps({"length": {"truncation_for": 30}}), "--attach", "{}",
+                      "--overrides", json.dumps({"log_completions": True}))
     journal = [json.loads(x) for x in (Path(res["output_dir"]) / "alerts.jsonl").read_text().splitlines()]
     fired = [j for j in journal if j.get("type") == "alert" and j.get("kind") == "firing"
              and j.get("rule") == "cut-off-answers"]
@@ -185,3 +186,19 @@ def test_a_real_grpo_run_ends_with_a_building_warning_in_the_journal_and_the_wan
     assert series, "no alert-state series in the W&B run"
     assert all(v == 0 for s, v in series[:-1]), series  # quiet (never pending: a finding rule waits for a finding)
     assert series[-1] == (steps, 2), series  # firing at the last step
+    # with a trainer attached, the end alert carries the last step's completions, as a row's alert does: in the
+    # journal and in W&B's evidence table at that step, and they are what TRL itself logged for the step
+    evidence = fired[0].get("evidence")
+    assert evidence and all(ex["step"] == steps for ex in evidence), fired[0]
+    trl = next(r["completions"] for r in history
+               if r.get("train/global_step") == steps and isinstance(r.get("completions"), dict))
+    run = read_offline_run(res["run_dir"])
+    doc = json.loads((Path(run.path) / "files" / trl["path"]).read_text())
+    logged = {r[doc["columns"].index("completion")] for r in doc["data"]}
+    assert {ex["completion"] for ex in evidence} <= logged
+    tables = [r["rlcluster/rollouts/evidence"] for r in history
+              if r.get("train/global_step") == steps and isinstance(r.get("rlcluster/rollouts/evidence"), dict)]
+    assert len(tables) == 1, tables
+    doc = json.loads((Path(run.path) / "files" / tables[0]["path"]).read_text())
+    rows = [r for r in doc["data"] if r[doc["columns"].index("alert")] == "cut-off-answers"]
+    assert {r[doc["columns"].index("completion")] for r in rows} == {ex["completion"] for ex in evidence}
