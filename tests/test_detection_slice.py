@@ -112,3 +112,29 @@ def test_seed_rules_fire_as_the_post_states() -> None:
     assert {f.rule for f in seed_findings(ppo, "ppo")} == {"kl-warn", "kl-stop"}  # per-sequence KL: the trap
     sft = [{"step": i, "loss": 1.0, "entropy": 0.5, "grad_norm": 1.0} for i in range(1, 30)]
     assert not [f for f in seed_findings(sft, "sft") if f.severity != "info"]  # entropy < 1.0 is GRPO's rule
+
+
+def test_the_frontier_moves_every_hold_and_puts_it_back(tmp_path):
+    """frontier.py: one row off every hold can only warn sooner and more often (recall, false alarms and early
+    fires do not fall); the shipped row is the benchmark's own numbers; the holds are restored afterwards."""
+    import frontier
+
+    from wandb_rlcluster.core.gauge import Gauge
+
+    hold = Gauge.hold
+    out = tmp_path / "frontier.md"
+    assert frontier.main(["--seeds", "1000-1001", "--shifts", "0", "1", "--z", "3", "--z-holds", "1", "3",
+                          "--workers", "2", "--out", str(out), "--no-progress"]) == 0
+    assert Gauge.hold is hold
+    rows = [line.split(" | ") for line in out.read_text().splitlines() if line.startswith("| ours")
+            or line.startswith("| z-score")]
+    assert [r[0] for r in rows] == ["| ours (as shipped)", "| z-score > 3, held 1 row", "| z-score > 3, held 3 rows",
+                                    "| ours, every hold 1 row shorter"]
+    pct = [[float(c.strip(" |%")) for c in (r[1], r[2], r[5])] for r in rows]
+    shipped, shorter = pct[0], pct[3]
+    assert all(b >= a for a, b in zip(shipped, shorter, strict=True)), (shipped, shorter)
+    assert shorter[1] > shipped[1], (shipped, shorter)  # and it did move: more healthy runs warned
+    assert pct[2][1] <= pct[1][1]  # a z-score held 3 rows warns fewer healthy runs than one that is not held
+    results = run_corpus(make_specs(range(1000, 1002), "tuning"), workers=2, progress=False, detectors=("core",))
+    t = aggregate(target_runs(results), "core")
+    assert f"{t.recall:.1%}" == rows[0][1]

@@ -68,8 +68,11 @@ class ZFinding:
 
 
 def zscore_findings(rows: Iterable[Mapping[str, object]], window: int = WINDOW,
-                    threshold: float = THRESHOLD) -> list[ZFinding]:
-    """Every row where a raw metric's z-score against its previous ``window`` values exceeds ``threshold``."""
+                    threshold: float = THRESHOLD, hold: int = 1) -> list[ZFinding]:
+    """Every row where a raw metric's z-score against its previous ``window`` values exceeds ``threshold``.
+
+    ``hold`` > 1 (not the trigger's: ``frontier.py`` tunes it) alarms only on the row where that has held ``hold``
+    logged rows of the metric in a row, once per such stretch."""
     series: dict[str, tuple[list[int], list[float]]] = {}
     for r in rows:
         step = r.get("step")
@@ -101,6 +104,12 @@ def zscore_findings(rows: Iterable[Mapping[str, object]], window: int = WINDOW,
             z = (x[i] - mean) / np.sqrt(var)
         # a non-finite value is off any scale: the trigger's comparison fails open on NaN, so it is ignored
         hit = ok[i] & (n >= window // 2) & (var > 1e-24) & (np.abs(z) > threshold)
+        if hold > 1:
+            held, c = np.zeros(len(hit), dtype=bool), 0
+            for j, h in enumerate(hit):
+                c = c + 1 if h else 0
+                held[j] = c == hold
+            hit = held
         gauge = metric_gauge(key)
         out.extend(ZFinding(gauge, f"z:{key}", "warn", steps[j]) for j in i[hit])
     out.sort(key=lambda f: f.step)

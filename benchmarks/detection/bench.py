@@ -774,6 +774,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="tuning seeds only (default; writes nothing), held-out only, or both (writes RESULTS.md)")
     ap.add_argument("--quick", action="store_true", help="3 seeds per split (a few seconds)")
     ap.add_argument("--seeds", type=str, default=None, help="override the seed range, e.g. 0-9 (tuning only)")
+    ap.add_argument("--held-out", type=str, default=None, metavar="A-B",
+                    help="another unseen seed range for the held-out split (a second verdict on the same rules)")
     ap.add_argument("--detectors", type=str, default=",".join(DETECTORS),
                     help=f"comma-separated subset of {','.join(DETECTORS)}")
     ap.add_argument("--only", type=str, default=None, help="comma-separated pathologies (plus healthy runs)")
@@ -790,10 +792,16 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     tune_seeds: Iterable[int] = QUICK_SEEDS["tuning"] if args.quick else TUNING_SEEDS
     held_seeds: Iterable[int] = QUICK_SEEDS["held-out"] if args.quick else HELD_OUT_SEEDS
+    if args.held_out:
+        lo, _, hi = args.held_out.partition("-")
+        held_seeds = range(int(lo), int(hi or lo) + 1)
+        seen = [TUNING_SEEDS, *SEEN_SEEDS]
+        if any(s in r for s in held_seeds for r in seen):
+            ap.error("--held-out overlaps seeds the rules were tuned on")
     if args.seeds:
         lo, _, hi = args.seeds.partition("-")
         tune_seeds = range(int(lo), int(hi or lo) + 1)
-        if any(s in HELD_OUT_SEEDS for s in tune_seeds):
+        if any(s in held_seeds for s in tune_seeds):
             ap.error("--seeds overlaps the held-out seeds")
     specs: list[Spec] = []
     if args.split in ("held-out", "all"):

@@ -203,10 +203,7 @@ class Gauge:
         if active:
             st[0] += 1
             st[2] = 0
-            need = (for_ if for_ < PERSIST_MIN_FOR or self._persist == 1.0 or severity != "warn"
-                    else round(for_ * self._persist))
-            if longer:
-                need = round(for_ * self._long)
+            need = self.hold(for_, severity, longer)
             if not st[1] and st[0] < need and severity == "warn":
                 self._building[rule] = (need, self.rows_seen, metric, value, message)
             if not st[1] and st[0] >= need:
@@ -234,6 +231,16 @@ class Gauge:
                     if self.bus is not None:
                         self.bus.append((self.row_index, self.bus_pos, self.id, rule, None))
         return bool(st[1])
+
+    def hold(self, for_: int, severity: Severity, longer: bool) -> int:
+        """The rows a rule held ``for_`` must be active before it fires in this run: shorter in a short run,
+        longer in a long one (``persistence_factor``, ``long_hold_factor``). One place, so the detection
+        benchmark's frontier (``benchmarks/detection/frontier.py``) can move every hold at once."""
+        if longer:
+            return round(for_ * self._long)
+        if for_ < PERSIST_MIN_FOR or self._persist == 1.0 or severity != "warn":
+            return for_
+        return round(for_ * self._persist)
 
     def firing(self) -> list[str]:
         if not self._nfiring:
