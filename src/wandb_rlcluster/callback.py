@@ -572,7 +572,10 @@ class RLClusterCallback(TrainerCallback, ExportableState):
             if self.engine is not None:
                 events = self.engine.evaluate(step, {}, self.cluster, final, {f.gauge for f in final},
                                               findings_only=True)
-                self._attach_evidence(events)  # the last rollouts are what a warning building at the end describes
+                try:  # the last rollouts are what a warning building at the end describes; the alert goes without
+                    self._attach_evidence(events)
+                except Exception as e:  # noqa: BLE001
+                    self._error("rollout evidence", e)
                 self.alert_events.extend(e for e in events if e.kind == "firing")
                 if self.notifier is not None and events:
                     self.notifier.handle(events)
