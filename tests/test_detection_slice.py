@@ -114,25 +114,23 @@ def test_seed_rules_fire_as_the_post_states() -> None:
     assert not [f for f in seed_findings(sft, "sft") if f.severity != "info"]  # entropy < 1.0 is GRPO's rule
 
 
-def test_the_frontier_moves_every_hold_and_puts_it_back(tmp_path):
-    """frontier.py: one row off every hold warns sooner and more often (on these seeds recall, false alarms and early
-    fires do not fall, and more healthy runs are warned; in general a rule firing before onset can cost a detection
-    after it); the shipped row is the benchmark's own numbers; the holds and the detectors are put back afterwards."""
+def test_the_frontier_moves_every_warn_hold_and_puts_it_back(tmp_path):
+    """frontier.py: warn_sooner=1 (one row off every warn hold) warns sooner and more often (on these seeds recall,
+    false alarms and early fires do not fall, and more healthy runs are warned; in general a rule firing before
+    onset can cost a detection after it); the shipped row is the benchmark's own numbers; the dial and the
+    detectors are put back afterwards."""
     import frontier
-
-    from wandb_rlcluster.core.gauge import Gauge
 
     import bench
 
-    hold = Gauge.hold
     out = tmp_path / "frontier.md"
     assert frontier.main(["--seeds", "1000-1001", "--shifts", "0", "1", "--z", "3", "--z-holds", "1", "3",
                           "--workers", "2", "--out", str(out), "--no-progress"]) == 0
-    assert Gauge.hold is hold and not [d for d in bench.DETECTOR_FNS if d.startswith("z3h")]
+    assert bench.WARN_SOONER == 0 and not [d for d in bench.DETECTOR_FNS if d.startswith("z3h")]
     rows = [line.split(" | ") for line in out.read_text().splitlines() if line.startswith("| ours")
             or line.startswith("| z-score")]
     assert [r[0] for r in rows] == ["| ours (as shipped)", "| z-score > 3, held 1 row", "| z-score > 3, held 3 rows",
-                                    "| ours, every hold 1 row shorter"]
+                                    "| ours, warn_sooner=1 (every warn hold 1 row shorter)"]
     pct = [[float(c.strip(" |%")) for c in (r[1], r[2], r[5])] for r in rows]
     shipped, shorter = pct[0], pct[3]
     assert all(b >= a for a, b in zip(shipped, shorter, strict=True)), (shipped, shorter)

@@ -205,11 +205,15 @@ def make_specs(seeds: Iterable[int], split: str, healthy_per_family: int = HEALT
 Alarm = tuple[str, str, str, int]  # (gauge, rule, severity, step)
 
 
+WARN_SOONER = 0
+"""The core's ``warn_sooner`` (rows off every warn hold): 0 as shipped; ``frontier.py`` moves it."""
+
+
 def _core(run: SyntheticRun, trainer: str) -> list[Alarm]:
     # Live runs know max_steps (the callback passes it): the corpus is scored as the callback would see it.
     # A run that logs a held-out reward names it, as a user does with gold_rewards=[...].
     params = {"reward": {"gold": list(run.gold)}} if run.gold else None
-    c = analyze_rows(run.rows, trainer=trainer, params=params, max_steps=run.n_steps)
+    c = analyze_rows(run.rows, trainer=trainer, params=params, max_steps=run.n_steps, warn_sooner=WARN_SOONER)
     # a warning still building when the log ended (Gauge.finalize) is marked: the scores count those apart
     return [(f.gauge, f.rule + (AT_END if f.message.startswith(BUILDING_PREFIX) else ""), f.severity, f.step)
             for f in c.findings]

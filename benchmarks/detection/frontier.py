@@ -5,9 +5,10 @@
 
 Two families of operating points, on the same corpus runs as ``bench.py``:
 
-* **ours, every hold moved**: each rule fires ``k`` logged rows sooner than its hold (``Gauge.hold`` minus ``k``,
-  at least 1 row), for ``k`` in ``--shifts``. The crudest way to be faster: it shows what one row of hold buys
-  in delay and what it costs in false alarms.
+* **ours, warn_sooner=k**: every warn rule fires ``k`` logged rows sooner than its hold (at least 1 row; stop rules
+  keep theirs), for ``k`` in ``--shifts``: the product's own dial (``RLClusterCallback(warn_sooner=k)``,
+  ``rlcluster analyze --warn-sooner k``). The crudest way to be faster: it shows what one row of hold buys in delay
+  and what it costs in false alarms.
 * **z-score held for h rows**: the benchmark's generic anchor (|z| > threshold against the previous 30 values of
   every raw metric) alarming only once that has held ``h`` rows, for the thresholds in ``--z`` and holds in
   ``--z-holds``: the generic detector held to a false-alarm budget, as a user would have to.
@@ -29,22 +30,13 @@ from pathlib import Path
 
 from anchors import zscore_findings
 
-from wandb_rlcluster.core.gauge import Gauge
+from wandb_rlcluster.core.cluster import WARN_SOONER_MAX
 
 import bench
 from bench import HELD_OUT_SEEDS, TARGETS, aggregate, healthy_runs, make_specs, run_corpus, target_runs
 
 HERE = Path(__file__).resolve().parent
 FRONTIER = HERE / "FRONTIER.md"
-
-_SHIFT = 0
-_hold = Gauge.hold
-
-
-def _shifted_hold(self: Gauge, for_: int, severity: str, longer: bool) -> int:
-    need = _hold(self, for_, severity, longer)  # type: ignore[arg-type]
-    return max(1, need - _SHIFT) if _SHIFT else need
-
 
 def _z_detector(threshold: float, hold: int) -> Callable[[bench.SyntheticRun, str], list[bench.Alarm]]:
     def detect(run: bench.SyntheticRun, trainer: str) -> list[bench.Alarm]:
@@ -65,7 +57,8 @@ def _row(label: str, results: list[bench.Result], detector: str) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--seeds", default="1000-1049", help="a seen seed range (default 1000-1049)")
-    ap.add_argument("--shifts", type=int, nargs="+", default=[0, 1, 2], help="rows taken off every hold")
+    ap.add_argument("--shifts", type=int, nargs="+", default=[0, 1, 2],
+                    help=f"warn_sooner values: rows taken off every warn rule's hold (0 to {WARN_SOONER_MAX})")
     ap.add_argument("--z", type=float, nargs="+", default=[3.0, 4.0], help="z-score thresholds")
     ap.add_argument("--z-holds", type=int, nargs="+", default=[1, 2, 3, 5], help="z-score holds (rows)")
     ap.add_argument("--workers", type=int, default=2)
@@ -76,32 +69,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     seeds = range(int(lo), int(hi or lo) + 1)
     if any(s in HELD_OUT_SEEDS for s in seeds):
         ap.error("--seeds overlaps the held-out seeds: the frontier is read on seen seeds only")
-    if any(k < 0 for k in args.shifts):
-        ap.error("--shifts are rows taken off, 0 or more")
+    if any(not 0 <= k <= WARN_SOONER_MAX for k in args.shifts):
+        ap.error(f"--shifts are rows taken off every warn hold, 0 to {WARN_SOONER_MAX}")
     t0 = time.perf_counter()
     specs = make_specs(seeds, "tuning")
-    global _SHIFT
-    # forked workers inherit the patch and the shift; spawned ones (Windows) would not: score in this process there
+    # forked workers inherit bench.WARN_SOONER and the detectors; spawned ones (Windows) would not: score in this
+    # process there
     workers = args.workers if sys.platform != "win32" else 1
     z_names = [(f"z{th:g}h{h}", th, h) for th in args.z for h in args.z_holds]
     rows: list[list[str]] = []
     try:
-        Gauge.hold = _shifted_hold  # type: ignore[method-assign]
         for name, th, h in z_names:
             bench.DETECTOR_FNS[name] = _z_detector(th, h)
         for i, k in enumerate(sorted(set(args.shifts))):
-            _SHIFT = k
+            bench.WARN_SOONER = k
             dets = ["core"] + ([n for n, _, _ in z_names] if i == 0 else [])
-            print(f"holds - {k} row(s): {len(specs)} runs", file=sys.stderr)
+            print(f"warn_sooner={k}: {len(specs)} runs", file=sys.stderr)
             results = run_corpus(specs, workers=workers, progress=not args.no_progress, detectors=dets)
-            rows.append(_row(f"ours, every hold {k} row{'s' if k != 1 else ''} shorter" if k else "ours (as shipped)",
-                             results, "core"))
+            rows.append(_row(f"ours, warn_sooner={k} (every warn hold {k} row{'s' if k != 1 else ''} shorter)" if k
+                             else "ours (as shipped)", results, "core"))
             if i == 0:
                 rows += [_row(f"z-score > {th:g}, held {h} row{'s' if h > 1 else ''}", results, n)
                          for n, th, h in z_names]
     finally:
-        Gauge.hold = _hold  # type: ignore[method-assign]
-        _SHIFT = 0
+        bench.WARN_SOONER = 0
         for name, _, _ in z_names:
             bench.DETECTOR_FNS.pop(name, None)
     head = ["operating point", "recall (trend + spread)", "healthy runs warned", "median delay",

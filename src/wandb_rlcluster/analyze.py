@@ -143,7 +143,7 @@ class Analysis:
 def analyze_stream(rows: Iterable[Mapping[str, object]], trainer: str | None = None, *, source: str = "<rows>",
                    source_format: str = "rows", max_steps: int = 0, alerts: Any = None,
                    observer: Callable[[Row, InstrumentCluster, set[str]], None] | None = None,
-                   params: Mapping[str, Mapping[str, Any]] | None = None) -> Analysis:
+                   params: Mapping[str, Mapping[str, Any]] | None = None, warn_sooner: int = 0) -> Analysis:
     """Feed rows through a fresh cluster, keeping a downsampled series per gauge for display.
 
     With ``alerts`` (an AlertConfig) the rules are evaluated row by row exactly as the
@@ -157,7 +157,7 @@ def analyze_stream(rows: Iterable[Mapping[str, object]], trainer: str | None = N
         # first rows back and feeds them in one go, so rules would never see them (an alert in the first
         # rows was missed). Detect first, on the same rows, then replay every row with the family known.
         trainer, rows = detect_trainer(rows)
-    cluster = InstrumentCluster(trainer=trainer, max_steps=max_steps, params=params)
+    cluster = InstrumentCluster(trainer=trainer, max_steps=max_steps, params=params, warn_sooner=warn_sooner)
     engine = None
     events: list[Any] = []
     if alerts is not None:
@@ -258,16 +258,17 @@ def load_any(path: str) -> LoadedLog:
 
 
 def analyze_path(path: str, trainer: str | None = None, alerts: Any = None,
-                 params: Mapping[str, Mapping[str, Any]] | None = None) -> Analysis:
+                 params: Mapping[str, Mapping[str, Any]] | None = None, warn_sooner: int = 0) -> Analysis:
     """Read any supported log (file or W&B offline run) and analyse it (raises LogReadError on bad input).
 
-    ``params`` are gauge parameters over the alert file's, e.g. ``{"reward": {"gold": ["verifier"]}}``.
+    ``params`` are gauge parameters over the alert file's, e.g. ``{"reward": {"gold": ["verifier"]}}``;
+    ``warn_sooner`` rows come off every warn rule's hold (``InstrumentCluster``).
     """
     log: LoadedLog = load_any(path)
     max_steps = log.meta.get("max_steps") if isinstance(log.meta, dict) else 0
     analysis = analyze_stream(log.rows, trainer, source=str(path), source_format=log.source_format,
                               max_steps=int(max_steps) if isinstance(max_steps, (int, float)) else 0, alerts=alerts,
-                              params=params)
+                              params=params, warn_sooner=warn_sooner)
     if log.meta.get("rollouts") is not None:
         from .rollouts_offline import add_evidence
 

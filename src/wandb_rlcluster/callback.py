@@ -17,7 +17,7 @@ from .alerts import AlertConfig, AlertEngine, AlertEvent, load_config
 from .alerts.config import validate_config
 from .alerts.notify import Notifier, clamp_wait
 from .core import GAUGE_IDS, InstrumentCluster
-from .core.cluster import checked_params
+from .core.cluster import check_warn_sooner, checked_params
 from .core.findings import Finding
 from .core.keys import canonical_family, to_float
 from .core.rollouts import ROLLOUT_GAUGES, RolloutStats, evidence_focus
@@ -93,6 +93,10 @@ class RLClusterCallback(TrainerCallback, ExportableState):
             proxy, and the reward gauge reports the proxy-gold gap and fires when the proxy keeps rising
             while the gold stalls or falls (over-optimisation). Also settable in alerts.yaml
             (``gold_rewards: [...]``); this argument wins.
+        warn_sooner: logged rows taken off every warn rule's hold (0-3; never under one row; stop rules keep
+            theirs). The default holds are the benchmark's balance of early against false warnings; 1 warns about
+            3 % of the post-onset span sooner (median delay 0.278 -> 0.25) and about twice as often on healthy
+            runs (3.6 % -> 8.4 %; ``benchmarks/detection/FRONTIER.md``). ``rlcluster analyze --warn-sooner N``.
         restored: set in the checkpoint's arguments by ``state()``: when transformers rebuilds the callback from a
             checkpoint written by an older version, a parameter this version no longer has is left out with a
             warning instead of failing the resume. Anywhere else a bad ``params`` entry raises ValueError here.
@@ -135,6 +139,7 @@ class RLClusterCallback(TrainerCallback, ExportableState):
         crash_timeout: float | str | None = None,
         guardian: bool | None = None,
         gold_rewards: str | list[str] | tuple[str, ...] | None = None,
+        warn_sooner: int = 0,
         restored: bool = False,
     ) -> None:
         if stop_on not in (None, "stop", "warn"):
@@ -149,6 +154,13 @@ class RLClusterCallback(TrainerCallback, ExportableState):
             raise ValueError("; ".join(problems))
         for problem in problems:  # a checkpoint of an older version: a resume must not fail on a renamed knob
             logger.warning("rlcluster: the checkpoint's %s; left out", problem)
+        try:
+            self.warn_sooner = check_warn_sooner(warn_sooner)
+        except ValueError as e:
+            if not restored:
+                raise
+            logger.warning("rlcluster: the checkpoint's %s; using 0", e)
+            self.warn_sooner = 0
         self.stop_on = stop_on
         self.save_on_stop = save_on_stop
         self.grad_every = grad_every
@@ -188,7 +200,8 @@ class RLClusterCallback(TrainerCallback, ExportableState):
         self.gold_rewards = [gold_rewards] if isinstance(gold_rewards, str) else list(gold_rewards or [])
         if self.gold_rewards:
             gauge_params.setdefault("reward", {})["gold"] = self.gold_rewards
-        self.cluster = InstrumentCluster(trainer=self.trainer, params=gauge_params, detect_rows=1)  # validates
+        self.cluster = InstrumentCluster(trainer=self.trainer, params=gauge_params, detect_rows=1,  # validates
+                                         warn_sooner=self.warn_sooner)
         self.engine = AlertEngine(self.alert_config) if self.alert_config else None
         self.liveness_args = {k: v for k, v in dict(
             stall_alert=stall_alert, stall_factor=stall_factor, stall_floor=stall_floor, stall_startup=stall_startup,
@@ -323,6 +336,7 @@ class RLClusterCallback(TrainerCallback, ExportableState):
                 "sample_every": self.sample_every, "sample_tokens": self.sample_tokens,
                 "log_to_wandb": self.log_to_wandb, "wandb_min_interval": self.wandb_min_interval,
                 "prefix": self.prefix, "channel_wait": self.channel_wait, "gold_rewards": self.gold_rewards,
+                "warn_sooner": self.warn_sooner,
                 **self.liveness_args, "restored": True,
             },
             "attributes": {"cluster_state": self.cluster.state_dict(),

@@ -11,6 +11,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from .core.cluster import WARN_SOONER_MAX
 from .core.keys import FAMILIES, canonical_family
 from .core.readers import LogReadError
 from .core.text import clean_text
@@ -54,7 +55,8 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
         return code
     gold = [g.strip() for item in (args.gold or []) for g in item.split(",") if g.strip()]
     try:
-        analysis = analyze_path(args.path, trainer, alerts=alerts, params={"reward": {"gold": gold}} if gold else None)
+        analysis = analyze_path(args.path, trainer, alerts=alerts, params={"reward": {"gold": gold}} if gold else None,
+                                warn_sooner=args.warn_sooner)
     except LogReadError as e:
         return _fail(str(e).splitlines()[0] if str(e) else "cannot read input")
     except MemoryError:
@@ -293,6 +295,9 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--gold", metavar="FN", action="append",
                    help="a held-out reward function logged as rewards/FN/mean (TRL: weight 0 in reward_weights); the "
                         "trained reward is then judged against it (proxy-gold gap, over-optimisation). Repeatable")
+    a.add_argument("--warn-sooner", metavar="N", type=int, default=0, choices=range(WARN_SOONER_MAX + 1),
+                   help=f"take N logged rows (0 to {WARN_SOONER_MAX}, default 0) off every warn rule's hold: earlier "
+                        "warnings, and more false ones (benchmarks/detection/FRONTIER.md)")
     a.set_defaults(func=_cmd_analyze)
 
     al = sub.add_parser("alerts", help="check alert rules and channels")

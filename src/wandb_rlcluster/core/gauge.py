@@ -66,6 +66,8 @@ class Gauge:
         self._first_row = 0
         self._planned_est = 0.0  # the planned rows the windows were set from (0: not yet)
         self._plan_guessed = False  # the windows were set before the logging interval showed
+        #: Rows taken off every warn rule's hold (``InstrumentCluster(warn_sooner=...)``): configuration, not state.
+        self.warn_sooner = 0
         self.setup()
 
     # -- subclass API ---------------------------------------------------------
@@ -234,13 +236,17 @@ class Gauge:
 
     def hold(self, for_: int, severity: Severity, longer: bool) -> int:
         """The rows a rule held ``for_`` must be active before it fires in this run: shorter in a short run,
-        longer in a long one (``persistence_factor``, ``long_hold_factor``). One place, so the detection
-        benchmark's frontier (``benchmarks/detection/frontier.py``) can move every hold at once."""
+        longer in a long one (``persistence_factor``, ``long_hold_factor``), and ``warn_sooner`` rows shorter for a
+        warn rule (never under one row; a stop rule's hold is the user's last line before a run is ended)."""
         if longer:
-            return round(for_ * self._long)
-        if for_ < PERSIST_MIN_FOR or self._persist == 1.0 or severity != "warn":
-            return for_
-        return round(for_ * self._persist)
+            need = round(for_ * self._long)
+        elif for_ < PERSIST_MIN_FOR or self._persist == 1.0 or severity != "warn":
+            need = for_
+        else:
+            need = round(for_ * self._persist)
+        if self.warn_sooner and severity == "warn":
+            need = max(1, need - self.warn_sooner)
+        return need
 
     def firing(self) -> list[str]:
         if not self._nfiring:
@@ -275,7 +281,7 @@ class Gauge:
 
     # -- checkpointing --------------------------------------------------------
     _SKIP_STATE: ClassVar[frozenset[str]] = frozenset({"family", "p", "_out", "_inputs", "bus", "bus_pos",
-                                                        "_building"})
+                                                        "_building", "warn_sooner"})
 
     def state_dict(self) -> dict[str, Any]:
         """JSON-serialisable state, so a resumed run keeps its baselines."""
