@@ -94,3 +94,76 @@ def test_rlcluster_analyze_takes_it(tmp_path: Path):
     p = subprocess.run([sys.executable, "-m", "wandb_rlcluster", "analyze", str(log), "--warn-sooner", "7"],
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and "invalid choice: 7" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_the_alert_rules_warn_sooner_too_and_stop_rules_do_not():
+    """The shipped alerts.yaml sends KL's warning from its own rule (`when: kl > 0.5`, `for: 3`): a warn alert rule's
+    for: is shortened like a gauge's warn hold, a stop rule's is not; what the user is told comes sooner."""
+    from wandb_rlcluster.alerts import load_config
+    from wandb_rlcluster.analyze import analyze_stream
+
+    def alerts(sooner: int) -> dict[str, int]:
+        a = analyze_stream(kl_jump_rows(), "grpo", alerts=load_config(), warn_sooner=sooner)
+        out: dict[str, int] = {}
+        for e in a.alerts:
+            if e.kind == "firing":
+                out.setdefault(e.rule, e.step)
+        return out
+
+    base, early = alerts(0), alerts(2)
+    assert base["kl-warn"] == 152 and early["kl-warn"] == 150
+    assert base["kl-stop"] == early["kl-stop"] == 152
+
+
+def test_the_callback_alerts_sooner_and_says_how_long_it_held(tmp_path: Path, caplog: pytest.LogCaptureFixture):
+    from transformers import TrainerControl, TrainerState, TrainingArguments
+
+    def run(sooner: int) -> RLClusterCallback:
+        args = TrainingArguments(output_dir=str(tmp_path / f"s{sooner}"), report_to=[], use_cpu=True)
+        state, control = TrainerState(), TrainerControl()
+        state.max_steps = 200
+        cb = RLClusterCallback(trainer="grpo", log_to_wandb=False, stop_on=None, warn_sooner=sooner,
+                               stall_alert=False, crash_alert=False, guardian=False, grad_every=0,
+                               attention_every=0, lora_every=0, sample_every=0)
+        cb.on_train_begin(args, state, control)
+        for r in kl_jump_rows():
+            state.global_step = int(r["step"])
+            cb.on_log(args, state, control, logs={k: v for k, v in r.items() if k != "step"})
+        cb.on_train_end(args, state, control)
+        return cb
+
+    base, early = run(0), run(1)
+    first_alert = {cb: next(e.step for e in cb.alert_events if e.rule == "kl-warn") for cb in (base, early)}
+    assert first_alert[base] == 152 and first_alert[early] == 151
+    warn = {cb: next(f for f in cb.cluster.findings if f.rule == "kl-warn") for cb in (base, early)}
+    assert "for 3 logged steps" in warn[base].message and "for 2 logged steps" in warn[early].message
+    with caplog.at_level(logging.WARNING, logger="wandb_rlcluster"):
+        RLClusterCallback(alerts=False, stop_on="warn", warn_sooner=1)
+    assert "stops come 1 row(s) sooner too" in caplog.text
+
+
+def test_rules_that_count_their_own_rows_are_shortened_alike():
+    """reward-shift-down's fall from the peak and the proxy-gold rules count rows by hand (then check with for_=1):
+    they take warn_sooner off those counts, never under one row."""
+    reward = InstrumentCluster(trainer="grpo", warn_sooner=2).gauges["reward"]
+    assert [reward.warn_rows(n) for n in (1, 2, 3, 8)] == [1, 1, 1, 6]
+    assert InstrumentCluster(trainer="grpo").gauges["reward"].warn_rows(8) == 8
+
+
+def test_the_json_output_and_the_dashboard_say_how_the_log_was_read(tmp_path: Path):
+    log = tmp_path / "rows.jsonl"
+    log.write_text("\n".join(json.dumps(r) for r in kl_jump_rows()) + "\n")
+    cmd = [sys.executable, "-m", "wandb_rlcluster"]
+    out = json.loads(subprocess.run([*cmd, "analyze", str(log), "--format", "json", "--warn-sooner", "1"],
+                                    capture_output=True, text=True, timeout=120).stdout)
+    assert out["warn_sooner"] == 1
+    assert "warn_sooner" not in json.loads(subprocess.run([*cmd, "analyze", str(log), "--format", "json"],
+                                                          capture_output=True, text=True, timeout=120).stdout)
+    page = tmp_path / "d.html"
+    p = subprocess.run([*cmd, "dashboard", str(log), "--warn-sooner", "2", "--out", str(page)],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    from wandb_rlcluster.dashboard import build_dashboard
+
+    _, analysis = build_dashboard(str(log), warn_sooner=2)
+    assert min(e.step for e in analysis.alerts if e.rule == "kl-warn" and e.kind == "firing") == 150

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .core import DIAGNOSIS_ID, FAMILY_LABELS, GAUGE_IDS, GAUGE_TITLES, InstrumentCluster, Row
+from .core.cluster import check_warn_sooner
 from .core.readers import LoadedLog, LogReadError, load_rows
 from .core.text import clean_text
 
@@ -133,6 +134,8 @@ class Analysis:
             out["alerts"] = [e.to_dict() for e in self.alerts]
         out["source"] = self.source
         out["format"] = self.source_format
+        if self.cluster.warn_sooner:  # how it was read, where that differs from the defaults
+            out["warn_sooner"] = self.cluster.warn_sooner
         out["steps"] = [self.first_step, self.last_step]
         restarts = self.cluster.normalizer.restarts
         if restarts:
@@ -163,7 +166,7 @@ def analyze_stream(rows: Iterable[Mapping[str, object]], trainer: str | None = N
     if alerts is not None:
         from .alerts import AlertEngine
 
-        engine = AlertEngine(alerts, clock=None)
+        engine = AlertEngine(alerts, clock=None, warn_sooner=cluster.warn_sooner)
     samplers = {gid: Downsampler() for gid in GAUGE_IDS}
     spark_keys = list(SPARK_KEYS.items())
     norm = cluster.normalizer
@@ -264,6 +267,7 @@ def analyze_path(path: str, trainer: str | None = None, alerts: Any = None,
     ``params`` are gauge parameters over the alert file's, e.g. ``{"reward": {"gold": ["verifier"]}}``;
     ``warn_sooner`` rows come off every warn rule's hold (``InstrumentCluster``).
     """
+    check_warn_sooner(warn_sooner)  # a bad value says so before a large log is read
     log: LoadedLog = load_any(path)
     max_steps = log.meta.get("max_steps") if isinstance(log.meta, dict) else 0
     analysis = analyze_stream(log.rows, trainer, source=str(path), source_format=log.source_format,

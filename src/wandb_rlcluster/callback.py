@@ -93,8 +93,10 @@ class RLClusterCallback(TrainerCallback, ExportableState):
             proxy, and the reward gauge reports the proxy-gold gap and fires when the proxy keeps rising
             while the gold stalls or falls (over-optimisation). Also settable in alerts.yaml
             (``gold_rewards: [...]``); this argument wins.
-        warn_sooner: logged rows taken off every warn rule's hold (0-3; never under one row; stop rules keep
-            theirs). The default holds are the benchmark's balance of early against false warnings; 1 warns about
+        warn_sooner: logged rows taken off every warn rule's hold, and off the ``for:`` of every warn-severity
+            alert rule (0-3; never under one row; stop rules keep theirs, but with ``stop_on="warn"`` a warning
+            stops, so stops come sooner too: a warning says so). The default holds are the benchmark's balance of
+            early against false warnings; 1 warns about
             3 % of the post-onset span sooner (median delay 0.278 -> 0.25) and about twice as often on healthy
             runs (3.6 % -> 8.4 %; ``benchmarks/detection/FRONTIER.md``). ``rlcluster analyze --warn-sooner N``.
         restored: set in the checkpoint's arguments by ``state()``: when transformers rebuilds the callback from a
@@ -202,7 +204,11 @@ class RLClusterCallback(TrainerCallback, ExportableState):
             gauge_params.setdefault("reward", {})["gold"] = self.gold_rewards
         self.cluster = InstrumentCluster(trainer=self.trainer, params=gauge_params, detect_rows=1,  # validates
                                          warn_sooner=self.warn_sooner)
-        self.engine = AlertEngine(self.alert_config) if self.alert_config else None
+        self.engine = AlertEngine(self.alert_config, warn_sooner=self.warn_sooner) if self.alert_config else None
+        if self.warn_sooner and stop_on == "warn":
+            logger.warning("rlcluster: warn_sooner=%d with stop_on='warn': every warning stops training, so stops "
+                           "come %d row(s) sooner too and a short noisy stretch can end the run", self.warn_sooner,
+                           self.warn_sooner)
         self.liveness_args = {k: v for k, v in dict(
             stall_alert=stall_alert, stall_factor=stall_factor, stall_floor=stall_floor, stall_startup=stall_startup,
             stall_warmup=stall_warmup, stall_check_every=stall_check_every, stall_severity=stall_severity,
@@ -558,6 +564,8 @@ class RLClusterCallback(TrainerCallback, ExportableState):
                 self._report_final(state.global_step, final)
             summary = {f"{self.prefix}/verdict": self.cluster.verdict(),
                        f"{self.prefix}/findings": len(self.cluster.findings)}
+            if self.warn_sooner:  # the run says how it was read: an offline re-analysis can read it alike
+                summary[f"{self.prefix}/warn_sooner"] = self.warn_sooner
             if self.stopped_at is not None:
                 summary[f"{self.prefix}/stopped_at_step"] = self.stopped_at
                 if self.stop_finding is not None:

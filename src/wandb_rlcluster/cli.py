@@ -242,7 +242,7 @@ def _cmd_dashboard(args: argparse.Namespace) -> int:
     if code:
         return code
     try:
-        page, analysis = build_dashboard(args.run, trainer, alerts)
+        page, analysis = build_dashboard(args.run, trainer, alerts, warn_sooner=args.warn_sooner)
     except LogReadError as e:
         return _fail(str(e).splitlines()[0] if str(e) else "cannot read input")
     except MemoryError:
@@ -345,6 +345,8 @@ def build_parser() -> argparse.ArgumentParser:
     db.add_argument("--out", default="dashboard.html", help="output file (default: dashboard.html)")
     db.add_argument("--trainer", help="trainer family instead of auto-detection")
     db.add_argument("--alerts", metavar="FILE", help="alert rules to apply (default: the shipped alerts.yaml)")
+    db.add_argument("--warn-sooner", metavar="N", type=int, default=0, choices=range(WARN_SOONER_MAX + 1),
+                    help="as in `rlcluster analyze`: N logged rows off every warn hold (default 0)")
     db.set_defaults(func=_cmd_dashboard)
 
     d = sub.add_parser(

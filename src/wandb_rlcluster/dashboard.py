@@ -17,6 +17,7 @@ from typing import Any
 
 from .analyze import Analysis, Downsampler, analyze_stream, detect_trainer, load_any
 from .core import DIAGNOSIS_ID, FAMILY_LABELS, GAUGE_TITLES, InstrumentCluster
+from .core.cluster import check_warn_sooner
 from .core.keys import Row, canonical_family
 from .core.rollouts import evidence_lines
 from .core.text import clean_text
@@ -266,10 +267,12 @@ def render_dashboard(analysis: Analysis, store: SeriesStore, layout: Layout, ale
     return "\n".join(out)
 
 
-def build_dashboard(path: str, trainer: str | None = None, alerts: Any = None) -> tuple[str, Analysis]:
-    """(HTML, analysis) for any log ``rlcluster analyze`` reads."""
+def build_dashboard(path: str, trainer: str | None = None, alerts: Any = None,
+                    warn_sooner: int = 0) -> tuple[str, Analysis]:
+    """(HTML, analysis) for any log ``rlcluster analyze`` reads (``warn_sooner`` as in ``analyze_path``)."""
     from .alerts import load_config
 
+    check_warn_sooner(warn_sooner)
     log = load_any(path)
     alert_config = alerts if alerts is not None else load_config()
     # The family is fixed up front, so the one analysis pass feeds every row to the collector (a cluster left to
@@ -279,7 +282,7 @@ def build_dashboard(path: str, trainer: str | None = None, alerts: Any = None) -
     layout = load_layout(family)
     collector = SeriesCollector(layout)
     analysis = analyze_stream(log.rows, family, source=str(path), source_format=log.source_format,
-                              alerts=alert_config, observer=collector)
+                              alerts=alert_config, observer=collector, warn_sooner=warn_sooner)
     if log.meta.get("rollouts") is not None:
         from .rollouts_offline import add_evidence
 

@@ -99,8 +99,12 @@ class AlertEngine:
     """
 
     def __init__(self, config: AlertConfig, *, run_name: str | None = None, run_url: str | None = None,
-                 project: str | None = None, clock: Callable[[], float] | None = time.time) -> None:
+                 project: str | None = None, clock: Callable[[], float] | None = time.time,
+                 warn_sooner: int = 0) -> None:
+        """``warn_sooner``: rows taken off the ``for:`` of every warn-severity rule (never under 1), as the gauges take
+        them off their warn holds (``InstrumentCluster(warn_sooner=...)``); stop rules keep theirs."""
         self.config = config
+        self.warn_sooner = warn_sooner
         self.fields = {"run_name": run_name or "this run", "run_url": run_url or "", "project": project or ""}
         self.clock = clock
         # rule -> [state, true_count, false_count]
@@ -162,7 +166,8 @@ class AlertEngine:
                 st[1] += 1
                 st[2] = 0
                 if st[0] != FIRING:
-                    st[0] = FIRING if st[1] >= rule.for_ else PENDING
+                    need = rule.for_ if rule.severity != "warn" else max(1, rule.for_ - self.warn_sooner)
+                    st[0] = FIRING if st[1] >= need else PENDING
                     if st[0] == FIRING:
                         events.append(self._event("firing", rule, step, value, metric, message, label))
             else:

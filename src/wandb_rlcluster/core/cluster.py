@@ -117,7 +117,8 @@ class InstrumentCluster:
         detect_rows: rows to buffer before guessing the family (live runs use 1:
             TRL logs its full key set on every row).
         warn_sooner: logged rows taken off every warn rule's hold (never under one row; stop rules keep
-            theirs), 0 to 3. Earlier warnings for more false ones: on the detection benchmark's seen seeds
+            theirs), 0 to 3; ``AlertEngine(warn_sooner=...)`` does the same to warn alert rules' ``for:``.
+            Earlier warnings for more false ones: on the detection benchmark's seen seeds
             (``benchmarks/detection/FRONTIER.md``) 1 row takes the median delay from 0.278 to 0.25 of the run
             after onset and the healthy runs warned from 3.6 % to 8.4 %.
     """

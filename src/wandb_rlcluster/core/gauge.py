@@ -234,6 +234,16 @@ class Gauge:
                         self.bus.append((self.row_index, self.bus_pos, self.id, rule, None))
         return bool(st[1])
 
+    def warn_rows(self, n: int) -> int:
+        """A warn rule's own row count (one a gauge keeps by hand and then checks with ``for_=1``), ``warn_sooner``
+        rows shorter like every other warn hold, never under one row."""
+        return max(1, n - self.warn_sooner) if self.warn_sooner else n
+
+    def held(self, rule: str) -> int:
+        """How many rows ``rule`` has been active (its hold count): for a message that says how long it held."""
+        st = self._rules.get(rule)
+        return st[0] if st is not None else 0
+
     def hold(self, for_: int, severity: Severity, longer: bool) -> int:
         """The rows a rule held ``for_`` must be active before it fires in this run: shorter in a short run,
         longer in a long one (``persistence_factor``, ``long_hold_factor``), and ``warn_sooner`` rows shorter for a

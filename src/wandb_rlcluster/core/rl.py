@@ -613,7 +613,7 @@ class RewardGauge(Gauge):
             fell = (row_sigma == row_sigma and gain > p["drop_gain_sigma"] * row_sigma
                     and fall >= p["drop_sigma"] * row_sigma * _EWMA10_SD)
         self.drop_rows = self.drop_rows + 1 if fell else 0
-        return self.drop_rows >= p["drop_for"]
+        return self.drop_rows >= self.warn_rows(p["drop_for"])
 
     def _volatility(self, key: str, x: float, sig: float, ref: OctaveMean | ScaleRef, limit: float,
                     warmup: int) -> None:
@@ -717,12 +717,13 @@ class RewardGauge(Gauge):
         runs = self.gold_runs
         runs[0] = runs[0] + 1 if warm and (after_peak or (over_half and p["gold_half"])) else 0
         runs[1] = runs[1] + 1 if coupled else 0
-        over = runs[0] >= p["gold_for"] or runs[1] >= p["gold_drop_for"]
+        gold_for, gold_drop_for = self.warn_rows(p["gold_for"]), self.warn_rows(p["gold_drop_for"])
+        over = runs[0] >= gold_for or runs[1] >= gold_drop_for
         peak, pstep, p0 = self.gold_peak, self.gold_peak_step, self.proxy_at_gold_peak
         if over_half and not after_peak:
             pstep = self.half_from[0]
         how = ""
-        if runs[1] >= p["gold_drop_for"] and ref is not None:
+        if runs[1] >= gold_drop_for and ref is not None:
             pstep, p0, peak = ref[3], ref[2][key], ref[1]
             comp = cp.match[8:-5] if cp.match.startswith("rewards/") else cp.match
             how = (f" Read against '{comp}', whose batch-to-batch noise it shares (corr {cp.rho:.2f}), the gold is "
@@ -1011,13 +1012,13 @@ class KLGauge(Gauge):
         self.slope.push(row.step, kl)
         d["kl_slope"] = self.slope.slope()
         self.check("kl-stop", kl > p["stop"], "stop", key, kl,
-                   lambda: f"{key} {kl:.3g} has been above {p['stop']} for {p['for']} logged steps: the policy has "
-                   "run away from the reference and reward gains are likely over-optimisation. Stop, then raise "
-                   "beta or lower the learning rate and resume from an earlier checkpoint.",
+                   lambda: f"{key} {kl:.3g} has been above {p['stop']} for {self.held('kl-stop')} logged steps: the "
+                   "policy has run away from the reference and reward gains are likely over-optimisation. Stop, then "
+                   "raise beta or lower the learning rate and resume from an earlier checkpoint.",
                    for_=p["for"], clear=p["clear"])
         self.check("kl-warn", kl > p["warn"], "warn", key, kl,
-                   lambda: f"{key} {kl:.3g} is above {p['warn']} for {p['for']} logged steps: drifting far from the "
-                   "reference. Watch whether reward still improves; consider a larger beta.",
+                   lambda: f"{key} {kl:.3g} is above {p['warn']} for {self.held('kl-warn')} logged steps: drifting far "
+                   "from the reference. Watch whether reward still improves; consider a larger beta.",
                    for_=p["for"], clear=p["clear"])
         self.check("kl-negative", e < p["negative"], "warn", key, kl,
                    lambda: f"{key} is negative on average ({e:.3g}): the estimator is being fed mismatched "
@@ -1870,8 +1871,9 @@ class RewardSignalGauge(Gauge):
             dead += is_dead
             self.check(f"reward-component-dead:{fn}", is_dead, "warn", k, val,
                        lambda fn=fn, mean=mean: f"reward function '{fn}' has had std < {p['component_dead']} "
-                       f"(mean {mean if mean is None else round(mean, 4)}) for {p['component_for']} logged steps: "
-                       "it scores every completion alike and adds no signal.",
+                       f"(mean {mean if mean is None else round(mean, 4)}) for "
+                       f"{self.held(f'reward-component-dead:{fn}')} logged steps: it scores every completion alike "
+                       "and adds no signal.",
                        for_=p["component_for"], clear=10)
         d["dead_components"] = float(dead)
         r, L = v.get("reward"), v.get("completions/mean_length")

@@ -700,7 +700,7 @@ def length_rules(g: Gauge, row: Row) -> None:
     paid = corr > p["rollout_paid_corr"] and dof >= p["rollout_paid_dof"]
     g.check("length-paid", paid, "warn", "rollouts/length_reward_corr", corr,
             lambda: f"inside each prompt group the longer completions get the higher reward (within-group "
-            f"length-reward correlation {corr:.2f} over {dof:.0f} completions, {p['rollout_paid_for']} logged steps "
+            f"length-reward correlation {corr:.2f} over {dof:.0f} completions, {g.held('length-paid')} logged steps "
             "running): the reward pays for length, so the mean length will follow. Unless longer answers are "
             "genuinely better here (read the examples), add a length penalty or cap (DAPO-style overlong shaping).",
             for_=p["rollout_paid_for"], clear=5)
