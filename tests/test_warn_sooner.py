@@ -55,12 +55,68 @@ def test_what_it_costs_a_two_row_excursion_now_warns():
     assert first(analyze_rows(rows, trainer="grpo", warn_sooner=1), "kl-warn") == 121
 
 
-@pytest.mark.parametrize("bad", [-1, WARN_SOONER_MAX + 1, 1.5, True, "1", None])
+@pytest.mark.parametrize("bad", [-1, WARN_SOONER_MAX + 1, 1.5, True, "1"])
 def test_a_bad_value_fails_before_training_and_says_what_to_pass(bad: object):
     with pytest.raises(ValueError, match="warn_sooner must be a whole number of logged rows from 0 to 3"):
         InstrumentCluster(trainer="grpo", warn_sooner=bad)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="warn_sooner"):
         RLClusterCallback(alerts=False, warn_sooner=bad)  # type: ignore[arg-type]
+
+
+def test_none_means_the_alerts_file_decides_and_the_core_needs_a_number():
+    with pytest.raises(ValueError, match="warn_sooner"):
+        InstrumentCluster(trainer="grpo", warn_sooner=None)  # type: ignore[arg-type]
+    assert RLClusterCallback(alerts=False).warn_sooner == 0
+
+
+YAML = """
+watchdog: {stall_alert: false, crash_alert: false, guardian: false}
+warn_sooner: 1
+"""
+
+
+def test_the_alerts_file_sets_it_and_the_argument_wins(tmp_path: Path):
+    from wandb_rlcluster.alerts import AlertConfig, load_config
+
+    f = tmp_path / "alerts.yaml"
+    f.write_text(YAML)
+    config = load_config(f)
+    assert config.warn_sooner == 1 and AlertConfig.from_dict(config.to_dict()).warn_sooner == 1
+    cb = RLClusterCallback(alerts=str(f), trainer="grpo", grad_every=0)
+    assert cb.warn_sooner == 1 and cb.engine is not None and cb.engine.warn_sooner == 1
+    assert all(g.warn_sooner == 1 for g in cb.cluster.gauges.values())
+    assert cb.state()["args"]["alerts"]["warn_sooner"] == 1
+    assert RLClusterCallback(alerts=str(f), warn_sooner=0).warn_sooner == 0  # the argument wins, as gold_rewards
+    assert load_config().warn_sooner is None  # the shipped file leaves the default holds
+
+
+@pytest.mark.parametrize("value", ["4", "-1", "1.5", "yes", "[1]"])
+def test_a_bad_alerts_file_value_names_the_file_the_line_and_the_fix(tmp_path: Path, value: str):
+    from wandb_rlcluster.alerts import ConfigError, load_config
+
+    f = tmp_path / "alerts.yaml"
+    f.write_text(f"extends: default\nwarn_sooner: {value}\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(f)
+    assert any(p.startswith(f"{f}:2:") and "'warn_sooner' must be a whole number of logged rows from 0 to 3" in p
+               and "e.g. warn_sooner: 1" in p for p in e.value.problems), e.value.problems
+
+
+def test_rlcluster_analyze_reads_it_from_alerts_and_the_flag_wins(tmp_path: Path):
+    log = tmp_path / "rows.jsonl"
+    log.write_text("\n".join(json.dumps(r) for r in kl_jump_rows()) + "\n")
+    f = tmp_path / "alerts.yaml"
+    f.write_text(YAML)
+    cmd = [sys.executable, "-m", "wandb_rlcluster", "analyze", str(log), "--format", "json", "--alerts", str(f)]
+
+    def read(*extra: str) -> dict:
+        p = subprocess.run([*cmd, *extra], capture_output=True, text=True, timeout=120)
+        return json.loads(p.stdout)
+
+    from_file, flag = read(), read("--warn-sooner", "0")
+    assert from_file["warn_sooner"] == 1 and "warn_sooner" not in flag
+    assert min(a["step"] for a in from_file["alerts"] if a["rule"] == "kl-warn" and a["kind"] == "firing") == 151
+    assert min(a["step"] for a in flag["alerts"] if a["rule"] == "kl-warn" and a["kind"] == "firing") == 152
 
 
 def test_numpy_ints_are_rows_too():
@@ -167,3 +223,17 @@ def test_the_json_output_and_the_dashboard_say_how_the_log_was_read(tmp_path: Pa
 
     _, analysis = build_dashboard(str(log), warn_sooner=2)
     assert min(e.step for e in analysis.alerts if e.rule == "kl-warn" and e.kind == "firing") == 150
+
+
+def test_the_wandb_side_rules_take_the_same_rows_off_a_warn_window(tmp_path: Path):
+    """`rlcluster automations export` from a file with warn_sooner: 1 gives W&B the same shorter warn windows."""
+    from wandb_rlcluster.alerts import load_config
+    from wandb_rlcluster.automations import plan
+
+    f = tmp_path / "alerts.yaml"
+    f.write_text(YAML)
+    conditions = {p.rule: p.condition for p in plan(load_config(f), "rl")[0]}
+    shipped = {p.rule: p.condition for p in plan(load_config(), "rl")[0]}
+    assert shipped["kl-warn"] == "MIN(train/kl) over the last 3 values > 0.5"
+    assert conditions["kl-warn"] == "MIN(train/kl) over the last 2 values > 0.5"
+    assert conditions["kl-stop"] == shipped["kl-stop"] == "MIN(train/kl) over the last 3 values > 1"

@@ -146,7 +146,7 @@ class Analysis:
 def analyze_stream(rows: Iterable[Mapping[str, object]], trainer: str | None = None, *, source: str = "<rows>",
                    source_format: str = "rows", max_steps: int = 0, alerts: Any = None,
                    observer: Callable[[Row, InstrumentCluster, set[str]], None] | None = None,
-                   params: Mapping[str, Mapping[str, Any]] | None = None, warn_sooner: int = 0) -> Analysis:
+                   params: Mapping[str, Mapping[str, Any]] | None = None, warn_sooner: int | None = None) -> Analysis:
     """Feed rows through a fresh cluster, keeping a downsampled series per gauge for display.
 
     With ``alerts`` (an AlertConfig) the rules are evaluated row by row exactly as the
@@ -160,7 +160,8 @@ def analyze_stream(rows: Iterable[Mapping[str, object]], trainer: str | None = N
         # first rows back and feeds them in one go, so rules would never see them (an alert in the first
         # rows was missed). Detect first, on the same rows, then replay every row with the family known.
         trainer, rows = detect_trainer(rows)
-    cluster = InstrumentCluster(trainer=trainer, max_steps=max_steps, params=params, warn_sooner=warn_sooner)
+    cluster = InstrumentCluster(trainer=trainer, max_steps=max_steps, params=params,
+                                warn_sooner=resolve_warn_sooner(warn_sooner, alerts))
     engine = None
     events: list[Any] = []
     if alerts is not None:
@@ -261,13 +262,13 @@ def load_any(path: str) -> LoadedLog:
 
 
 def analyze_path(path: str, trainer: str | None = None, alerts: Any = None,
-                 params: Mapping[str, Mapping[str, Any]] | None = None, warn_sooner: int = 0) -> Analysis:
+                 params: Mapping[str, Mapping[str, Any]] | None = None, warn_sooner: int | None = None) -> Analysis:
     """Read any supported log (file or W&B offline run) and analyse it (raises LogReadError on bad input).
 
     ``params`` are gauge parameters over the alert file's, e.g. ``{"reward": {"gold": ["verifier"]}}``;
-    ``warn_sooner`` rows come off every warn rule's hold (``InstrumentCluster``).
+    ``warn_sooner`` rows come off every warn rule's hold (``InstrumentCluster``; None: the alert file's, else 0).
     """
-    check_warn_sooner(warn_sooner)  # a bad value says so before a large log is read
+    resolve_warn_sooner(warn_sooner, alerts)  # a bad value says so before a large log is read
     log: LoadedLog = load_any(path)
     max_steps = log.meta.get("max_steps") if isinstance(log.meta, dict) else 0
     analysis = analyze_stream(log.rows, trainer, source=str(path), source_format=log.source_format,
@@ -278,6 +279,15 @@ def analyze_path(path: str, trainer: str | None = None, alerts: Any = None,
 
         add_evidence(analysis, log.meta["rollouts"])  # type: ignore[arg-type]
     return analysis
+
+
+def resolve_warn_sooner(warn_sooner: int | None, alerts: Any = None) -> int:
+    """The ``warn_sooner`` a read uses: the one given (checked), else the alert file's ``warn_sooner:``, else 0 --
+    the callback's order."""
+    if warn_sooner is not None:
+        return check_warn_sooner(warn_sooner)
+    from_file = getattr(alerts, "warn_sooner", None)
+    return check_warn_sooner(from_file) if from_file is not None else 0
 
 
 def merge_params(*layers: Mapping[str, Mapping[str, Any]] | None) -> dict[str, dict[str, Any]] | None:

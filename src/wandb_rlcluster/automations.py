@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .alerts.config import AlertConfig, Rule
@@ -214,7 +214,10 @@ def plan(config: AlertConfig, project: str, run_name: str | None = None) -> tupl
     """
     planned: list[Planned] = []
     unmapped: list[Unmapped] = []
+    sooner = config.warn_sooner or 0  # the file's warn_sooner: takes the same rows off a warn rule's window
     for rule in config.rules:
+        if sooner and rule.severity == "warn" and rule.for_ > 1:
+            rule = replace(rule, for_=max(1, rule.for_ - sooner))
         p = _plan_rule(rule, project, run_name)
         (unmapped if isinstance(p, Unmapped) else planned).append(p)  # type: ignore[arg-type]
     cond = "a run ends failed or crashed (W&B's FAILED state covers both)"

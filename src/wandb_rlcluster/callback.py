@@ -98,7 +98,8 @@ class RLClusterCallback(TrainerCallback, ExportableState):
             stops, so stops come sooner too: a warning says so). The default holds are the benchmark's balance of
             early against false warnings; 1 warns about
             3 % of the post-onset span sooner (median delay 0.278 -> 0.25) and about twice as often on healthy
-            runs (3.6 % -> 8.4 %; ``benchmarks/detection/FRONTIER.md``). ``rlcluster analyze --warn-sooner N``.
+            runs (3.6 % -> 8.4 %; ``benchmarks/detection/FRONTIER.md``). None (default) takes ``warn_sooner:``
+            from the alerts file, else 0. ``rlcluster analyze --warn-sooner N``.
         restored: set in the checkpoint's arguments by ``state()``: when transformers rebuilds the callback from a
             checkpoint written by an older version, a parameter this version no longer has is left out with a
             warning instead of failing the resume. Anywhere else a bad ``params`` entry raises ValueError here.
@@ -141,7 +142,7 @@ class RLClusterCallback(TrainerCallback, ExportableState):
         crash_timeout: float | str | None = None,
         guardian: bool | None = None,
         gold_rewards: str | list[str] | tuple[str, ...] | None = None,
-        warn_sooner: int = 0,
+        warn_sooner: int | None = None,
         restored: bool = False,
     ) -> None:
         if stop_on not in (None, "stop", "warn"):
@@ -156,13 +157,15 @@ class RLClusterCallback(TrainerCallback, ExportableState):
             raise ValueError("; ".join(problems))
         for problem in problems:  # a checkpoint of an older version: a resume must not fail on a renamed knob
             logger.warning("rlcluster: the checkpoint's %s; left out", problem)
-        try:
-            self.warn_sooner = check_warn_sooner(warn_sooner)
-        except ValueError as e:
-            if not restored:
-                raise
-            logger.warning("rlcluster: the checkpoint's %s; using 0", e)
-            self.warn_sooner = 0
+        sooner: int | None = None
+        if warn_sooner is not None:
+            try:
+                sooner = check_warn_sooner(warn_sooner)
+            except ValueError as e:
+                if not restored:
+                    raise
+                logger.warning("rlcluster: the checkpoint's %s; using 0", e)
+                sooner = 0
         self.stop_on = stop_on
         self.save_on_stop = save_on_stop
         self.grad_every = grad_every
@@ -199,6 +202,9 @@ class RLClusterCallback(TrainerCallback, ExportableState):
         gauge_params = {k: dict(v) for k, v in (self.alert_config.gauge_params if self.alert_config else {}).items()}
         for gid, ps in self.params.items():
             gauge_params.setdefault(gid, {}).update(ps)
+        if sooner is None:  # not given: the alerts file's `warn_sooner:`, else the default holds
+            sooner = self.alert_config.warn_sooner if self.alert_config and self.alert_config.warn_sooner else 0
+        self.warn_sooner: int = sooner
         self.gold_rewards = [gold_rewards] if isinstance(gold_rewards, str) else list(gold_rewards or [])
         if self.gold_rewards:
             gauge_params.setdefault("reward", {})["gold"] = self.gold_rewards

@@ -295,9 +295,10 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--gold", metavar="FN", action="append",
                    help="a held-out reward function logged as rewards/FN/mean (TRL: weight 0 in reward_weights); the "
                         "trained reward is then judged against it (proxy-gold gap, over-optimisation). Repeatable")
-    a.add_argument("--warn-sooner", metavar="N", type=int, default=0, choices=range(WARN_SOONER_MAX + 1),
-                   help=f"take N logged rows (0 to {WARN_SOONER_MAX}, default 0) off every warn rule's hold: earlier "
-                        "warnings, and more false ones (benchmarks/detection/FRONTIER.md)")
+    a.add_argument("--warn-sooner", metavar="N", type=int, default=None, choices=range(WARN_SOONER_MAX + 1),
+                   help=f"take N logged rows (0 to {WARN_SOONER_MAX}) off every warn rule's hold: earlier warnings, "
+                        "and more false ones (benchmarks/detection/FRONTIER.md); default: the --alerts file's "
+                        "warn_sooner:, else 0")
     a.set_defaults(func=_cmd_analyze)
 
     al = sub.add_parser("alerts", help="check alert rules and channels")
@@ -345,8 +346,9 @@ def build_parser() -> argparse.ArgumentParser:
     db.add_argument("--out", default="dashboard.html", help="output file (default: dashboard.html)")
     db.add_argument("--trainer", help="trainer family instead of auto-detection")
     db.add_argument("--alerts", metavar="FILE", help="alert rules to apply (default: the shipped alerts.yaml)")
-    db.add_argument("--warn-sooner", metavar="N", type=int, default=0, choices=range(WARN_SOONER_MAX + 1),
-                    help="as in `rlcluster analyze`: N logged rows off every warn hold (default 0)")
+    db.add_argument("--warn-sooner", metavar="N", type=int, default=None, choices=range(WARN_SOONER_MAX + 1),
+                    help="as in `rlcluster analyze`: N logged rows off every warn hold (default: the alerts "
+                         "file's warn_sooner:, else 0)")
     db.set_defaults(func=_cmd_dashboard)
 
     d = sub.add_parser(

@@ -15,9 +15,8 @@ import math
 import re
 from typing import Any
 
-from .analyze import Analysis, Downsampler, analyze_stream, detect_trainer, load_any
+from .analyze import Analysis, Downsampler, analyze_stream, detect_trainer, load_any, resolve_warn_sooner
 from .core import DIAGNOSIS_ID, FAMILY_LABELS, GAUGE_TITLES, InstrumentCluster
-from .core.cluster import check_warn_sooner
 from .core.keys import Row, canonical_family
 from .core.rollouts import evidence_lines
 from .core.text import clean_text
@@ -268,13 +267,13 @@ def render_dashboard(analysis: Analysis, store: SeriesStore, layout: Layout, ale
 
 
 def build_dashboard(path: str, trainer: str | None = None, alerts: Any = None,
-                    warn_sooner: int = 0) -> tuple[str, Analysis]:
+                    warn_sooner: int | None = None) -> tuple[str, Analysis]:
     """(HTML, analysis) for any log ``rlcluster analyze`` reads (``warn_sooner`` as in ``analyze_path``)."""
     from .alerts import load_config
 
-    check_warn_sooner(warn_sooner)
-    log = load_any(path)
     alert_config = alerts if alerts is not None else load_config()
+    resolve_warn_sooner(warn_sooner, alert_config)  # before a large log is read
+    log = load_any(path)
     # The family is fixed up front, so the one analysis pass feeds every row to the collector (a cluster left to
     # detect the family itself would hold its first rows back, and they would be missing from the plots). It is
     # detected by the same rule as `rlcluster analyze`, so both name the same trainer.

@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from ..core import DIAGNOSIS_ID, GAUGE_CLASSES, GAUGE_IDS, REPORTING_CLASSES
+from ..core.cluster import WARN_SOONER_MAX, check_warn_sooner
 from ..core.gauge import check_param
 from ..core.keys import FAMILIES, LIVE_INPUT_KEYS, TRL_LOGGED_KEYS, canonical_family, is_reward_function_key
 from ..core.readers import InputRefused, InputTooLarge, read_bounded
@@ -33,7 +34,8 @@ TEMPLATE_FIELDS = frozenset({"value", "step", "rule", "gauge", "severity", "run_
                              "trainer", "message", "expr", "project"})
 RULE_KEYS = frozenset({"name", "gauge", "when", "finding", "min_severity", "for", "keep_firing_for", "severity",
                        "cooldown", "trainers", "title", "text", "inhibits", "channels", "enabled"})
-TOP_KEYS = frozenset({"version", "extends", "defaults", "gauges", "channels", "rules", "watchdog", "gold_rewards"})
+TOP_KEYS = frozenset({"version", "extends", "defaults", "gauges", "channels", "rules", "watchdog", "gold_rewards",
+                      "warn_sooner"})
 #: What a rule's ``gauge`` may name: a gauge, or the cross-gauge diagnoses.
 RULE_GAUGES = (*GAUGE_IDS, DIAGNOSIS_ID)
 DEFAULT_KEYS = frozenset({"for", "cooldown", "keep_firing_for", "channels"})
@@ -117,6 +119,8 @@ class AlertConfig:
     sources: tuple[str, ...] = ()
     warnings: list[str] = field(default_factory=list)
     watchdog: dict[str, Any] = field(default_factory=dict)  # validated `watchdog:` settings (see liveness.py)
+    #: `warn_sooner:` rows off every warn hold (``InstrumentCluster``); None where no file sets it
+    warn_sooner: int | None = None
 
     def rule(self, name: str) -> Rule | None:
         return next((r for r in self.rules if r.name == name), None)
@@ -148,6 +152,7 @@ class AlertConfig:
                        "inhibits": list(r.inhibits), "channels": list(r.channels) if r.channels is not None else None,
                        "line": r.line, "source": r.source} for r in self.rules],
             "watchdog": _json_safe(self.watchdog),
+            "warn_sooner": self.warn_sooner,
         }
 
     @classmethod
@@ -235,13 +240,20 @@ def _from_data(data: dict[str, Any], where: str) -> AlertConfig:
             loc.err(0, f"stored watchdog setting: {problem}")
         else:
             watchdog[str(k)] = value
+    warn_sooner = data.get("warn_sooner")
+    if warn_sooner is not None:
+        try:
+            warn_sooner = check_warn_sooner(warn_sooner)
+        except ValueError as e:
+            loc.err(0, str(e))
+            warn_sooner = None
     problems = loc.report()
     if problems:
         raise ConfigError(problems)
     sources = data.get("sources") or ()
     return AlertConfig(rules=rules, channels=channels, gauge_params=gauges,
                        sources=tuple(str(x) for x in sources) if isinstance(sources, (list, tuple)) else (),
-                       warnings=loc.report_warnings(), watchdog=watchdog)
+                       warnings=loc.report_warnings(), watchdog=watchdog, warn_sooner=warn_sooner)
 
 
 def safe_options(ctype: str, options: dict[str, Any]) -> dict[str, Any]:
@@ -623,7 +635,7 @@ def _raw_document(path: str, text: str, loc: _Loc) -> dict[str, Any] | None:
     if root is None:
         return None
     doc: dict[str, Any] = {"rules": [], "defaults": {}, "gauges": {}, "channels": {}, "extends": None,
-                           "watchdog": {}}
+                           "watchdog": {}, "warn_sooner": None}
     for key, vnode, kline in _pairs(root):
         if key not in TOP_KEYS:
             loc.err(kline, f"unknown top-level section '{key}'{did_you_mean(key, TOP_KEYS)}; "
@@ -662,6 +674,14 @@ def _raw_document(path: str, text: str, loc: _Loc) -> dict[str, Any] | None:
                                "(rewards/<name>/mean), e.g. gold_rewards: [verifier]")
                 continue
             doc["gauges"].setdefault("reward", {})["gold"] = [g.strip() for g in gold]
+        elif key == "warn_sooner":  # rows off every warn hold: RLClusterCallback(warn_sooner=...) wins over it
+            v = _value(vnode)
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= WARN_SOONER_MAX:
+                loc.err(kline, f"'warn_sooner' must be a whole number of logged rows from 0 to {WARN_SOONER_MAX}, "
+                               f"taken off every warn rule's hold (0 = the defaults), not {clean_text(repr(v), 40)}; "
+                               "e.g. warn_sooner: 1")
+            else:
+                doc["warn_sooner"] = v
         elif key == "channels":
             if not isinstance(vnode, yaml.MappingNode):
                 loc.err(kline, "'channels' must map channel names to their settings")
@@ -829,7 +849,10 @@ def load_config(path: str | os.PathLike[str] | None = None) -> AlertConfig:
     channels: dict[str, ChannelConfig] = {}
     gauges: dict[str, dict[str, Any]] = {}
     watchdog: dict[str, Any] = {}
+    warn_sooner: int | None = None
     for loc, doc in docs:
+        if doc["warn_sooner"] is not None:
+            warn_sooner = doc["warn_sooner"]
         defaults.update(doc["defaults"])
         watchdog.update(doc["watchdog"])
         channels.update(doc["channels"])
@@ -868,4 +891,4 @@ def load_config(path: str | os.PathLike[str] | None = None) -> AlertConfig:
     warnings = default_loc.report_warnings() + (user_loc.report_warnings() if user_loc else [])
     sources = tuple(loc.path for loc, _ in docs)
     return AlertConfig(rules=rules, channels=channels, gauge_params=gauges, sources=sources, warnings=warnings,
-                       watchdog=watchdog)
+                       watchdog=watchdog, warn_sooner=warn_sooner)
