@@ -237,3 +237,33 @@ def test_the_wandb_side_rules_take_the_same_rows_off_a_warn_window(tmp_path: Pat
     assert shipped["kl-warn"] == "MIN(train/kl) over the last 3 values > 0.5"
     assert conditions["kl-warn"] == "MIN(train/kl) over the last 2 values > 0.5"
     assert conditions["kl-stop"] == shipped["kl-stop"] == "MIN(train/kl) over the last 3 values > 1"
+
+
+def test_the_shipped_alert_text_says_how_many_rows_it_held():
+    """The shipped KL alerts' text reads "for {rows} logged steps": the rows the rule actually held."""
+    from wandb_rlcluster.alerts import load_config
+    from wandb_rlcluster.analyze import analyze_stream
+
+    def text(sooner: int, rule: str) -> str:
+        a = analyze_stream(kl_jump_rows(), "grpo", alerts=load_config(), warn_sooner=sooner)
+        return next(e.text for e in a.alerts if e.rule == rule and e.kind == "firing")
+
+    assert "above 0.5 for 3 logged steps" in text(0, "kl-warn")
+    assert "above 0.5 for 1 logged steps" in text(2, "kl-warn")
+    assert "above 1.0 for 3 logged steps" in text(2, "kl-stop")
+
+
+def test_a_checkpoint_with_a_value_this_version_refuses_still_resumes(caplog: pytest.LogCaptureFixture):
+    from wandb_rlcluster.alerts import AlertConfig, ConfigError, load_config
+    from wandb_rlcluster.alerts.config import validate_config
+
+    stored = {**load_config().to_dict(), "warn_sooner": 5}  # another version's, or an edited checkpoint
+    restored = AlertConfig.from_dict(stored)
+    assert restored.warn_sooner is None and any("warn_sooner" in w for w in restored.warnings)
+    with caplog.at_level(logging.WARNING, logger="wandb_rlcluster"):
+        cb = RLClusterCallback(alerts=stored, restored=True, grad_every=0)
+    assert cb.warn_sooner == 0 and "warn_sooner" in caplog.text
+    config = load_config()
+    config.warn_sooner = 5
+    with pytest.raises(ConfigError, match="warn_sooner"):  # built in Python: checked like a file
+        validate_config(config)

@@ -31,7 +31,7 @@ SEVERITIES = ("info", "warn", "stop")
 SEVERITY_RANK = {"info": 0, "warn": 1, "stop": 2}
 DEFAULT_PATH = Path(__file__).with_name("alerts.yaml")
 TEMPLATE_FIELDS = frozenset({"value", "step", "rule", "gauge", "severity", "run_name", "run_url", "metric",
-                             "trainer", "message", "expr", "project"})
+                             "trainer", "message", "expr", "project", "rows"})
 RULE_KEYS = frozenset({"name", "gauge", "when", "finding", "min_severity", "for", "keep_firing_for", "severity",
                        "cooldown", "trainers", "title", "text", "inhibits", "channels", "enabled"})
 TOP_KEYS = frozenset({"version", "extends", "defaults", "gauges", "channels", "rules", "watchdog", "gold_rewards",
@@ -245,7 +245,10 @@ def _from_data(data: dict[str, Any], where: str) -> AlertConfig:
         try:
             warn_sooner = check_warn_sooner(warn_sooner)
         except ValueError as e:
-            loc.err(0, str(e))
+            if where != "checkpoint":
+                loc.err(0, str(e))
+            else:  # another version's or an edited checkpoint: a resume must not fail on it
+                loc.warn(0, f"stored {e}; left out")
             warn_sooner = None
     problems = loc.report()
     if problems:

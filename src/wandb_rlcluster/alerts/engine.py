@@ -166,8 +166,7 @@ class AlertEngine:
                 st[1] += 1
                 st[2] = 0
                 if st[0] != FIRING:
-                    need = rule.for_ if rule.severity != "warn" else max(1, rule.for_ - self.warn_sooner)
-                    st[0] = FIRING if st[1] >= need else PENDING
+                    st[0] = FIRING if st[1] >= self._need(rule) else PENDING
                     if st[0] == FIRING:
                         events.append(self._event("firing", rule, step, value, metric, message, label))
             else:
@@ -181,6 +180,10 @@ class AlertEngine:
                     st[0] = INACTIVE
         self._route(events)
         return events
+
+    def _need(self, rule: Rule) -> int:
+        """The rows ``rule`` holds before it fires: its ``for:``, ``warn_sooner`` shorter for a warn rule."""
+        return rule.for_ if rule.severity != "warn" else max(1, rule.for_ - self.warn_sooner)
 
     def _final(self, step: int, cluster: InstrumentCluster, final: list[Finding]) -> list[AlertEvent]:
         events: list[AlertEvent] = []
@@ -219,7 +222,7 @@ class AlertEngine:
                label: str) -> AlertEvent:
         fields = {**self.fields, "value": value, "step": step, "rule": label, "gauge": rule.gauge,
                   "severity": rule.severity, "metric": metric, "message": message,
-                  "expr": rule.when.text if rule.when else ""}
+                  "expr": rule.when.text if rule.when else "", "rows": self._need(rule)}
         title = render(rule.title, fields)
         text = render(rule.text, fields) if kind == "firing" else f"Resolved: {title}"
         return AlertEvent(kind=kind, rule=rule.name, gauge=rule.gauge, severity=rule.severity, step=step,
