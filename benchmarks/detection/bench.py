@@ -777,6 +777,12 @@ def summary_text(results: list[Result], dets: Sequence[str]) -> str:
     return "\n".join(out)
 
 
+def seed_range(text: str) -> range:
+    """``A-B`` (or ``A``) as the seeds A..B inclusive."""
+    lo, _, hi = text.partition("-")
+    return range(int(lo), int(hi or lo) + 1)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--split", choices=("tuning", "held-out", "all"), default="tuning",
@@ -802,16 +808,14 @@ def main(argv: list[str] | None = None) -> int:
     tune_seeds: Iterable[int] = QUICK_SEEDS["tuning"] if args.quick else TUNING_SEEDS
     held_seeds: Iterable[int] = QUICK_SEEDS["held-out"] if args.quick else HELD_OUT_SEEDS
     if args.held_out:
-        lo, _, hi = args.held_out.partition("-")
-        held_seeds = range(int(lo), int(hi or lo) + 1)
+        held_seeds = seed_range(args.held_out)
         seen = [TUNING_SEEDS, *SEEN_SEEDS]
         if any(s in r for s in held_seeds for r in seen):
             ap.error("--held-out overlaps seeds the rules were tuned on")
         if any(s in NEXT_ROUND_SEEDS for s in held_seeds):
             ap.error("--held-out overlaps the seeds declared for the next round's verdict")
     if args.seeds:
-        lo, _, hi = args.seeds.partition("-")
-        tune_seeds = range(int(lo), int(hi or lo) + 1)
+        tune_seeds = seed_range(args.seeds)
         if any(s in held_seeds or s in HELD_OUT_SEEDS or s in NEXT_ROUND_SEEDS for s in tune_seeds):
             ap.error("--seeds overlaps the held-out seeds")
     specs: list[Spec] = []

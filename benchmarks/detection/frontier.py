@@ -33,7 +33,16 @@ from anchors import zscore_findings
 from wandb_rlcluster.core.cluster import WARN_SOONER_MAX
 
 import bench
-from bench import HELD_OUT_SEEDS, TARGETS, aggregate, healthy_runs, make_specs, run_corpus, target_runs
+from bench import (
+    HELD_OUT_SEEDS,
+    TARGETS,
+    aggregate,
+    healthy_runs,
+    make_specs,
+    run_corpus,
+    seed_range,
+    target_runs,
+)
 
 HERE = Path(__file__).resolve().parent
 FRONTIER = HERE / "FRONTIER.md"
@@ -65,8 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--out", default=str(FRONTIER), help="Markdown output, or - for standard output only")
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
-    lo, _, hi = args.seeds.partition("-")
-    seeds = range(int(lo), int(hi or lo) + 1)
+    seeds = seed_range(args.seeds)
     if any(s in HELD_OUT_SEEDS for s in seeds):
         ap.error("--seeds overlaps the held-out seeds: the frontier is read on seen seeds only")
     if any(not 0 <= k <= WARN_SOONER_MAX for k in args.shifts):

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .core import DIAGNOSIS_ID, FAMILY_LABELS, GAUGE_IDS, GAUGE_TITLES, InstrumentCluster, Row
-from .core.cluster import check_warn_sooner
+from .core.cluster import resolve_warn_sooner
 from .core.readers import LoadedLog, LogReadError, load_rows
 from .core.text import clean_text
 
@@ -268,7 +268,7 @@ def analyze_path(path: str, trainer: str | None = None, alerts: Any = None,
     ``params`` are gauge parameters over the alert file's, e.g. ``{"reward": {"gold": ["verifier"]}}``;
     ``warn_sooner`` rows come off every warn rule's hold (``InstrumentCluster``; None: the alert file's, else 0).
     """
-    resolve_warn_sooner(warn_sooner, alerts)  # a bad value says so before a large log is read
+    warn_sooner = resolve_warn_sooner(warn_sooner, alerts)  # a bad value says so before a large log is read
     log: LoadedLog = load_any(path)
     max_steps = log.meta.get("max_steps") if isinstance(log.meta, dict) else 0
     analysis = analyze_stream(log.rows, trainer, source=str(path), source_format=log.source_format,
@@ -279,15 +279,6 @@ def analyze_path(path: str, trainer: str | None = None, alerts: Any = None,
 
         add_evidence(analysis, log.meta["rollouts"])  # type: ignore[arg-type]
     return analysis
-
-
-def resolve_warn_sooner(warn_sooner: int | None, alerts: Any = None) -> int:
-    """The ``warn_sooner`` a read uses: the one given (checked), else the alert file's ``warn_sooner:``, else 0 --
-    the callback's order."""
-    if warn_sooner is not None:
-        return check_warn_sooner(warn_sooner)
-    from_file = getattr(alerts, "warn_sooner", None)
-    return check_warn_sooner(from_file) if from_file is not None else 0
 
 
 def merge_params(*layers: Mapping[str, Mapping[str, Any]] | None) -> dict[str, dict[str, Any]] | None:

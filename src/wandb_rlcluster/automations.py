@@ -216,9 +216,7 @@ def plan(config: AlertConfig, project: str, run_name: str | None = None) -> tupl
     unmapped: list[Unmapped] = []
     sooner = config.warn_sooner or 0  # the file's warn_sooner: takes the same rows off a warn rule's window
     for rule in config.rules:
-        if sooner and rule.severity == "warn" and rule.for_ > 1:
-            rule = replace(rule, for_=max(1, rule.for_ - sooner))
-        p = _plan_rule(rule, project, run_name)
+        p = _plan_rule(replace(rule, for_=rule.hold(sooner)) if sooner else rule, project, run_name)
         (unmapped if isinstance(p, Unmapped) else planned).append(p)  # type: ignore[arg-type]
     cond = "a run ends failed or crashed (W&B's FAILED state covers both)"
     planned.append(Planned(

@@ -17,7 +17,7 @@ from .alerts import AlertConfig, AlertEngine, AlertEvent, load_config
 from .alerts.config import validate_config
 from .alerts.notify import Notifier, clamp_wait
 from .core import GAUGE_IDS, InstrumentCluster
-from .core.cluster import check_warn_sooner, checked_params
+from .core.cluster import check_warn_sooner, checked_params, resolve_warn_sooner
 from .core.findings import Finding
 from .core.keys import canonical_family, to_float
 from .core.rollouts import ROLLOUT_GAUGES, RolloutStats, evidence_focus
@@ -202,9 +202,7 @@ class RLClusterCallback(TrainerCallback, ExportableState):
         gauge_params = {k: dict(v) for k, v in (self.alert_config.gauge_params if self.alert_config else {}).items()}
         for gid, ps in self.params.items():
             gauge_params.setdefault(gid, {}).update(ps)
-        if sooner is None:  # not given: the alerts file's `warn_sooner:`, else the default holds
-            sooner = self.alert_config.warn_sooner if self.alert_config and self.alert_config.warn_sooner else 0
-        self.warn_sooner: int = sooner
+        self.warn_sooner = resolve_warn_sooner(sooner, self.alert_config)  # not given: the file's, else 0
         self.gold_rewards = [gold_rewards] if isinstance(gold_rewards, str) else list(gold_rewards or [])
         if self.gold_rewards:
             gauge_params.setdefault("reward", {})["gold"] = self.gold_rewards
@@ -598,8 +596,7 @@ class RLClusterCallback(TrainerCallback, ExportableState):
         row's go: through the alert rules to the journal and the channels, or to the log without an alert config."""
         try:
             if self.engine is not None:
-                events = self.engine.evaluate(step, {}, self.cluster, final, {f.gauge for f in final},
-                                              findings_only=True)
+                events = self.engine.evaluate(step, {}, self.cluster, final, findings_only=True)
                 try:  # the last rollouts are what a warning building at the end describes; the alert goes without
                     self._attach_evidence(events)
                 except Exception as e:  # noqa: BLE001

@@ -15,8 +15,9 @@ import math
 import re
 from typing import Any
 
-from .analyze import Analysis, Downsampler, analyze_stream, detect_trainer, load_any, resolve_warn_sooner
+from .analyze import Analysis, Downsampler, analyze_stream, detect_trainer, load_any
 from .core import DIAGNOSIS_ID, FAMILY_LABELS, GAUGE_TITLES, InstrumentCluster
+from .core.cluster import resolve_warn_sooner
 from .core.keys import Row, canonical_family
 from .core.rollouts import evidence_lines
 from .core.text import clean_text
@@ -272,7 +273,7 @@ def build_dashboard(path: str, trainer: str | None = None, alerts: Any = None,
     from .alerts import load_config
 
     alert_config = alerts if alerts is not None else load_config()
-    resolve_warn_sooner(warn_sooner, alert_config)  # before a large log is read
+    warn_sooner = resolve_warn_sooner(warn_sooner, alert_config)  # before a large log is read
     log = load_any(path)
     # The family is fixed up front, so the one analysis pass feeds every row to the collector (a cluster left to
     # detect the family itself would hold its first rows back, and they would be missing from the plots). It is

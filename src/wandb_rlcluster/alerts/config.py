@@ -93,6 +93,11 @@ class Rule:
     def applies_to(self, family: str | None) -> bool:
         return not self.trainers or family is None or family in self.trainers
 
+    def hold(self, warn_sooner: int = 0) -> int:
+        """The rows this rule must hold before it fires: its ``for:``, ``warn_sooner`` shorter for a warn rule (never
+        under one row), as the gauges shorten their warn holds; a stop rule keeps its own."""
+        return max(1, self.for_ - warn_sooner) if self.severity == "warn" else self.for_
+
 
 @dataclass
 class ChannelConfig:
@@ -679,12 +684,12 @@ def _raw_document(path: str, text: str, loc: _Loc) -> dict[str, Any] | None:
             doc["gauges"].setdefault("reward", {})["gold"] = [g.strip() for g in gold]
         elif key == "warn_sooner":  # rows off every warn hold: RLClusterCallback(warn_sooner=...) wins over it
             v = _value(vnode)
-            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= WARN_SOONER_MAX:
+            try:
+                doc["warn_sooner"] = check_warn_sooner(v)
+            except ValueError:
                 loc.err(kline, f"'warn_sooner' must be a whole number of logged rows from 0 to {WARN_SOONER_MAX}, "
                                f"taken off every warn rule's hold (0 = the defaults), not {clean_text(repr(v), 40)}; "
                                "e.g. warn_sooner: 1")
-            else:
-                doc["warn_sooner"] = v
         elif key == "channels":
             if not isinstance(vnode, yaml.MappingNode):
                 loc.err(kline, "'channels' must map channel names to their settings")

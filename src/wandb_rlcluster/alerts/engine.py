@@ -143,7 +143,7 @@ class AlertEngine:
             # Nothing this rule reads changed on this row: no evaluation, no state change (a key logged
             # every other row must not reset a `for` counter).
             if rule.when is not None:
-                if findings_only or not values.any_in_row(rule.when.names):
+                if not values.any_in_row(rule.when.names):
                     continue
                 active, value = rule.when.evaluate(values.get)
                 metric = rule.when.names[0] if rule.when.names else ""
@@ -166,7 +166,7 @@ class AlertEngine:
                 st[1] += 1
                 st[2] = 0
                 if st[0] != FIRING:
-                    st[0] = FIRING if st[1] >= self._need(rule) else PENDING
+                    st[0] = FIRING if st[1] >= rule.hold(self.warn_sooner) else PENDING
                     if st[0] == FIRING:
                         events.append(self._event("firing", rule, step, value, metric, message, label))
             else:
@@ -180,10 +180,6 @@ class AlertEngine:
                     st[0] = INACTIVE
         self._route(events)
         return events
-
-    def _need(self, rule: Rule) -> int:
-        """The rows ``rule`` holds before it fires: its ``for:``, ``warn_sooner`` shorter for a warn rule."""
-        return rule.for_ if rule.severity != "warn" else max(1, rule.for_ - self.warn_sooner)
 
     def _final(self, step: int, cluster: InstrumentCluster, final: list[Finding]) -> list[AlertEvent]:
         events: list[AlertEvent] = []
@@ -222,7 +218,7 @@ class AlertEngine:
                label: str) -> AlertEvent:
         fields = {**self.fields, "value": value, "step": step, "rule": label, "gauge": rule.gauge,
                   "severity": rule.severity, "metric": metric, "message": message,
-                  "expr": rule.when.text if rule.when else "", "rows": self._need(rule)}
+                  "expr": rule.when.text if rule.when else "", "rows": rule.hold(self.warn_sooner)}
         title = render(rule.title, fields)
         text = render(rule.text, fields) if kind == "firing" else f"Resolved: {title}"
         return AlertEvent(kind=kind, rule=rule.name, gauge=rule.gauge, severity=rule.severity, step=step,

@@ -104,6 +104,15 @@ def check_warn_sooner(value: object) -> int:
     return int(value)
 
 
+def resolve_warn_sooner(warn_sooner: int | None, alerts: Any = None) -> int:
+    """The ``warn_sooner`` a run or a read uses: the one given (checked), else the alert config's ``warn_sooner:``
+    (``alerts``: an AlertConfig or None), else 0."""
+    if warn_sooner is not None:
+        return check_warn_sooner(warn_sooner)
+    from_file = getattr(alerts, "warn_sooner", None)
+    return check_warn_sooner(from_file) if from_file is not None else 0
+
+
 class InstrumentCluster:
     """Feeds rows to the fourteen gauges, then to the diagnoser, and keeps the findings.
 

@@ -254,9 +254,7 @@ class Gauge:
             need = for_
         else:
             need = round(for_ * self._persist)
-        if self.warn_sooner and severity == "warn":
-            need = max(1, need - self.warn_sooner)
-        return need
+        return self.warn_rows(need) if severity == "warn" else need
 
     def firing(self) -> list[str]:
         if not self._nfiring:
