@@ -267,3 +267,24 @@ def test_a_checkpoint_with_a_value_this_version_refuses_still_resumes(caplog: py
     config.warn_sooner = 5
     with pytest.raises(ConfigError, match="warn_sooner"):  # built in Python: checked like a file
         validate_config(config)
+
+
+def test_a_real_grpo_run_warns_a_row_sooner_and_its_wandb_run_says_so(tmp_path: Path):
+    """A real tiny TRL GRPO run (W&B offline, read back): its random model almost never ends with EOS, so the
+    truncation rule is active from the first logged row. Held 4 rows it would fire at step 4; with warn_sooner=1 the
+    run warns at step 3, journals the alert there, and its W&B summary records the setting."""
+    from wandb_rlcluster.wandb_offline import read_offline_run
+
+    from .test_callback_trl import run_trainer
+
+    rules = tmp_path / "alerts.yaml"
+    rules.write_text("watchdog: {stall_alert: false, crash_alert: false, guardian: false}\nrules:\n"
+                     "  - name: cut-off-answers\n    gauge: length\n    finding: truncation\n    severity: warn\n")
+    res = run_trainer(tmp_path, "grpo", "--max-steps", "6", "--every", "1000", "--alerts", str(rules),
+                      "--params", json.dumps({"length": {"truncation_for": 4}}),
+                      "--cb-kwargs", json.dumps({"warn_sooner": 1}))
+    steps = [f["step"] for f in res["findings"] if f["rule"] == "truncation"]
+    assert steps and steps[0] == 3, res["findings"]
+    journal = [json.loads(x) for x in (Path(res["output_dir"]) / "alerts.jsonl").read_text().splitlines()]
+    assert [j["step"] for j in journal if j.get("rule") == "cut-off-answers" and j.get("kind") == "firing"] == [3]
+    assert read_offline_run(res["run_dir"]).summary.get("rlcluster/warn_sooner") == 1
