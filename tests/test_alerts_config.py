@@ -182,3 +182,16 @@ def test_python_params_take_numpy_numbers_tuples_and_lists_and_a_checkpoint_keep
         type(cb)(**dict(old, restored=False))
     resumed = type(cb)(**old)
     assert resumed.params == {"reward": {"shift_h": 10.0}}
+
+
+def test_alerts_modules_import_no_circle():
+    """config.py imports liveness.py and located.py; neither imports config.py back (no import circle)."""
+    import ast
+
+    from wandb_rlcluster.alerts import liveness, located
+
+    for mod in (liveness, located):
+        tree = ast.parse(Path(mod.__file__).read_text(encoding="utf-8"))
+        imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+        assert "config" not in imported, f"{mod.__name__} imports config back"
+        assert not any(m and m.endswith("alerts.config") for m in imported)

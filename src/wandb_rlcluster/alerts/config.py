@@ -6,11 +6,9 @@ training starts, all of them at once rather than the first only.
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import string
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -24,8 +22,10 @@ from ..core.gauge import check_param
 from ..core.keys import FAMILIES, LIVE_INPUT_KEYS, TRL_LOGGED_KEYS, canonical_family, is_reward_function_key
 from ..core.readers import InputRefused, InputTooLarge, read_bounded
 from ..core.text import clean_text, did_you_mean
-from ..safe_yaml import MAX_YAML_CHARS, compose_checked, construct
+from ..safe_yaml import MAX_YAML_CHARS, compose_checked
 from .expr import ExprError, Expression, parse
+from .liveness import RESERVED_RULES, check_value, parse_section
+from .located import _line, _Loc, _pairs, _value, parse_duration
 
 SEVERITIES = ("info", "warn", "stop")
 SEVERITY_RANK = {"info": 0, "warn": 1, "stop": 2}
@@ -54,13 +54,10 @@ MAX_SPEC_WIDTH = 100
 MAX_SPEC_PRECISION = 30
 #: Longest send timeout a channel may ask for, in seconds.
 MAX_CHANNEL_TIMEOUT = 120
-#: Problems (and, separately, warnings) listed per file; the rest are counted in one last line.
-MAX_REPORTED = 50
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 _TOKEN_PREFIXES = ("xox", "ghp_", "gho_", "ghs_", "ghu_", "github_pat_", "glpat", "AKIA", "sk_", "hooks")
 _SPEC = re.compile(r"(?:.?[<>=^])?[-+ ]?z?#?0?(?P<width>\d*)[,_]?(?:\.(?P<precision>\d+))?[bcdeEfFgGnosxX%]?",
                    re.DOTALL)
-_DURATION = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)h)?\s*(?:(\d+(?:\.\d+)?)m)?\s*(?:(\d+(?:\.\d+)?)s)?\s*$")
 
 
 class ConfigError(ValueError):
@@ -232,7 +229,6 @@ def _from_data(data: dict[str, Any], where: str) -> AlertConfig:
         for target in r.inhibits:
             if target not in names:
                 loc.err(0, f"rule {r.name!r} inhibits unknown rule {target!r}{did_you_mean(target, names)}")
-    from .liveness import check_value
 
     watchdog: dict[str, Any] = {}
     raw_watchdog = data.get("watchdog") or {}
@@ -336,83 +332,6 @@ def env_name_problem(value: Any) -> str | None:
     return None
 
 
-def parse_duration(value: Any) -> float | None:
-    """'10m', '1h30m', '45s', 90 -> seconds; None if malformed."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float)):
-        return float(value) if value >= 0 and math.isfinite(value) else None
-    if not isinstance(value, str) or not value.strip():
-        return None
-    if value.strip() == "0":
-        return 0.0
-    m = _DURATION.match(value)
-    if not m or not any(m.groups()):
-        return None
-    h, mi, s = (float(g) if g else 0.0 for g in m.groups())
-    return h * 3600 + mi * 60 + s
-
-
-# -- YAML with line numbers ---------------------------------------------------------------------
-
-
-class _Loc:
-    """Problems and warnings of one file (or object), each ``PATH:LINE: message`` (``PATH: message`` without
-    a line). At most MAX_REPORTED of each are kept: a file with thousands of mistakes is the wrong file, and
-    its messages would be megabytes. A message may be given as a callable, built only if it is kept."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self.problems: list[str] = []
-        self.warnings: list[str] = []
-        self.more_problems: list[int] = []  # lines of the problems not kept
-        self.more_warnings: list[int] = []
-
-    def _where(self, line: int) -> str:
-        return f"{self.path}:{line}: " if line else f"{self.path}: "
-
-    def err(self, line: int, msg: str | Callable[[], str]) -> None:
-        if len(self.problems) >= MAX_REPORTED:
-            self.more_problems.append(line)
-            return
-        self.problems.append(self._where(line) + (msg() if callable(msg) else msg))
-
-    def warn(self, line: int, msg: str | Callable[[], str]) -> None:
-        if len(self.warnings) >= MAX_REPORTED:
-            self.more_warnings.append(line)
-            return
-        self.warnings.append(self._where(line) + "warning: " + (msg() if callable(msg) else msg))
-
-    def report(self) -> list[str]:
-        more = self.more_problems
-        if not more:
-            return list(self.problems)
-        return [*self.problems, self._where(more[0]) + f"and {len(more):,} more problems (not shown); fix the ones "
-                                                       "above first"]
-
-    def report_warnings(self) -> list[str]:
-        more = self.more_warnings
-        if not more:
-            return list(self.warnings)
-        return [*self.warnings, self._where(more[0]) + f"warning: and {len(more):,} more warnings (not shown)"]
-
-
-def _line(node: yaml.Node) -> int:
-    return node.start_mark.line + 1
-
-
-def _pairs(node: yaml.MappingNode) -> list[tuple[str, yaml.Node, int]]:
-    out = []
-    for k, v in node.value:
-        out.append((str(k.value), v, _line(k)))
-    return out
-
-
-def _value(node: yaml.Node) -> Any:
-    """The Python value of one checked node (safe constructors only; see safe_yaml)."""
-    return construct(node)
-
-
 # -- validation ---------------------------------------------------------------------------------
 
 
@@ -509,7 +428,6 @@ def _finish_rule(loc: _Loc, d: dict[str, Any], defaults: dict[str, Any], channel
     if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.:-]+", name or ""):
         loc.err(ln("name"), f"rule 'name' must be a non-empty word (letters, digits, - _ . :), not {name!r}")
         return None
-    from .liveness import RESERVED_RULES
 
     if name in RESERVED_RULES:
         loc.err(ln("name"), f"rule name {name!r} is reserved for the liveness alerts (stall, crash, signal: see the "
@@ -699,7 +617,6 @@ def _raw_document(path: str, text: str, loc: _Loc) -> dict[str, Any] | None:
                 if ch:
                     doc["channels"][cname] = ch
         elif key == "watchdog":
-            from .liveness import parse_section
 
             doc["watchdog"] = parse_section(loc, vnode, kline)
         elif key == "rules":

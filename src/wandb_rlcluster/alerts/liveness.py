@@ -27,10 +27,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any
 
+from .located import parse_duration
+
 if TYPE_CHECKING:
     import yaml
 
-    from .config import _Loc
+    from .located import _Loc
 
 STALL_SEVERITIES = ("info", "warn")  # "stop" would promise what nothing can do: the loop is stuck
 RESERVED_RULES = ("stall", "crash", "signal")  # the liveness alerts' names: a rule of that name would reroute them
@@ -63,8 +65,6 @@ _DURATIONS = frozenset({"stall_floor", "stall_startup", "stall_check_every", "cr
 
 def check_value(key: str, value: Any) -> tuple[Any, str | None]:
     """(validated value, None) or (None, 'problem; fix') for one knob: shared by the YAML and the constructor."""
-    from .config import parse_duration
-
     if key in _BOOLS:
         if not isinstance(value, bool):
             return None, f"'{key}' must be true or false, not {value!r}"
@@ -97,7 +97,7 @@ def parse_section(loc: _Loc, node: yaml.Node, line: int) -> dict[str, Any]:
     import yaml
 
     from ..core.text import did_you_mean
-    from .config import _line, _pairs, _value
+    from .located import _line, _pairs, _value
 
     if not isinstance(node, yaml.MappingNode):
         loc.err(line, f"'watchdog' must be a mapping of settings ({', '.join(KEYS)})")
