@@ -138,10 +138,12 @@ def troubled_section(results: list[RunResult], entries: dict[str, dict[str, Any]
     return out + [""]
 
 
-def git_head() -> str:
+def git_commit(*args: str) -> str:
+    """A short commit id from ``git log -1`` (HEAD, or the last commit touching a path), or "unknown"."""
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              cwd=CORPUS, check=True).stdout.strip()
+        out = subprocess.run(["git", "log", "-1", "--format=%h", *args], capture_output=True, text=True,
+                             cwd=CORPUS.parent.parent, check=True).stdout.strip()
+        return out or "unknown"
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
 
@@ -160,7 +162,8 @@ def main(argv: list[str] | None = None) -> int:
 
     findings = [analyze_run(e) for e in healthy]
     lines = ["# Real healthy corpus: false alarms", "",
-             f"Measured on commit `{git_head()}` with `PYTHONPATH=src python benchmarks/real_healthy.py` "
+             f"Measured on commit `{git_commit()}` (detection code: `src/` as of `{git_commit('--', 'src')}`) with "
+             "`PYTHONPATH=src python benchmarks/real_healthy.py` "
              "(the product's `analyze_path`, as `rlcluster analyze FILE`: no trainer hint, default parameters). "
              "The corpus, its sources and a reading of each run: `MANIFEST.json` and docs/real-healthy-corpus.md.", ""]
     lines += healthy_section("Default analysis (`rlcluster analyze FILE`)", findings, "verdict = worst finding")
