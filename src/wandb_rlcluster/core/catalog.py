@@ -21,6 +21,7 @@ from .cluster import GAUGE_CLASSES
 from .diagnosis import PATTERNS, Diagnoser
 from .gauge import Gauge
 from .rule_examples import EXAMPLES, Example
+from .sanity import RANGES
 from .sanity import RULE as RANGE_RULE
 
 POST = "post"
@@ -106,6 +107,14 @@ def gauge_class(gauge_id: str) -> type[Gauge] | None:
         if cls.id == gauge_id:
             return cls
     return None
+
+
+def _ranged_keys() -> str:
+    """``[0, 1]: a, b; [0, inf): c`` -- the keys ``value-out-of-range`` checks, by range."""
+    by_range: dict[str, list[str]] = {}
+    for key, rng in RANGES.items():
+        by_range.setdefault(rng.text(), []).append(key)
+    return "; ".join(f"{text}: {', '.join(keys)}" for text, keys in by_range.items())
 
 
 def _r(gauge: str, rule: str, reads: str, test: str, params: tuple[str, ...], means: str, fix: str,
@@ -518,15 +527,18 @@ CATALOG: tuple[Rule, ...] = (
        "one function alone decides the advantage", "check the other functions' weights", "none", "",
        per_function=True),
     # -- sanity of values ---------------------------------------------------------------------------------------------
-    _r(ANY_GAUGE, RANGE_RULE, "every key with a mathematical range (core/sanity.py RANGES), by the gauge reading it",
+    _r(ANY_GAUGE, RANGE_RULE, "the gauge reading each key with a mathematical range (core/sanity.py): "
+       + _ranged_keys(),
        "one value outside its range beyond float noise, reported once per key", (),
        "a logging bug (sign, definition or units): every rule reading the key judges a wrong number",
        "fix the logging of the key named in the message", "none", "",
        origin="issue #28: an entropy cannot be negative, a share cannot pass 1"),
     # -- diagnoses ----------------------------------------------------------------------------------------------------
-    *(_r("diagnosis", p.name, "the firing rules of the other gauges: " + ", ".join(
-        g for alt in p.when for grp in alt[0] for g in grp),
-        "a pattern holds while rules from enough groups fire together", (), p.title.lower(), p.todo, _GALLERY, POST)
+    *(_r("diagnosis", p.name, "the firing rules of the other gauges: " + "; or ".join(
+        " + ".join("(" + " | ".join(grp) + ")" for grp in groups) for groups, _ in p.when),
+        "; or ".join(f"rules of {n} of those {len(groups)} groups firing together" for groups, n in p.when)
+        + (f", unless {', '.join(p.unless)} fires" if p.unless else ""), (),
+        f"the failure pattern '{p.title}' across gauges", p.todo, _GALLERY, POST)
       for p in PATTERNS),
 )
 """Every rule, in gauge order."""
