@@ -73,8 +73,7 @@ class Gauge:
         self.warn_sooner = 0
         #: (key, lowest, highest, open low bound) of the keys this gauge checks for impossible values
         #: (``core/sanity.py``), and the keys already reported (once per key).
-        self._ranges = tuple((k, r.low if r.low_open else r.low - 1e-6, r.high + 1e-6 * max(1.0, abs(r.high))
-                              if r.high < math.inf else math.inf, r.low_open) for k, r in ranges_for(self.id))
+        self._ranges = tuple((k, *r.bounds()) for k, r in ranges_for(self.id))
         self.range_flagged: list[str] = []
         self.setup()
 

@@ -36,13 +36,15 @@ class ValueRange:
     what: str = ""
     bug: str = ""
 
+    def bounds(self) -> tuple[float, float, bool]:
+        """(lowest, highest, low bound open) with float noise allowed past a closed bound: what a gauge compares."""
+        lo = self.low if self.low_open else self.low - TOLERANCE
+        hi = self.high + TOLERANCE * max(1.0, abs(self.high)) if self.high < math.inf else math.inf
+        return lo, hi, self.low_open
+
     def holds(self, x: float) -> bool:
-        if self.low_open:
-            if x <= self.low:
-                return False
-        elif x < self.low - TOLERANCE:
-            return False
-        return x <= self.high + TOLERANCE * max(1.0, abs(self.high)) if self.high < math.inf else True
+        lo, hi, open_low = self.bounds()
+        return not (x < lo or x > hi or (open_low and x <= lo))
 
     def text(self) -> str:
         lo = "(" if self.low_open else "["
