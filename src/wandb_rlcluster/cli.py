@@ -271,6 +271,22 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0  # 1 means only "--fail-on reached"; a demo that ran is a success, whatever it caught
 
 
+def _cmd_rules(args: argparse.Namespace) -> int:
+    """The rule catalog: a table, JSON, or the generated reference page (``rules_reference.py``)."""
+    from .rules_reference import render_json, render_table, rule_records, write_reference
+
+    if args.markdown:
+        try:
+            written = write_reference(args.markdown)
+        except OSError as e:
+            return _fail(f"cannot write {args.markdown!r}: {e.strerror or e}")
+        _say(f"wrote {written[0]} and {len(written) - 1} plots in {written[0].parent / 'rule-plots'}")
+        return 0
+    records = rule_records()
+    sys.stdout.write(render_json(records) if args.format == "json" else render_table(records))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rlcluster",
@@ -350,6 +366,16 @@ def build_parser() -> argparse.ArgumentParser:
                     help="as in `rlcluster analyze`: N logged rows off every warn hold (default: the alerts "
                          "file's warn_sooner:, else 0)")
     db.set_defaults(func=_cmd_dashboard)
+
+    ru = sub.add_parser("rules", help="list every rule: id, gauge, severity, threshold, false-alarm budget, the "
+                        "seed's words",
+                        description="The rule catalog (src/wandb_rlcluster/core/catalog.py): one entry per rule id "
+                        "the gauges can raise, thresholds read from the gauges' defaults.")
+    ru.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
+    ru.add_argument("--markdown", metavar="FILE", nargs="?", const="docs/reference/rules.md",
+                    help="write the reference page (default docs/reference/rules.md) and its SVG plots beside it "
+                         "(rule-plots/), instead of printing")
+    ru.set_defaults(func=_cmd_rules)
 
     d = sub.add_parser(
         "demo",

@@ -16,6 +16,9 @@ from typing import Any, ClassVar
 
 from .findings import SEVERITY_RANK, Finding, Severity
 from .keys import Row
+from .sanity import RANGES, ranges_for
+from .sanity import RULE as RANGE_RULE
+from .sanity import message as range_message
 from .text import clean_text, did_you_mean
 
 Message = str | Callable[[], str]
@@ -68,6 +71,10 @@ class Gauge:
         self._plan_guessed = False  # the windows were set before the logging interval showed
         #: Rows taken off every warn rule's hold (``InstrumentCluster(warn_sooner=...)``): configuration, not state.
         self.warn_sooner = 0
+        #: (key, lowest, highest, open low bound) of the keys this gauge checks for impossible values
+        #: (``core/sanity.py``), and the keys already reported (once per key).
+        self._ranges = tuple((k, *r.bounds()) for k, r in ranges_for(self.id))
+        self.range_flagged: list[str] = []
         self.setup()
 
     # -- subclass API ---------------------------------------------------------
@@ -146,7 +153,23 @@ class Gauge:
             if self.max_steps > 0 and row.step > 0 and (self.rows_seen <= 4 or not self.rows_seen & 15):
                 self._read_plan(row.step)
             self.observe(row)
+            if self._ranges:
+                self._check_ranges(row.values)
         return self._out
+
+    def _check_ranges(self, values: Mapping[str, float]) -> None:
+        """``value-out-of-range``: a value this gauge reads outside its mathematical range, once per key."""
+        for key, lo, hi, open_low in self._ranges:
+            x = values.get(key)
+            if x is None or not (x < lo or x > hi or (open_low and x <= lo)):
+                continue  # NaN compares False: non-finite values are the nonfinite rules' business
+            if x in (math.inf, -math.inf) or key in self.range_flagged:
+                continue
+            self.range_flagged.append(key)
+            self._out.append(Finding(self.id, RANGE_RULE, "warn", self.step, key, x,
+                                     range_message(key, x, RANGES[key])))
+            if SEVERITY_RANK["warn"] > SEVERITY_RANK.get(self.worst, 0):
+                self.worst = "warn"
 
     def finalize(self) -> list[Finding]:
         """The end of the stream: end-of-stream checks, then the warn rules that were building when it ended."""
@@ -289,7 +312,7 @@ class Gauge:
 
     # -- checkpointing --------------------------------------------------------
     _SKIP_STATE: ClassVar[frozenset[str]] = frozenset({"family", "p", "_out", "_inputs", "bus", "bus_pos",
-                                                        "_building", "warn_sooner"})
+                                                        "_building", "warn_sooner", "_ranges"})
 
     def state_dict(self) -> dict[str, Any]:
         """JSON-serialisable state, so a resumed run keeps its baselines."""

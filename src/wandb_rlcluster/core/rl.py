@@ -863,8 +863,9 @@ class RewardGauge(Gauge):
             # Near chance while the margin still climbs is a slow start, not a failure to learn.
             chance = warm and a < p["accuracy_chance"] and not self.margin_trend.t_stat() > p["margin_learning_t"]
             self.check("accuracy-chance", chance, "warn", "rewards/accuracies", acc,
-                       lambda: f"preference accuracy {a:.2f} is near chance after {self.pref_rows} steps: the model "
-                       "is not learning the preference.", for_=10)
+                       lambda: f"preference accuracy {a:.2f} is near chance (below {p['accuracy_chance']:g}, the "
+                       f"product's own line: chance is 0.5) after {self.pref_rows} steps while the margin is not "
+                       "climbing: the model is not learning the preference.", for_=10)
             # Plateau: the margin stopped rising while accuracy is still far from where a learned preference sits.
             half = self.margin_half
             # growth over the span's fitted line, not from the EWMA where it began (a lagging EWMA still climbs
@@ -1240,14 +1241,19 @@ class PolicyRatioGauge(Gauge):
             d["ratio"] = ratio
             dev = abs(ratio - 1.0)
             d["ratio_deviation"] = dev
+            # the post's two bands, both warnings (issue #28): "values consistently above 1.5 or below 0.7" and
+            # "if it regularly exceeds 2.0 or drops below 0.5, the policy updates are too aggressive" -- it warns,
+            # it never says stop; the rule keeps its name (alerts.yaml, the diagnoser)
             lo, hi = p["ratio_stop"]
-            self.check("ratio-stop", not lo <= ratio <= hi, "stop", "val/ratio", ratio,
-                       lambda: f"policy ratio {ratio:.3g} is outside [{lo}, {hi}] for {p['for']} logged steps: "
-                       "updates are far off-policy and the trust region is gone. Stop; lower LR or epochs.",
+            self.check("ratio-stop", not lo <= ratio <= hi, "warn", "val/ratio", ratio,
+                       lambda: f"policy ratio {ratio:.3g} is outside [{lo}, {hi}] for {p['for']} logged steps (the "
+                       "post's outer band: 'regularly exceeds 2.0 or drops below 0.5'): updates are far off-policy "
+                       "and the trust region is gone. Lower the learning rate or the PPO epochs.",
                        for_=p["for"])
             lo, hi = p["ratio_warn"]
             self.check("ratio-warn", not lo <= ratio <= hi, "warn", "val/ratio", ratio,
-                       lambda: f"policy ratio {ratio:.3g} is outside [{lo}, {hi}]: updates are drifting off-policy.",
+                       lambda: f"policy ratio {ratio:.3g} is outside [{lo}, {hi}] (the post's line: 'consistently "
+                       "above 1.5 or below 0.7'): updates are drifting off-policy.",
                        for_=p["warn_for"])
             self.ratio_win.push(ratio)
         self._ratio_variance(v)
@@ -1282,12 +1288,22 @@ class PolicyRatioGauge(Gauge):
                    lambda: f"{clip:.0%} of tokens are clipped for {p['for']} logged steps: each update is far too "
                    "large; KL explosion usually follows. Stop; lower LR or num_iterations.", for_=p["for"])
         self.check("clip-high", clip > p["clip_warn"], "warn", key, clip,
-                   lambda: f"clip fraction {clip:.0%} is above {p['clip_warn']:.0%}: updates are too aggressive.",
-                   for_=p["warn_for"])
+                   lambda: f"clip fraction {clip:.0%} is above {p['clip_warn']:.0%} ({self._clip_line_source()}): "
+                   "updates are too aggressive.", for_=p["warn_for"])
         self.check("clip-low", self.rows_seen > 20 and ce < p["clip_low"], "info", key, clip,
                    lambda: f"clip fraction ~{ce:.2%} on an off-policy run: updates are very timid; a larger LR "
                    "would learn faster.", for_=10)
         self._clip_growth(key, clip, ce)
+
+    def _clip_line_source(self) -> str:
+        """Where the clip warn line comes from: a user who sees a GRPO run at 35 % stay silent can tell why."""
+        line = self.p["clip_warn"]
+        if self.family == "grpo" and line == self.family_defaults["grpo"]["clip_warn"]:
+            return ("the series' GRPO line, Part III: 'total clip > 40 % excessive', 10-30 % usually healthy; "
+                    "the post's 30 % is PPO's")
+        if line == self.defaults["clip_warn"]:
+            return "the post's line: 'Clip fraction too high (> 30%)'"
+        return "your clip_warn"
 
     def _clip_growth(self, key: str, clip: float, ce: float) -> None:
         """Clip fraction growing over time: judged against its own start and noise, before the 30 % line."""
@@ -1466,11 +1482,13 @@ class LengthGauge(Gauge):
                 d["vs_baseline"] = ratio
                 self.check("length-explosion", ratio > p["explode"], "warn", "completions/mean_length", L,
                            lambda: f"completions are {ratio:.1f}x their starting length ({b:.0f} -> "
-                           f"{e:.0f} tokens): length bias. If reward rose with it, the policy is being paid for "
+                           f"{e:.0f} tokens; the line, {p['explode']:g}x, is the post's baseline ratio): length bias. "
+                           "If reward rose with it, the policy is being paid for "
                            "verbosity; add a length penalty or check the reward.", for_=p["for"])
                 self.check("length-collapse", ratio < p["collapse"], "warn", "completions/mean_length", L,
                            lambda: f"completions shrank to {ratio:.2f}x their starting length "
-                           f"({b:.0f} -> {e:.0f} tokens): terse collapse, often a reward that "
+                           f"({b:.0f} -> {e:.0f} tokens; the line, {p['collapse']:g}x, is the post's baseline ratio): "
+                           "terse collapse, often a reward that "
                            "punishes length or rewards an empty answer.", for_=p["for"])
                 self._drift(L, slow / b, b, slow)
         mn, mx = v.get("completions/min_length"), v.get("completions/max_length")
