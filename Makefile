@@ -32,14 +32,14 @@ smoke: $(STAMP)
 docs: $(STAMP)
 	$(BIN)/python docs/gen/make_pictures.py
 	$(BIN)/python docs/gen/make_rules.py
-	$(BIN)/mkdocs build --strict
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 # The site only, from the pictures and rule reference as they are (what tests/test_docs.py checks in CI).
 docs-build: $(STAMP)
-	$(BIN)/mkdocs build --strict
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 docs-serve: $(STAMP)
-	$(BIN)/mkdocs serve --dev-addr 127.0.0.1:8000
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve --dev-addr 127.0.0.1:8000
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_analyze.py
