@@ -12,6 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from .core.cluster import WARN_SOONER_MAX
+from .core.frameworks import FRAMEWORKS
 from .core.keys import FAMILIES, canonical_family
 from .core.readers import LogReadError
 from .core.text import clean_text
@@ -56,7 +57,7 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     gold = [g.strip() for item in (args.gold or []) for g in item.split(",") if g.strip()]
     try:
         analysis = analyze_path(args.path, trainer, alerts=alerts, params={"reward": {"gold": gold}} if gold else None,
-                                warn_sooner=args.warn_sooner)
+                                warn_sooner=args.warn_sooner, framework=args.framework)
     except LogReadError as e:
         return _fail(str(e).splitlines()[0] if str(e) else "cannot read input")
     except MemoryError:
@@ -286,6 +287,9 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("path", help="trainer_state.json, rows .json/.jsonl, stdout .log, or W&B history .csv")
     a.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
     a.add_argument("--trainer", help=f"trainer family instead of auto-detection: {', '.join(FAMILIES)}, rloo, cpo")
+    a.add_argument("--framework", choices=FRAMEWORKS,
+                   help="whose metric names the log speaks, instead of auto-detection (verl: step:N console logs "
+                        "or W&B runs; openrlhf: W&B runs with train/<key>)")
     a.add_argument(
         "--fail-on", choices=("warn", "stop"), help="exit 1 when the verdict reaches this severity (CI gate)",
     )
