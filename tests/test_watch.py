@@ -114,3 +114,26 @@ def test_openrlhf_key_set_replay(tmp_path: Path, kl_rules: Path) -> None:
     assert g["reward"].p["gold"] == ["score"]  # train/reward (the RM score) is the gold, train/return the proxy
     stop = [e.step for e in a.alerts if e.kind == "firing" and e.severity == "stop"]
     assert stop and res["stop_step"] == stop[0]
+
+
+def test_verl_plugin_watches_the_run_verl_starts(tmp_path: Path, kl_rules: Path) -> None:
+    """VERL_USE_EXTERNAL_MODULES=wandb_rlcluster.verl_plugin: the module, imported before the loop calls
+    wandb.init itself (as verl's tracking backend does, then wandb.log(data=..., step=...)), watches that run."""
+    os.environ["RLCLUSTER_ALERTS"] = str(kl_rules)
+    try:
+        res = replay(tmp_path, "--log", str(VERL_LOG), "--plugin", "--module-log", "--keep-going")
+    finally:
+        del os.environ["RLCLUSTER_ALERTS"]
+    offline = analyze_path(str(VERL_LOG), alerts=load_config(kl_rules))
+    assert res["stop_step"] == [e.step for e in offline.alerts if e.kind == "firing" and e.severity == "stop"][0]
+    run = read_offline_run(res["run_dir"])
+    assert any("rlcluster/kl/kl" in r for r in run.history) and run.summary["rlcluster/framework"] == "verl"
+
+
+def test_verl_plugin_refuses_a_bad_alert_file_at_start(tmp_path: Path) -> None:
+    bad = tmp_path / "alerts.yaml"
+    bad.write_text("version: 1\nrules:\n  - name: kl-stop\n    when: \"kl >\"\n")
+    env = {**os.environ, "RLCLUSTER_ALERTS": str(bad)}
+    p = subprocess.run([sys.executable, "-c", "import wandb_rlcluster.verl_plugin"], env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode != 0 and "alerts.yaml" in p.stderr and "line" in p.stderr

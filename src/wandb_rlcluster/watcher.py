@@ -190,4 +190,40 @@ def watch(run: Any = None, framework: str | None = None, alerts: str | os.PathLi
     return Watcher(run, monitor, prefix=prefix, on_stop=on_stop, log_to_run=log_to_run, min_interval=min_interval)
 
 
-__all__ = ["Watcher", "watch"]
+_INIT_HOOK: dict[str, Any] = {}
+
+
+def watch_on_init(**watch_kwargs: Any) -> None:
+    """Watch every W&B run this process starts from now on: ``wandb.init`` is wrapped so that the run it returns is
+    ``watch(run, **watch_kwargs)``-ed (once per run). For frameworks that call ``wandb.init`` themselves, deep
+    inside (verl's tracking backend in its Ray TaskRunner). Calling it again replaces the arguments; the watchers
+    are on ``watchers()``. A failure to watch leaves the run as wandb made it."""
+    import wandb
+
+    _INIT_HOOK["kwargs"] = dict(watch_kwargs)
+    _INIT_HOOK.setdefault("watchers", [])
+    if getattr(wandb.init, "_rlcluster_hook", False):
+        return
+    original = wandb.init
+
+    def init(*args: Any, **kwargs: Any) -> Any:
+        run = original(*args, **kwargs)
+        try:
+            if run is not None and not any(w.run is run for w in _INIT_HOOK["watchers"]):
+                _INIT_HOOK["watchers"].append(watch(run, **_INIT_HOOK["kwargs"]))
+        except Exception as e:  # noqa: BLE001 - a bad alert file is said here, and the run goes on unwatched
+            logger.warning("rlcluster: could not watch the new W&B run (%s: %s); it runs unwatched",
+                           type(e).__name__, e)
+        return run
+
+    init._rlcluster_hook = True  # type: ignore[attr-defined]
+    init._rlcluster_original = original  # type: ignore[attr-defined]
+    wandb.init = init
+
+
+def watchers() -> list[Watcher]:
+    """The watchers ``watch_on_init`` made, oldest first."""
+    return list(_INIT_HOOK.get("watchers", []))
+
+
+__all__ = ["Watcher", "watch", "watch_on_init", "watchers"]

@@ -38,6 +38,7 @@ def main() -> int:
     ap.add_argument("--alerts", default=None)
     ap.add_argument("--keep-going", action="store_true")
     ap.add_argument("--module-log", action="store_true", help="log with wandb.log instead of run.log")
+    ap.add_argument("--plugin", action="store_true", help="import wandb_rlcluster.verl_plugin before wandb.init")
     args = ap.parse_args()
     out = Path(args.out)
     os.environ.setdefault("WANDB_MODE", "offline")
@@ -50,12 +51,20 @@ def main() -> int:
     raw = Path(args.log).read_bytes()
     text = (gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw).decode("utf-8", errors="replace")
     rows, _ = parse_verl_log(text)
+    if args.plugin:  # what VERL_USE_EXTERNAL_MODULES=wandb_rlcluster.verl_plugin does when verl is imported
+        import importlib
+
+        importlib.import_module("wandb_rlcluster.verl_plugin")
     run = wandb.init(project="replay", dir=str(out), config={"replayed": os.path.basename(args.log)})
     if args.keys == "openrlhf":
         run.define_metric("train/global_step")
         run.define_metric("train/*", step_metric="train/global_step", step_sync=True)
     watcher = None
     stops: list[str] = []
+    if args.plugin:
+        from wandb_rlcluster.watcher import watchers
+
+        watcher = watchers()[0]
     if args.watch:
         from wandb_rlcluster import watch
 
