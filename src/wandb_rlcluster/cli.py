@@ -90,6 +90,26 @@ def _load_alerts(path: str | None) -> tuple[object | None, int]:
     return config, EXIT_OK
 
 
+def _cmd_watch(args: argparse.Namespace) -> int:
+    from .sidecar import watch_path
+    from .wandb_offline import WandbReadError
+
+    alerts = None
+    if args.alerts:
+        alerts, code = _load_alerts(args.alerts)
+        if alerts is None:
+            return code
+    try:
+        result = watch_path(args.run, framework=args.framework, alerts=alerts, journal=args.journal,
+                            interval=args.interval, idle_timeout=args.idle_timeout, wait=args.wait,
+                            warn_sooner=args.warn_sooner)
+    except WandbReadError as e:
+        return _fail(str(e).splitlines()[0])
+    if args.fail_on and SEVERITY_LEVEL[result.verdict] >= SEVERITY_LEVEL[args.fail_on]:
+        return EXIT_FAIL_ON
+    return EXIT_OK
+
+
 def _cmd_alerts_validate(args: argparse.Namespace) -> int:
     config, code = _load_alerts(args.file)
     if config is None:
@@ -344,6 +364,27 @@ def build_parser() -> argparse.ArgumentParser:
     dest.add_argument("--out", metavar="FILE", help="write the report spec (JSON) here: no network, no API key")
     dest.add_argument("--save", action="store_true", help="save the report to W&B and print its URL")
     r.set_defaults(func=_cmd_report)
+
+    w = sub.add_parser(
+        "watch",
+        help="follow a live W&B run from another process (any framework): gauges, alerts, a live verdict",
+        description="Follow a run's W&B transaction log (wandb/run-*/run-<id>.wandb; online runs write it too) as "
+        "it grows; every logged row goes through the gauges and alert rules of the in-process callback; alerts are "
+        "journaled beside the run (rlcluster-watch-alerts.jsonl) and sent to the alert file's channels. Ends when the "
+        "run finishes. It never stops the training process: it says where the callback would have.",
+    )
+    w.add_argument("run", help="a run directory, its .wandb file, or a wandb directory (its newest run)")
+    w.add_argument("--framework", choices=FRAMEWORKS, help="whose metric names the run logs (default: detected)")
+    w.add_argument("--alerts", metavar="FILE", help="alert rules (default: the shipped alerts.yaml)")
+    w.add_argument("--journal", metavar="FILE", help="alerts journal (default: <run dir>/rlcluster-watch-alerts.jsonl)")
+    w.add_argument("--interval", type=float, default=1.0, help="seconds between polls of the file (default 1)")
+    w.add_argument("--idle-timeout", type=float, default=600.0,
+                   help="end after this many seconds without a new byte and no exit record (default 600)")
+    w.add_argument("--wait", type=float, default=0.0, help="wait this long for a run to appear (default: not)")
+    w.add_argument("--warn-sooner", metavar="N", type=int, default=None, choices=range(WARN_SOONER_MAX + 1),
+                   help="as in `rlcluster analyze`")
+    w.add_argument("--fail-on", choices=("warn", "stop"), help="exit 1 when the verdict reaches this severity")
+    w.set_defaults(func=_cmd_watch)
 
     db = sub.add_parser("dashboard", help="write a self-contained HTML dashboard of a run (no network to view)")
     db.add_argument("run", help="anything `rlcluster analyze` reads: trainer_state.json, a W&B offline run, ...")
