@@ -40,7 +40,7 @@ class Watcher:
         self.min_interval = float(min_interval)
         self.should_stop = False
         self.rows = 0
-        self.seconds = 0.0  # time spent in the gauges, rules and our part of each log call
+        self.seconds = 0.0  # seconds in the gauges, the rules and building our keys (not W&B's own call)
         self._pending: dict[str, Any] = {}  # rows logged with commit=False, completed by the next committing call
         self._pending_step: int | None = None
         self._last_write = -1e18
