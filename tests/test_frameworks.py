@@ -59,7 +59,12 @@ def test_verl_reward_score_and_length_keys() -> None:
     assert v["entropy"] == 0.4 and v["policy/clipfrac_avg"] == 0.01 and v["loss/value_avg"] == 0.2
     assert v["step_time"] == 30.0
     assert "learning_rate" not in v  # an LR printed in units of 1e-4 is not read as an LR
-    assert not any(k.startswith(("timing", "val", "critic/score")) for k in v)
+    assert not any(k.startswith("timing") for k in v)  # timings other than the step: read by nothing, dropped
+    assert v["critic/score/max"] == 1.0  # unread by the gauges, kept by its own name (the verl layout plots it)
+    # evaluation: kept apart as eval_<key>, so a row of validation metrics alone is an evaluation row
+    assert v["eval_val-core/openai/gsm8k/reward/mean@1"] == 0.5
+    val_only = Normalizer(profile=get_profile("verl")).normalize({"step": 0, "val/test_score/gsm8k": 0.2})
+    assert val_only is not None and val_only.kind == "eval"
 
 
 def test_openrlhf_keys() -> None:
@@ -69,7 +74,7 @@ def test_openrlhf_keys() -> None:
                             "train/global_step": 7, "eval/score": 0.1})
     assert v == {"reward": 0.3, "rewards/score/mean": 0.5, "kl": 0.02, "policy/approxkl_avg": 0.4,
                  "policy/clipfrac_avg": 0.05, "entropy": 1.1, "loss": -0.1, "learning_rate": 1e-6, "grad_norm": 2.0,
-                 "completions/mean_length": 800.0}
+                 "completions/mean_length": 800.0, "eval_score": 0.1}
 
 
 def test_detect_framework() -> None:

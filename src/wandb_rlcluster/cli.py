@@ -162,7 +162,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from .report import build_report, report_spec
 
     try:
-        trainer = canonical_family(args.trainer)
+        trainer = args.trainer.lower() if args.trainer.lower() in LAYOUT_NAMES else canonical_family(args.trainer)
     except ValueError as e:
         return _fail(f"{e} (layouts: {', '.join(LAYOUT_NAMES)})")
     if args.title is not None and not 0 < len(args.title) <= REPORT_TITLE_MAX:
@@ -276,7 +276,8 @@ def _cmd_dashboard(args: argparse.Namespace) -> int:
         Path(args.out).write_text(page, encoding="utf-8")
     except OSError as e:
         return _fail(f"cannot write {args.out!r}: {e.strerror or e}")
-    _say(f"wrote {args.out} ({analysis.cluster.family} layout, verdict {analysis.verdict()}); open it in a browser")
+    layout_name = "verl" if getattr(analysis.cluster, "framework", "trl") == "verl" else analysis.cluster.family
+    _say(f"wrote {args.out} ({layout_name} layout, verdict {analysis.verdict()}); open it in a browser")
     return 0
 
 
@@ -356,7 +357,8 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("report", help="build the twelve-gauge W&B report for a project")
     r.add_argument("--entity", required=True)
     r.add_argument("--project", required=True)
-    r.add_argument("--trainer", default="grpo", help="layout: grpo (rloo), dpo (kto, orpo), ppo (online_dpo), sft")
+    r.add_argument("--trainer", default="grpo",
+                   help="layout: grpo (rloo), dpo (kto, orpo), ppo (online_dpo), sft, verl (verl's own keys)")
     r.add_argument("--runs", help="W&B run search string for the report's runsets (default: all runs)")
     r.add_argument("--title", help="report title")
     r.add_argument("--alerts", metavar="FILE", help="alert rules whose thresholds annotate the panels")

@@ -74,8 +74,8 @@ def main() -> int:
     t0 = time.perf_counter()
     for row in rows:
         step = int(row.pop("step"))  # type: ignore[call-overload]
-        if len(row) < 3:
-            continue  # a validation-only row
+        if len(row) < 2:
+            continue  # a bare step line
         if args.keys == "openrlhf":
             data: dict[str, object] = {OPENRLHF_NAMES[k]: v for k, v in row.items() if k in OPENRLHF_NAMES}
             data["train/global_step"] = step

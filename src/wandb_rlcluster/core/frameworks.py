@@ -52,8 +52,10 @@ class Profile:
     #: the trainer family whose semantics the framework's numbers share (per-token KL, entropy, lengths)
     family: str
     aliases: Mapping[str, str | None]
-    #: raw-key prefixes no gauge reads (timings, evaluation, batch bookkeeping): dropped
+    #: raw-key prefixes no gauge reads (timings, batch bookkeeping): dropped before the gauges see the row
     drop_prefixes: tuple[str, ...] = ()
+    #: evaluation keys: kept as ``eval_<raw key>``, so a row of them alone is an evaluation row, not a training row
+    eval_prefixes: tuple[str, ...] = ()
     #: gauge parameters the framework implies, under the user's own (``{"reward": {"gold": ["score"]}}``)
     params: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     #: raw keys that say a row comes from this framework
@@ -63,9 +65,16 @@ class Profile:
         """(known, canonical key): known is False for a key this profile says nothing about."""
         if raw in self.aliases:
             return True, self.aliases[raw]
+        if raw.startswith(self.eval_prefixes):
+            return True, "eval_" + raw
         if raw.startswith(self.drop_prefixes):
             return True, None
         return False, None
+
+    def series_key(self, key: str) -> str | None:
+        """The name a logged key (or a ``*`` pattern of them) has in a normalised row; None when it is dropped."""
+        known, canon = self.canonical(key)
+        return canon if known else key
 
 
 _VERL_ALIASES: dict[str, str | None] = {
@@ -99,12 +108,11 @@ _VERL_ALIASES: dict[str, str | None] = {
     "training/epoch": "epoch",
 }
 _VERL_DROP = (
-    "timing_s/", "timing/", "timing_per_token_ms/", "val-core/", "val-aux/", "val/", "test_score/", "perf/",
-    "global_seqlen/",
-    "prompt_length/", "response_length_non_aborted/", "critic/score/", "critic/rewards/", "critic/advantages/",
-    "critic/returns/", "critic/values/", "critic/kl_coeff", "actor/kl_coef", "actor/reward_kl_penalty_coeff",
-    "num_turns/", "tool_call_counts/",
+    "timing_s/", "timing/", "timing_per_token_ms/", "perf/", "global_seqlen/", "prompt_length/",
+    "response_length_non_aborted/", "critic/advantages/", "critic/returns/", "critic/values/", "critic/kl_coeff",
+    "actor/kl_coef", "actor/reward_kl_penalty_coeff", "num_turns/", "tool_call_counts/",
 )
+_VERL_EVAL = ("val-core/", "val-aux/", "val/", "test_score/")
 
 _OPENRLHF_KEYS: dict[str, str | None] = {
     "return": "reward",  # the shaped return (KL penalty inside): what PPO maximises, the proxy
@@ -132,7 +140,7 @@ _OPENRLHF_ALIASES: dict[str, str | None] = {
 
 VERL = Profile(
     name="verl", label="verl", family="grpo",
-    aliases=MappingProxyType(_VERL_ALIASES), drop_prefixes=_VERL_DROP,
+    aliases=MappingProxyType(_VERL_ALIASES), drop_prefixes=_VERL_DROP, eval_prefixes=_VERL_EVAL,
     params=MappingProxyType({"reward": {"gold": [GOLD]}}),
     markers=frozenset({"critic/score/mean", "critic/rewards/mean", "actor/pg_loss", "actor/ppo_kl",
                        "actor/kl_loss", "actor/entropy", "actor/entropy_loss", "response_length/mean",
@@ -140,7 +148,7 @@ VERL = Profile(
 )
 OPENRLHF = Profile(
     name="openrlhf", label="OpenRLHF", family="grpo",
-    aliases=MappingProxyType(_OPENRLHF_ALIASES), drop_prefixes=("eval/",),
+    aliases=MappingProxyType(_OPENRLHF_ALIASES),
     params=MappingProxyType({"reward": {"gold": [GOLD]}}),
     markers=frozenset({"train/policy_loss", "train/actor_lr", "train/ppo_clip_ratio", "train/return",
                        "train/ppo_kl", "train/actor_grad_norm", "train/critic_loss"}),
