@@ -137,3 +137,36 @@ def test_verl_plugin_refuses_a_bad_alert_file_at_start(tmp_path: Path) -> None:
     p = subprocess.run([sys.executable, "-c", "import wandb_rlcluster.verl_plugin"], env=env, capture_output=True,
                        text=True, timeout=120)
     assert p.returncode != 0 and "alerts.yaml" in p.stderr and "line" in p.stderr
+
+
+def test_watch_in_process_edge_cases(tmp_path: Path) -> None:
+    """In a child process: a loop's first dicts are bookkeeping (the framework is decided by the first row that
+    names one), commit=False partial rows make one row, watching twice returns the same watcher, detach restores
+    the run, a dict with objects wandb takes (a string, a list) is seen without a fault."""
+    script = tmp_path / "edge.py"
+    script.write_text(f"""
+import json, os, sys
+os.environ.update(WANDB_MODE="offline", WANDB_SILENT="true")
+import wandb
+from wandb_rlcluster import watch
+run = wandb.init(project="edge", dir={str(tmp_path)!r})
+w = watch(run, alerts=False)
+assert watch(run) is w
+run.log({{"epoch": 0, "note": "warm-up", "lr_schedule": [1, 2]}})
+run.log({{"critic/score/mean": 0.5, "critic/rewards/mean": 0.5}}, commit=False)
+run.log({{"actor/kl_loss": 0.01, "actor/entropy": 0.4, "actor/pg_loss": 0.1}})
+fw = w.monitor.cluster.framework
+rows = w.rows
+kl_rows = w.monitor.cluster.gauges["kl"].rows_seen
+reward_rows = w.monitor.cluster.gauges["reward"].rows_seen
+w.close()
+assert "_log" not in vars(run)
+run.finish()
+print(json.dumps({{"fw": fw, "rows": rows, "kl": kl_rows, "reward": reward_rows, "errors": w.monitor.errors}}))
+""")
+    env = {**os.environ, "WANDB_MODE": "offline"}
+    env.pop("WANDB_API_KEY", None)
+    p = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-3000:]
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    assert out == {"fw": "verl", "rows": 2, "kl": 1, "reward": 1, "errors": 0}

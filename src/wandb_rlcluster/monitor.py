@@ -80,6 +80,7 @@ class RowMonitor:
         self.params = gauge_params or None
         self.max_steps = max_steps
         self.framework = framework
+        self._auto = framework is None  # detected from the rows: may be corrected while nothing was recognised
         self.cluster: InstrumentCluster | None = None
         if framework is not None:
             self._build(framework)  # a bad name or parameter fails here, before the first row
@@ -105,10 +106,14 @@ class RowMonitor:
     def feed(self, raw: Mapping[str, Any], step: int | None = None) -> Decision:
         """One logged row (any key spelling of the framework); never raises."""
         try:
-            if self.cluster is None:
+            if self.cluster is None or (self._auto and not self.cluster.recognised()):
                 from .core.frameworks import detect_framework
 
-                self._build(detect_framework(raw.keys()))
+                # the first dicts a loop logs may be config or bookkeeping: until a row was recognised, a row that
+                # names a framework decides it
+                found = detect_framework(raw.keys())
+                if self.cluster is None or (found != "trl" and found != self.framework):
+                    self._build(found)
             cluster = self.cluster
             assert cluster is not None
             row = dict(raw)

@@ -323,7 +323,11 @@ def watch_path(path: str, *, framework: str | None = None, alerts: Any = None, j
     """Follow the run at ``path`` until it finishes; the ``rlcluster watch`` command in a function."""
     monitor = RowMonitor(framework=framework, alerts=alerts, stop_on=stop_on, use_wandb=False,
                          warn_sooner=warn_sooner, journal=None)  # the journal goes beside the run, once it is found
-    run_file = locate_run_file(path, wait=wait)
+    p = Path(path)
+    # started before the run it waits for: an older run in the same wandb directory is not it (a live run's file
+    # is written at least every flush interval, 15 s by default)
+    fresh = time.time() - 60 if wait > 0 and p.is_dir() and _run_file_in(p) is None else 0.0
+    run_file = locate_run_file(path, wait=wait, newer_than=fresh)
     if monitor.notifier is not None:
         monitor.notifier.journal = Path(journal) if journal else run_file.parent / "rlcluster-watch-alerts.jsonl"
     if monitor.engine is not None:

@@ -179,6 +179,10 @@ def watch(run: Any = None, framework: str | None = None, alerts: str | os.PathLi
         run = getattr(wandb, "run", None) if wandb is not None else None
         if run is None:
             raise RuntimeError("rlcluster.watch(): no active W&B run; call wandb.init() first or pass run=")
+    already = getattr(getattr(run, "_log", None), "__self__", None)
+    if isinstance(already, Watcher):  # watching twice would see every row twice
+        logger.warning("rlcluster.watch(): this run is already watched; returning its watcher")
+        return already
     if not callable(getattr(run, "_log", None)):
         raise TypeError(f"rlcluster.watch(): {type(run).__name__} has no _log method to watch (wandb >= 0.19 needed)")
     if params is None and gold_rewards:
