@@ -194,15 +194,16 @@ def detect_framework_rows(rows: Iterable[Mapping[str, object]], limit: int = 16)
     return detect_framework(keys)
 
 
-def profile_params(profile: Profile | None, params: Mapping[str, Mapping[str, Any]] | None
-                   ) -> dict[str, dict[str, Any]] | None:
-    """The framework's implied gauge parameters under the user's (the user's win per gauge and name)."""
-    if profile is None or not profile.params:
-        return {g: dict(ps) for g, ps in params.items()} if params else None
-    out: dict[str, dict[str, Any]] = {g: dict(ps) for g, ps in profile.params.items()}
+def profile_params(profile: Profile | None, params: Any) -> Any:
+    """The framework's implied gauge parameters under the user's (the user's win per gauge and name). Without a
+    profile, or with parameters of the wrong shape, ``params`` comes back as given: the cluster's own check names
+    what is wrong with them."""
+    if profile is None or not profile.params or (params is not None and not isinstance(params, Mapping)):
+        return params
+    out: dict[str, Any] = {g: dict(ps) for g, ps in profile.params.items()}
     for g, ps in (params or {}).items():
-        if isinstance(ps, Mapping):
-            out.setdefault(g, {}).update(ps)
+        if isinstance(ps, Mapping) and isinstance(out.get(g), dict):
+            out[g].update(ps)
         else:  # a malformed layer: left for the cluster's own check to name
-            out[g] = ps  # type: ignore[assignment]
+            out[g] = ps
     return out
