@@ -146,3 +146,15 @@ def test_locate_waits_then_says_what_is_missing(tmp_path: Path) -> None:
         locate_run_file(tmp_path, wait=0.0)
     (d / "run-abc.wandb").write_bytes(b"")
     assert locate_run_file(tmp_path).name == "run-abc.wandb"
+
+
+def test_a_late_sidecar_catches_up_without_waiting(verl_run: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Started on a run already written: it reads the file in bounded pieces, back to back, not one per poll."""
+    import wandb_rlcluster.sidecar as sidecar
+
+    monkeypatch.setattr(sidecar, "READ_CHUNK", 5000)  # many pieces for this small file
+    sleeps: list[float] = []
+    res = Sidecar(verl_run, RowMonitor(use_wandb=False), interval=5.0, out=io.StringIO(),
+                  sleep=sleeps.append).run()
+    assert res.finished and res.rows == len(read_offline_run(verl_run.parent).history)
+    assert len(sleeps) <= 1  # pieces read back to back; a 5 s poll per 5 kB piece would take minutes

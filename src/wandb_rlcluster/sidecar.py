@@ -59,6 +59,7 @@ class TailReader:
         self.skipped = 0  # damaged chunks skipped
         self.header_ok = False
         self.size_seen = 0
+        self.more = False  # the last poll stopped at READ_CHUNK: more is on disk already
 
     def poll(self) -> Iterator[bytes]:
         """The whole records written since the last poll (none while the tail is mid-record)."""
@@ -79,6 +80,7 @@ class TailReader:
                 data = fh.read(READ_CHUNK)
         except OSError:
             return
+        self.more = len(data) == READ_CHUNK
         yield from self._scan(data, self.offset)
 
     def _scan(self, data: bytes, base: int) -> Iterator[bytes]:
@@ -181,19 +183,23 @@ class Sidecar:
     def run(self) -> SidecarResult:
         last_growth = self.clock()
         last_size = -1
-        while True:
-            got = self.step()
-            if self.result.finished:
-                self.result.reason = "the run finished (exit record)"
-                break
-            size = self.reader.size_seen
-            now = self.clock()
-            if got or size != last_size:
-                last_growth, last_size = now, size
-            elif now - last_growth >= self.idle_timeout:
-                self.result.reason = f"no new data for {self.idle_timeout:g} s (the run crashed or was killed?)"
-                break
-            self.sleep(self.interval)
+        try:
+            while True:
+                got = self.step()
+                if self.result.finished:
+                    self.result.reason = "the run finished (exit record)"
+                    break
+                size = self.reader.size_seen
+                now = self.clock()
+                if got or size != last_size:
+                    last_growth, last_size = now, size
+                elif now - last_growth >= self.idle_timeout:
+                    self.result.reason = f"no new data for {self.idle_timeout:g} s (the run crashed or was killed?)"
+                    break
+                if not self.reader.more:  # catching up on a large file: read on at once
+                    self.sleep(self.interval)
+        except KeyboardInterrupt:
+            self.result.reason = "interrupted"  # the journal and the channels still get their end
         self.close()
         return self.result
 
