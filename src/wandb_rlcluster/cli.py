@@ -276,7 +276,8 @@ def _cmd_dashboard(args: argparse.Namespace) -> int:
         Path(args.out).write_text(page, encoding="utf-8")
     except OSError as e:
         return _fail(f"cannot write {args.out!r}: {e.strerror or e}")
-    layout_name = "verl" if getattr(analysis.cluster, "framework", "trl") == "verl" else analysis.cluster.family
+    fw = getattr(analysis.cluster, "framework", "trl")
+    layout_name = fw if fw in ("verl", "openrlhf") else analysis.cluster.family
     _say(f"wrote {args.out} ({layout_name} layout, verdict {analysis.verdict()}); open it in a browser")
     return 0
 
@@ -358,7 +359,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--entity", required=True)
     r.add_argument("--project", required=True)
     r.add_argument("--trainer", default="grpo",
-                   help="layout: grpo (rloo), dpo (kto, orpo), ppo (online_dpo), sft, verl (verl's own keys)")
+                   help="layout: grpo (rloo), dpo (kto, orpo), ppo (online_dpo), sft, verl, openrlhf (their own keys)")
     r.add_argument("--runs", help="W&B run search string for the report's runsets (default: all runs)")
     r.add_argument("--title", help="report title")
     r.add_argument("--alerts", metavar="FILE", help="alert rules whose thresholds annotate the panels")

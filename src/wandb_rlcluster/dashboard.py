@@ -67,13 +67,23 @@ def _canonical(layout_key: str) -> str:
     return "eval_" + layout_key[5:] if layout_key.startswith("eval/") else layout_key
 
 
+def _series_key(layout_key: str, profile: Any) -> str | None:
+    """The name a layout key (or ``*`` pattern) has in a normalised row: the framework profile's name for it, else
+    TRL's rule; None when the profile drops the key."""
+    if profile is not None:
+        known, canon = profile.canonical(layout_key)
+        if known:
+            return canon
+    return _canonical(layout_key)
+
+
 class SeriesCollector:
     """Records every series a layout plots during the analysis pass: logged keys and rlcluster values."""
 
     def __init__(self, layout: Layout, profile: Any = None) -> None:
         ys = [y for sec in layout.sections for p in sec.panels for y in p.y]
         # a framework's layout names its own keys: the series are found under the names the profile gives them
-        self.key_of = {y: (profile.series_key(y) if profile is not None else _canonical(y)) for y in ys}
+        self.key_of = {y: _series_key(y, profile) for y in ys}
         self.wanted_raw = {k for y, k in self.key_of.items() if k is not None and not y.startswith("rlcluster/")}
         self.wanted_derived = [tuple(y.split("/", 2)[1:]) for y in ys if y.startswith("rlcluster/")]
         self.patterns = [w for w in self.wanted_raw if "*" in w]

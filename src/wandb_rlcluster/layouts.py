@@ -22,8 +22,8 @@ LAYOUT_DIR = Path(__file__).with_name("layouts")
 FAMILY_LAYOUT = {"grpo": "grpo", "dpo": "dpo", "kto": "dpo", "orpo": "dpo", "ppo": "ppo",
                  "online_dpo": "online_dpo", "sft": "sft", "reward": "sft"}
 #: layouts of a framework's own keys (core/frameworks.py): verl runs store verl's names, not TRL's
-FRAMEWORK_LAYOUT = {"verl": "verl"}
-LAYOUT_NAMES = ("grpo", "dpo", "ppo", "online_dpo", "sft", "verl")
+FRAMEWORK_LAYOUT = {"verl": "verl", "openrlhf": "openrlhf"}
+LAYOUT_NAMES = ("grpo", "dpo", "ppo", "online_dpo", "sft", "verl", "openrlhf")
 _SIMPLE_THRESHOLD = re.compile(r"^\s*`?([A-Za-z_][A-Za-z0-9_./-]*)`?\s*(>=|>|<=|<)\s*(-?\d+(?:\.\d+)?(?:e-?\d+)?)\s*$")
 
 

@@ -26,6 +26,7 @@ OPENRLHF_NAMES = {
     "actor/entropy_loss": "train/entropy_loss", "actor/entropy": "train/entropy_loss",
     "actor/pg_loss": "train/policy_loss", "actor/grad_norm": "train/actor_grad_norm",
     "critic/vf_loss": "train/critic_loss", "response_length/mean": "train/response_length",
+    "actor/lr": "train/actor_lr",
 }
 
 

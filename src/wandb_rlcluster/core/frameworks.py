@@ -71,10 +71,6 @@ class Profile:
             return True, None
         return False, None
 
-    def series_key(self, key: str) -> str | None:
-        """The name a logged key (or a ``*`` pattern of them) has in a normalised row; None when it is dropped."""
-        known, canon = self.canonical(key)
-        return canon if known else key
 
 
 _VERL_ALIASES: dict[str, str | None] = {
