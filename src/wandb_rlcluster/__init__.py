@@ -5,7 +5,7 @@ from typing import Any
 from .core import GAUGE_IDS, InstrumentCluster, analyze_rows
 
 __version__ = "0.1.0"
-__all__ = ["GAUGE_IDS", "InstrumentCluster", "RLClusterCallback", "__version__", "analyze_rows"]
+__all__ = ["GAUGE_IDS", "InstrumentCluster", "RLClusterCallback", "__version__", "analyze_rows", "watch"]
 
 
 def __getattr__(name: str) -> Any:
@@ -14,4 +14,8 @@ def __getattr__(name: str) -> Any:
         from .callback import RLClusterCallback
 
         return RLClusterCallback
+    if name == "watch":  # any loop that logs to W&B (verl, OpenRLHF, your own): no transformers needed
+        from .watcher import watch
+
+        return watch
     raise AttributeError(f"module 'wandb_rlcluster' has no attribute {name!r}")

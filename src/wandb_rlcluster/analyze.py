@@ -14,8 +14,10 @@ from typing import Any
 
 from .core import DIAGNOSIS_ID, FAMILY_LABELS, GAUGE_IDS, GAUGE_TITLES, InstrumentCluster, Row
 from .core.cluster import resolve_warn_sooner
+from .core.frameworks import FRAMEWORK_LABELS, detect_framework_rows, get_profile
 from .core.readers import LoadedLog, LogReadError, load_rows
 from .core.text import clean_text
+from .core.verl_log import load_verl_log
 
 # The one series per gauge that the sparkline shows (first key present wins).
 SPARK_KEYS: dict[str, tuple[str, ...]] = {
@@ -134,6 +136,7 @@ class Analysis:
             out["alerts"] = [e.to_dict() for e in self.alerts]
         out["source"] = self.source
         out["format"] = self.source_format
+        out["framework"] = self.cluster.framework
         if self.cluster.warn_sooner:  # how it was read, where that differs from the defaults
             out["warn_sooner"] = self.cluster.warn_sooner
         out["steps"] = [self.first_step, self.last_step]
@@ -146,8 +149,12 @@ class Analysis:
 def analyze_stream(rows: Iterable[Mapping[str, object]], trainer: str | None = None, *, source: str = "<rows>",
                    source_format: str = "rows", max_steps: int = 0, alerts: Any = None,
                    observer: Callable[[Row, InstrumentCluster, set[str]], None] | None = None,
-                   params: Mapping[str, Mapping[str, Any]] | None = None, warn_sooner: int | None = None) -> Analysis:
+                   params: Mapping[str, Mapping[str, Any]] | None = None, warn_sooner: int | None = None,
+                   framework: str | None = None) -> Analysis:
     """Feed rows through a fresh cluster, keeping a downsampled series per gauge for display.
+
+    ``framework`` (``trl``, ``verl``, ``openrlhf``; None: detected from the first rows' keys) says whose key
+    vocabulary the rows speak (``core/frameworks.py``).
 
     With ``alerts`` (an AlertConfig) the rules are evaluated row by row exactly as the
     live callback does (no cooldown: offline there is no wall clock to wait on).
@@ -155,13 +162,17 @@ def analyze_stream(rows: Iterable[Mapping[str, object]], trainer: str | None = N
     records its series there, in the same pass).
     """
     params = merge_params(alerts.gauge_params if alerts is not None else None, params)
+    if framework is None:
+        framework, rows = detect_framework_of(rows)
+    if trainer is None and get_profile(framework) is not None:
+        trainer = get_profile(framework).family  # type: ignore[union-attr]
     if trainer is None and (alerts is not None or observer is not None):
         # Rules and observers read the gauges row by row; a cluster still detecting its family holds its
         # first rows back and feeds them in one go, so rules would never see them (an alert in the first
         # rows was missed). Detect first, on the same rows, then replay every row with the family known.
         trainer, rows = detect_trainer(rows)
     cluster = InstrumentCluster(trainer=trainer, max_steps=max_steps, params=params,
-                                warn_sooner=resolve_warn_sooner(warn_sooner, alerts))
+                                warn_sooner=resolve_warn_sooner(warn_sooner, alerts), framework=framework)
     engine = None
     events: list[Any] = []
     if alerts is not None:
@@ -228,6 +239,14 @@ def detect_trainer(rows: Iterable[Mapping[str, object]]) -> tuple[str | None, It
     return family, itertools.chain(seen, it)
 
 
+def detect_framework_of(rows: Iterable[Mapping[str, object]], limit: int = 16
+                        ) -> tuple[str, Iterator[Mapping[str, object]]]:
+    """(framework, the same rows again): ``trl``, ``verl`` or ``openrlhf`` from the first rows' keys."""
+    it = iter(rows)
+    head = list(itertools.islice(it, limit))
+    return detect_framework_rows(head, limit), itertools.chain(head, it)
+
+
 def _is_wandb_run(path: Path) -> bool:
     try:
         if path.suffix == ".wandb":
@@ -258,11 +277,17 @@ def load_any(path: str) -> LoadedLog:
         rows, rollouts = with_rollouts(run)
         return LoadedLog(rows=rows, source_format="wandb_offline_run", path=str(run.path),
                          meta={"run_id": run.run_id, "rollouts": rollouts})
+    verl = load_verl_log(path)  # a verl console log (step:N - key:value lines) before the generic text readers
+    if verl is not None:
+        if not verl.rows:
+            raise LogReadError(f"rlcluster: cannot read {path!r}: the verl log has no step:N metric lines yet")
+        return verl
     return load_rows(path)
 
 
 def analyze_path(path: str, trainer: str | None = None, alerts: Any = None,
-                 params: Mapping[str, Mapping[str, Any]] | None = None, warn_sooner: int | None = None) -> Analysis:
+                 params: Mapping[str, Mapping[str, Any]] | None = None, warn_sooner: int | None = None,
+                 framework: str | None = None) -> Analysis:
     """Read any supported log (file or W&B offline run) and analyse it (raises LogReadError on bad input).
 
     ``params`` are gauge parameters over the alert file's, e.g. ``{"reward": {"gold": ["verifier"]}}``;
@@ -273,7 +298,7 @@ def analyze_path(path: str, trainer: str | None = None, alerts: Any = None,
     max_steps = log.meta.get("max_steps") if isinstance(log.meta, dict) else 0
     analysis = analyze_stream(log.rows, trainer, source=str(path), source_format=log.source_format,
                               max_steps=int(max_steps) if isinstance(max_steps, (int, float)) else 0, alerts=alerts,
-                              params=params, warn_sooner=warn_sooner)
+                              params=params, warn_sooner=warn_sooner, framework=framework)
     if log.meta.get("rollouts") is not None:
         from .rollouts_offline import add_evidence
 
@@ -320,8 +345,11 @@ def render_text(analysis: Analysis, color: bool | None = None, stream: Any = Non
     c = clean_text  # everything from the log or the rules: control characters shown as escapes, never sent raw
     s = analysis.to_dict()
     fam = s["trainer"]
+    fw = s.get("framework", "trl")
     lines = [
         f"rlcluster analyze · {c(analysis.source)}",
+        (f"framework {FRAMEWORK_LABELS.get(fw, fw)} (keys read by meaning; numbers read as {fam}'s) · "
+         if fw != "trl" else "") +
         f"trainer {FAMILY_LABELS.get(fam, fam)} · {s['rows']} rows · steps {analysis.first_step}–{analysis.last_step}"
         f" · verdict {paint(s['verdict'].upper(), s['verdict'])}",
         "",

@@ -12,6 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from .core.cluster import WARN_SOONER_MAX
+from .core.frameworks import FRAMEWORKS
 from .core.keys import FAMILIES, canonical_family
 from .core.readers import LogReadError
 from .core.text import clean_text
@@ -56,7 +57,7 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     gold = [g.strip() for item in (args.gold or []) for g in item.split(",") if g.strip()]
     try:
         analysis = analyze_path(args.path, trainer, alerts=alerts, params={"reward": {"gold": gold}} if gold else None,
-                                warn_sooner=args.warn_sooner)
+                                warn_sooner=args.warn_sooner, framework=args.framework)
     except LogReadError as e:
         return _fail(str(e).splitlines()[0] if str(e) else "cannot read input")
     except MemoryError:
@@ -87,6 +88,26 @@ def _load_alerts(path: str | None) -> tuple[object | None, int]:
     for w in config.warnings:
         _say(w, sys.stderr)
     return config, EXIT_OK
+
+
+def _cmd_watch(args: argparse.Namespace) -> int:
+    from .sidecar import watch_path
+    from .wandb_offline import WandbReadError
+
+    alerts = None
+    if args.alerts:
+        alerts, code = _load_alerts(args.alerts)
+        if alerts is None:
+            return code
+    try:
+        result = watch_path(args.run, framework=args.framework, alerts=alerts, journal=args.journal,
+                            interval=args.interval, idle_timeout=args.idle_timeout, wait=args.wait,
+                            warn_sooner=args.warn_sooner)
+    except WandbReadError as e:
+        return _fail(str(e).splitlines()[0])
+    if args.fail_on and SEVERITY_LEVEL[result.verdict] >= SEVERITY_LEVEL[args.fail_on]:
+        return EXIT_FAIL_ON
+    return EXIT_OK
 
 
 def _cmd_alerts_validate(args: argparse.Namespace) -> int:
@@ -141,7 +162,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from .report import build_report, report_spec
 
     try:
-        trainer = canonical_family(args.trainer)
+        trainer = args.trainer.lower() if args.trainer.lower() in LAYOUT_NAMES else canonical_family(args.trainer)
     except ValueError as e:
         return _fail(f"{e} (layouts: {', '.join(LAYOUT_NAMES)})")
     if args.title is not None and not 0 < len(args.title) <= REPORT_TITLE_MAX:
@@ -255,7 +276,9 @@ def _cmd_dashboard(args: argparse.Namespace) -> int:
         Path(args.out).write_text(page, encoding="utf-8")
     except OSError as e:
         return _fail(f"cannot write {args.out!r}: {e.strerror or e}")
-    _say(f"wrote {args.out} ({analysis.cluster.family} layout, verdict {analysis.verdict()}); open it in a browser")
+    fw = getattr(analysis.cluster, "framework", "trl")
+    layout_name = fw if fw in ("verl", "openrlhf") else analysis.cluster.family
+    _say(f"wrote {args.out} ({layout_name} layout, verdict {analysis.verdict()}); open it in a browser")
     return 0
 
 
@@ -302,6 +325,9 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("path", help="trainer_state.json, rows .json/.jsonl, stdout .log, or W&B history .csv")
     a.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
     a.add_argument("--trainer", help=f"trainer family instead of auto-detection: {', '.join(FAMILIES)}, rloo, cpo")
+    a.add_argument("--framework", choices=FRAMEWORKS,
+                   help="whose metric names the log speaks, instead of auto-detection (verl: step:N console logs "
+                        "or W&B runs; openrlhf: W&B runs with train/<key>)")
     a.add_argument(
         "--fail-on", choices=("warn", "stop"), help="exit 1 when the verdict reaches this severity (CI gate)",
     )
@@ -348,7 +374,8 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("report", help="build the twelve-gauge W&B report for a project")
     r.add_argument("--entity", required=True)
     r.add_argument("--project", required=True)
-    r.add_argument("--trainer", default="grpo", help="layout: grpo (rloo), dpo (kto, orpo), ppo (online_dpo), sft")
+    r.add_argument("--trainer", default="grpo",
+                   help="layout: grpo (rloo), dpo (kto, orpo), ppo (online_dpo), sft, verl, openrlhf (their own keys)")
     r.add_argument("--runs", help="W&B run search string for the report's runsets (default: all runs)")
     r.add_argument("--title", help="report title")
     r.add_argument("--alerts", metavar="FILE", help="alert rules whose thresholds annotate the panels")
@@ -356,6 +383,27 @@ def build_parser() -> argparse.ArgumentParser:
     dest.add_argument("--out", metavar="FILE", help="write the report spec (JSON) here: no network, no API key")
     dest.add_argument("--save", action="store_true", help="save the report to W&B and print its URL")
     r.set_defaults(func=_cmd_report)
+
+    w = sub.add_parser(
+        "watch",
+        help="follow a live W&B run from another process (any framework): gauges, alerts, a live verdict",
+        description="Follow a run's W&B transaction log (wandb/run-*/run-<id>.wandb; online runs write it too) as "
+        "it grows; every logged row goes through the gauges and alert rules of the in-process callback; alerts are "
+        "journaled beside the run (rlcluster-watch-alerts.jsonl) and sent to the alert file's channels. Ends when the "
+        "run finishes. It never stops the training process: it says where the callback would have.",
+    )
+    w.add_argument("run", help="a run directory, its .wandb file, or a wandb directory (its newest run)")
+    w.add_argument("--framework", choices=FRAMEWORKS, help="whose metric names the run logs (default: detected)")
+    w.add_argument("--alerts", metavar="FILE", help="alert rules (default: the shipped alerts.yaml)")
+    w.add_argument("--journal", metavar="FILE", help="alerts journal (default: <run dir>/rlcluster-watch-alerts.jsonl)")
+    w.add_argument("--interval", type=float, default=1.0, help="seconds between polls of the file (default 1)")
+    w.add_argument("--idle-timeout", type=float, default=600.0,
+                   help="end after this many seconds without a new byte and no exit record (default 600)")
+    w.add_argument("--wait", type=float, default=0.0, help="wait this long for a run to appear (default: not)")
+    w.add_argument("--warn-sooner", metavar="N", type=int, default=None, choices=range(WARN_SOONER_MAX + 1),
+                   help="as in `rlcluster analyze`")
+    w.add_argument("--fail-on", choices=("warn", "stop"), help="exit 1 when the verdict reaches this severity")
+    w.set_defaults(func=_cmd_watch)
 
     db = sub.add_parser("dashboard", help="write a self-contained HTML dashboard of a run (no network to view)")
     db.add_argument("run", help="anything `rlcluster analyze` reads: trainer_state.json, a W&B offline run, ...")

@@ -15,13 +15,14 @@ import math
 import re
 from typing import Any
 
-from .analyze import Analysis, Downsampler, analyze_stream, detect_trainer, load_any
+from .analyze import Analysis, Downsampler, analyze_stream, detect_framework_of, detect_trainer, load_any
 from .core import DIAGNOSIS_ID, FAMILY_LABELS, GAUGE_TITLES, InstrumentCluster
 from .core.cluster import resolve_warn_sooner
+from .core.frameworks import get_profile
 from .core.keys import Row, canonical_family
 from .core.rollouts import evidence_lines
 from .core.text import clean_text
-from .layouts import Layout, PanelSpec, load_layout, thresholds
+from .layouts import FRAMEWORK_LAYOUT, Layout, PanelSpec, load_layout, thresholds
 
 STATUS_COLOR = {"ok": "#2e9d5b", "warn": "#e0a100", "stop": "#d1343b", "no-data": "#9aa0a6"}
 SEVERITY_COLOR = {"info": "#5f8fd6", "warn": "#e0a100", "stop": "#d1343b"}
@@ -39,6 +40,8 @@ class SeriesStore:
 
     def __init__(self) -> None:
         self.series: dict[str, tuple[Downsampler, Downsampler]] = {}
+        #: layout key -> the name its series is stored under (a framework layout's own keys; None: TRL's rule)
+        self.key_of: dict[str, str | None] | None = None
 
     def push(self, key: str, step: float, value: float) -> None:
         if not math.isfinite(value):
@@ -64,15 +67,29 @@ def _canonical(layout_key: str) -> str:
     return "eval_" + layout_key[5:] if layout_key.startswith("eval/") else layout_key
 
 
+def _series_key(layout_key: str, profile: Any) -> str | None:
+    """The name a layout key (or ``*`` pattern) has in a normalised row: the framework profile's name for it, else
+    TRL's rule; None when the profile drops the key."""
+    if profile is not None:
+        known, canon = profile.canonical(layout_key)
+        if known:
+            return canon
+    return _canonical(layout_key)
+
+
 class SeriesCollector:
     """Records every series a layout plots during the analysis pass: logged keys and rlcluster values."""
 
-    def __init__(self, layout: Layout) -> None:
+    def __init__(self, layout: Layout, profile: Any = None) -> None:
         ys = [y for sec in layout.sections for p in sec.panels for y in p.y]
-        self.wanted_raw = {_canonical(y) for y in ys if not y.startswith("rlcluster/")}
+        # a framework's layout names its own keys: the series are found under the names the profile gives them
+        self.key_of = {y: _series_key(y, profile) for y in ys}
+        self.wanted_raw = {k for y, k in self.key_of.items() if k is not None and not y.startswith("rlcluster/")}
         self.wanted_derived = [tuple(y.split("/", 2)[1:]) for y in ys if y.startswith("rlcluster/")]
         self.patterns = [w for w in self.wanted_raw if "*" in w]
         self.store = SeriesStore()
+        if profile is not None:
+            self.store.key_of = self.key_of
 
     def __call__(self, row: Row, cluster: InstrumentCluster, updated: set[str]) -> None:
         if row.kind == "summary":
@@ -86,10 +103,12 @@ class SeriesCollector:
                 self.store.push(f"rlcluster/{gid}/{name}", row.step, g.derived[name])
 
 
-def _expand(panel: PanelSpec, store: SeriesStore) -> list[str]:
+def _expand(panel: PanelSpec, store: SeriesStore, key_of: dict[str, str | None] | None = None) -> list[str]:
     keys: list[str] = []
     for y in panel.y:
-        c = _canonical(y)
+        c = key_of.get(y, _canonical(y)) if key_of is not None else _canonical(y)
+        if c is None:
+            continue
         if "*" in c:
             keys += sorted(k for k in store.series if fnmatch.fnmatchcase(k, c))
         elif c in store.series:
@@ -106,7 +125,7 @@ def _fmt(v: float) -> str:
 
 def _svg(panel: PanelSpec, store: SeriesStore, marks: list[tuple[str, float, str, str]],
          findings: list[dict[str, Any]], x_range: tuple[float, float]) -> str:
-    keys = _expand(panel, store)
+    keys = _expand(panel, store, store.key_of)
     series = [(k, store.get(k)) for k in keys]
     series = [(k, pts) for k, pts in series if pts]
     if not series:
@@ -278,11 +297,14 @@ def build_dashboard(path: str, trainer: str | None = None, alerts: Any = None,
     # The family is fixed up front, so the one analysis pass feeds every row to the collector (a cluster left to
     # detect the family itself would hold its first rows back, and they would be missing from the plots). It is
     # detected by the same rule as `rlcluster analyze`, so both name the same trainer.
-    family = canonical_family(trainer) if trainer else (detect_trainer(log.rows)[0] or "sft")
-    layout = load_layout(family)
-    collector = SeriesCollector(layout)
-    analysis = analyze_stream(log.rows, family, source=str(path), source_format=log.source_format,
-                              alerts=alert_config, observer=collector, warn_sooner=warn_sooner)
+    framework, rows = detect_framework_of(log.rows)  # verl's rows are drawn on verl's own keys
+    profile = get_profile(framework)
+    family = canonical_family(trainer) if trainer else (profile.family if profile is not None else
+                                                         (detect_trainer(rows)[0] or "sft"))
+    layout = load_layout(framework if framework in FRAMEWORK_LAYOUT else family)
+    collector = SeriesCollector(layout, profile if framework in FRAMEWORK_LAYOUT else None)
+    analysis = analyze_stream(rows, family, source=str(path), source_format=log.source_format,
+                              alerts=alert_config, observer=collector, warn_sooner=warn_sooner, framework=framework)
     if log.meta.get("rollouts") is not None:
         from .rollouts_offline import add_evidence
 

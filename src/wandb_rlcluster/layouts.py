@@ -21,7 +21,9 @@ from .safe_yaml import load_checked
 LAYOUT_DIR = Path(__file__).with_name("layouts")
 FAMILY_LAYOUT = {"grpo": "grpo", "dpo": "dpo", "kto": "dpo", "orpo": "dpo", "ppo": "ppo",
                  "online_dpo": "online_dpo", "sft": "sft", "reward": "sft"}
-LAYOUT_NAMES = ("grpo", "dpo", "ppo", "online_dpo", "sft")
+#: layouts of a framework's own keys (core/frameworks.py): verl runs store verl's names, not TRL's
+FRAMEWORK_LAYOUT = {"verl": "verl", "openrlhf": "openrlhf"}
+LAYOUT_NAMES = ("grpo", "dpo", "ppo", "online_dpo", "sft", "verl", "openrlhf")
 _SIMPLE_THRESHOLD = re.compile(r"^\s*`?([A-Za-z_][A-Za-z0-9_./-]*)`?\s*(>=|>|<=|<)\s*(-?\d+(?:\.\d+)?(?:e-?\d+)?)\s*$")
 
 
@@ -63,9 +65,9 @@ def _section(d: dict[str, Any], where: str) -> Section:
 
 @lru_cache(maxsize=8)
 def load_layout(trainer: str) -> Layout:
-    """The layout for a trainer family (``rloo`` → the GRPO layout, ``kto`` → DPO, ...)."""
-    family = canonical_family(trainer)
-    name = FAMILY_LAYOUT[family]
+    """The layout for a trainer family (``rloo`` → the GRPO layout, ``kto`` → DPO, ...) or a framework (``verl``)."""
+    key = str(trainer).strip().lower()
+    name = FRAMEWORK_LAYOUT[key] if key in FRAMEWORK_LAYOUT else FAMILY_LAYOUT[canonical_family(trainer)]
     path = LAYOUT_DIR / f"{name}.yaml"
     doc = load_checked(path.read_text(encoding="utf-8"))
     sections = [_section(s, str(path)) for s in doc.get("sections", [])]

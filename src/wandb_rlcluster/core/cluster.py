@@ -13,6 +13,7 @@ from typing import Any
 
 from .diagnosis import DIAGNOSIS_ID, Diagnoser, publish
 from .findings import SEVERITY_RANK, Finding
+from .frameworks import get_profile, profile_params
 from .fundamentals import (
     AttentionEntropyGauge,
     ConvergenceGauge,
@@ -125,6 +126,8 @@ class InstrumentCluster:
             well before the end").
         detect_rows: rows to buffer before guessing the family (live runs use 1:
             TRL logs its full key set on every row).
+        framework: ``verl`` or ``openrlhf`` to read that engine's keys by meaning (``core/frameworks.py``);
+            None or ``trl``: TRL's vocabulary.
         warn_sooner: logged rows taken off every warn rule's hold (never under one row; stop rules keep
             theirs), 0 to 3; ``AlertEngine(warn_sooner=...)`` does the same to warn alert rules' ``for:``.
             Earlier warnings for more false ones: on the detection benchmark's seen seeds
@@ -139,9 +142,16 @@ class InstrumentCluster:
         max_steps: int = 0,
         detect_rows: int = DETECT_ROWS,
         warn_sooner: int = 0,
+        framework: str | None = None,
     ) -> None:
         self.warn_sooner = check_warn_sooner(warn_sooner)
         self.detect_rows = max(1, detect_rows)
+        # a framework's key profile (verl, OpenRLHF): its keys read by meaning, its family and gold reward implied
+        profile = get_profile(framework)
+        self.framework = profile.name if profile is not None else "trl"
+        params = profile_params(profile, params)
+        if trainer is None and profile is not None:
+            trainer = profile.family
         self.family: str | None = canonical_family(trainer) if trainer else None
         self.params, problems = checked_params(params)
         if problems:
@@ -153,7 +163,7 @@ class InstrumentCluster:
             for gid in GOLD_AWARE:
                 self.params.setdefault(gid, {}).setdefault("gold", list(gold))
         self.max_steps = max_steps
-        self.normalizer = Normalizer()
+        self.normalizer = Normalizer(profile=profile)
         self.gauges: dict[str, Gauge] = {}
         self.findings: list[Finding] = []
         self.rows = 0

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 # Raw name -> canonical name. Canonical names are TRL 1.x's own.
 ALIASES: dict[str, str] = {
@@ -219,6 +220,8 @@ class Normalizer:
     """
 
     _key_cache: dict[str, str | None] = field(default_factory=dict)
+    #: a framework's key profile (``core/frameworks.py``), consulted before the TRL vocabulary
+    profile: Any = None
     last_step: int = 0
     offset: int = 0
     count: int = 0
@@ -229,7 +232,9 @@ class Normalizer:
         try:
             return self._key_cache[raw]
         except KeyError:
-            canon = _canonical_key(raw)
+            known, canon = self.profile.canonical(raw) if self.profile is not None else (False, None)
+            if not known:
+                canon = _canonical_key(raw)
             self._key_cache[raw] = canon
             return canon
 
