@@ -199,7 +199,7 @@ def test_cli_reads_a_verl_console_log_and_says_so(tmp_path: Path, capsys: pytest
 
 def test_every_real_log_is_listed_with_its_source() -> None:
     manifest = (DATA / "README.md").read_text()
-    assert len(REAL_LOGS) >= 7
+    assert len(REAL_LOGS) >= 8
     for p in REAL_LOGS:
         assert f"`{p.name}`" in manifest
 
@@ -213,6 +213,26 @@ MUST_WARN = {
 }
 SILENT = {"eric-haibin-lin__gsm8k_gemma-2-2b-it-ppo.log.gz", "yuzhaouoe__GUI-Cursor-Moving_verl_demo.log.gz",
           "zhiyuanhubj__logic-rl-formula_wandb_output.log.gz"}
+# The troubled runs: for each gauge its reading names, the logged step by which that gauge must have warned (or
+# stopped), as written in the reading before the tool was run. A stop is allowed on these; on every other log it is a
+# false alarm.
+TROUBLED: dict[str, dict[str, int]] = {
+    # entropy 1.21 -> 0.005 by the first late row (383); KL in the reward 0 -> 0.76 per token (by the log's end)
+    "Westwood-Lin__TinyZero-Reproduction_countdown-ppo-0.5b.log.gz": {"entropy": 383, "kl": 399},
+}
+# Real pathologies the product misses today, named for the lead (never a weakened assertion).
+MISSED = {
+    ("Westwood-Lin__TinyZero-Reproduction_countdown-ppo-0.5b.log.gz", "entropy"):
+        "entropy gauge misses a collapse to 0.005 nats/token (0.004x step 2's 1.21): its start is the median of the "
+        "first 10 LOGGED rows, and this log keeps only 4 rows before the collapse, so the 'start' is already "
+        "collapsed (vs_start 4.6); with no absolute floor by design, nothing fires. A sparse or resumed log hides "
+        "the collapse.",
+}
+TROUBLED_CASES = [
+    pytest.param(name, gid, marks=[pytest.mark.xfail(reason=MISSED[(name, gid)], strict=True)]
+                 if (name, gid) in MISSED else [], id=f"{name.split('__')[0]}/{gid}")
+    for name in sorted(TROUBLED) for gid in sorted(TROUBLED[name])
+]
 
 
 @pytest.mark.parametrize("path", REAL_LOGS, ids=[p.name.split("__")[0] + "/" + p.name[-30:] for p in REAL_LOGS])
@@ -222,6 +242,15 @@ def test_real_verl_log_warns_by_the_right_gauge(path: Path) -> None:
     assert MUST_WARN.get(path.name, set()) <= fired, fired
     if path.name in SILENT:
         assert not fired, fired
+
+
+@pytest.mark.parametrize(("name", "gauge"), TROUBLED_CASES)
+def test_real_troubled_verl_log_is_warned_by_the_right_gauge_in_time(name: str, gauge: str) -> None:
+    """A troubled real run: each gauge its reading names fires (warn or stop) by the step its reading says."""
+    a = analyze_path(str(DATA / name), alerts=load_alert_config(None))
+    fired = [e.step for e in a.alerts if e.kind == "firing" and e.gauge == gauge and e.severity in ("warn", "stop")]
+    assert fired, f"{gauge} never warned; fired: {sorted({e.gauge for e in a.alerts if e.kind == 'firing'})}"
+    assert min(fired) <= TROUBLED[name][gauge], (gauge, min(fired))
 
 
 @pytest.mark.parametrize("path", REAL_LOGS, ids=[p.name.split("__")[0] + "/" + p.name[-30:] for p in REAL_LOGS])
@@ -237,6 +266,7 @@ def test_real_verl_log_is_read_and_never_stopped(path: Path) -> None:
         assert g[gid].rows_seen == len(train_rows), gid
     if "critic/kl:" in text or "actor/kl_loss:" in text:
         assert g["kl"].rows_seen == len(train_rows)
-    assert not [e for e in a.alerts if e.kind == "firing" and e.severity == "stop"]
-    assert a.verdict() != "stop"
+    if path.name not in TROUBLED:
+        assert not [e for e in a.alerts if e.kind == "firing" and e.severity == "stop"]
+        assert a.verdict() != "stop"
     assert "framework verl" in render_text(a, color=False)
