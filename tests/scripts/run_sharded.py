@@ -55,7 +55,7 @@ def ds_config(stage: int) -> dict:
 
 def main() -> None:  # noqa: C901, PLR0915
     ap = argparse.ArgumentParser()
-    ap.add_argument("--engine", choices=("ddp", "fsdp2", "zero2", "zero3"), required=True)
+    ap.add_argument("--engine", choices=("ddp", "fsdp2", "zero0", "zero2", "zero3"), required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--max-steps", type=int, default=6)
     ap.add_argument("--every", type=int, default=2, help="grad_every (and the forward probes' cadence)")
@@ -67,6 +67,9 @@ def main() -> None:  # noqa: C901, PLR0915
     ap.add_argument("--hidden", type=int, default=32)
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--grad-accum", type=int, default=1)
+    ap.add_argument("--save-steps", type=int, default=0, help="also save every N steps (0: only a stop's save)")
+    ap.add_argument("--fsdp-state-dict", default="SHARDED_STATE_DICT",
+                    help="FSDP2 checkpoints: SHARDED_STATE_DICT (each rank its shards) or FULL_STATE_DICT")
     a = ap.parse_args()
 
     out = Path(a.out)
@@ -99,12 +102,14 @@ def main() -> None:  # noqa: C901, PLR0915
     engine_args: dict = {}
     if a.engine == "fsdp2":
         engine_args = {"fsdp": "full_shard", "fsdp_config": {"version": 2,
-                                                             "transformer_layer_cls_to_wrap": ["LlamaDecoderLayer"]}}
-    elif a.engine in ("zero2", "zero3"):
+                                                             "transformer_layer_cls_to_wrap": ["LlamaDecoderLayer"],
+                                                             "state_dict_type": a.fsdp_state_dict}}
+    elif a.engine.startswith("zero"):
         engine_args = {"deepspeed": ds_config(int(a.engine[-1]))}
     config = SFTConfig(output_dir=str(out / "trainer"), max_steps=a.max_steps, per_device_train_batch_size=2,
                        gradient_accumulation_steps=a.grad_accum, learning_rate=1e-3, logging_steps=1,
-                       save_strategy="no", report_to=a.report, run_name=f"sharded-{a.engine}", seed=0, use_cpu=True,
+                       save_strategy="steps" if a.save_steps else "no", save_steps=a.save_steps or 500,
+                       report_to=a.report, run_name=f"sharded-{a.engine}", seed=0, use_cpu=True,
                        bf16=False, fp16=False, disable_tqdm=True, dataloader_num_workers=0, max_length=64,
                        max_grad_norm=1.0, ddp_find_unused_parameters=False, **engine_args)
     tokenizer = build_tokenizer()

@@ -305,9 +305,11 @@ class ShardedGradients:
             return cls(f"zero{stage}", collective=True, sharded_params=stage == 3, named_params=named,
                        n_layers=n_layers, zero_opt=zero_opt, stage=stage)
         if getattr(args, "deepspeed", None):
-            return cls("DeepSpeed", "the DeepSpeed optimizer is not a ZeRO optimizer this version knows (ZeRO "
-                       "stage 0?): gradients are reduced inside DeepSpeed's step, where no callback runs",
-                       collective=False, sharded_params=False)
+            inner = optimizer
+            while getattr(inner, "optimizer", None) is not None:
+                inner = inner.optimizer
+            return cls("DeepSpeed without ZeRO", f"its optimizer ({type(inner).__name__}) is not a ZeRO optimizer, and "
+                       "DeepSpeed reduces and clips the gradients inside its own step, where no callback runs")
         if any(hasattr(p, "placements") and hasattr(p, "to_local") for _, p in named):
             return cls("fsdp2", collective=True, sharded_params=True, named_params=named, n_layers=n_layers)
         if getattr(args, "fsdp", None) and world > 1 and _is_fsdp1(model):
