@@ -541,6 +541,7 @@ class RLClusterCallback(TrainerCallback, ExportableState):
         grads = self._grads
         if grads is not None and (grads.unavailable or grads.zero_opt is not None):
             return  # nothing to read here, or ZeRO: measured inside the wrapped optimizer step
+        t0 = time.perf_counter()
         try:
             if grads is not None and grads.collective:  # FSDP2: every rank, its shards, one all_reduce
                 named = list(probes._unwrap(model).named_parameters())
@@ -555,6 +556,9 @@ class RLClusterCallback(TrainerCallback, ExportableState):
             self._hold_grads(state, live, layers, after_clip=True)
         except Exception as e:  # noqa: BLE001
             self._error("gradient probe", e)
+        if grads is not None:
+            grads.calls += 1
+            grads.seconds += time.perf_counter() - t0
 
     def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                     model: Any = None, processing_class: Any = None, **kwargs: Any) -> None:

@@ -126,6 +126,8 @@ def main() -> None:  # noqa: C901, PLR0915
     ref = Reference()
     if not a.no_reference:
         callbacks.append(ref)
+    clock = StepClock()
+    callbacks.append(clock)
     trainer = SFTTrainer(model=model, args=config, processing_class=tokenizer, train_dataset=make_dataset("sft", 16),
                          callbacks=callbacks)
     ref.trainer = trainer
@@ -150,9 +152,22 @@ def main() -> None:  # noqa: C901, PLR0915
         "errors": cb.errors if cb else 0, "summary": summary,
         "gauge_table": cb.cluster.summary()["gauges"] if cb else {},
         "log": log_path.read_text(), "checkpoint_files": ckpts,
+        "step_times": clock.times, "grad_calls": cb._grads.calls if cb and cb._grads else 0,
+        "grad_seconds": cb._grads.seconds if cb and cb._grads else 0.0,
+        "on_log_seconds": cb.on_log_seconds if cb else 0.0,
         "reference": ref.norms, "grad_norm": ref.grad_norm, "sharding": ref.sharding,
     }
     (out / f"result-rank{rank}.json").write_text(json.dumps(result, indent=1, default=str))
+
+
+class StepClock(TrainerCallback):
+    """When each optimizer step ended (the benchmark's steady-state time leaves startup and W&B setup out)."""
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+
+    def on_step_end(self, args, state, control, **kw):  # noqa: ANN001, ANN003, ANN201
+        self.times.append(time.perf_counter())
 
 
 class Reference(TrainerCallback):

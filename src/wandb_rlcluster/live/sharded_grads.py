@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import math
 import re
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,8 +60,9 @@ class GradientSums:
         g = grad.detach()
         if g.numel() == 0:
             return
-        gf = g.double() if g.dtype != torch.float64 else g
-        sq = float(torch.linalg.vector_norm(gf)) ** 2
+        # reduced in float32 at least, without a widened copy of the gradient (an embedding's can be gigabytes)
+        wide = torch.float32 if g.dtype in (torch.float16, torch.bfloat16) else None
+        sq = float(torch.linalg.vector_norm(g, dtype=wide)) ** 2
         small = float((g.abs() < TINY).sum())
         nonfinite = float((~torch.isfinite(g)).sum())
         self.total_sq += weight * sq
@@ -278,6 +280,8 @@ class ShardedGradients:
     n_layers: int = 0
     zero_opt: Any = None
     stage: int = 0
+    calls: int = 0  # measurements taken, and the seconds they took on this rank (benchmarks/bench_sharded.py)
+    seconds: float = 0.0
     _original_step: Any = None
     _wrapper: Any = None
     _had_instance_step: bool = False
@@ -336,10 +340,13 @@ class ShardedGradients:
                 except Exception as e:  # noqa: BLE001
                     on_error(e)
             if measure:
+                t0 = time.perf_counter()
                 try:
                     deliver(*zero_gradient_stats(stats.named_params, zero_opt, stats.stage, stats.n_layers))
                 except Exception as e:  # noqa: BLE001 - never break the user's training
                     on_error(e)
+                stats.calls += 1
+                stats.seconds += time.perf_counter() - t0
             return original(*args, **kwargs)
 
         self._wrapper = step
