@@ -243,6 +243,8 @@ class RLClusterCallback(TrainerCallback, ExportableState):
         self._grad_pending: tuple[int, dict[str, float], bool] | None = None
         self._max_grad_norm = 0.0
         self._probe_notes: dict[str, str] = {}
+        self._collective_probes = False  # FSDP2 / ZeRO-3: every rank runs the probes' forward, the main one reports
+        self._sharded_params = False
         self._warned_clip = False
         # rollout evidence (attach()): off unless a trainer was attached
         self._tap: Any = None
@@ -450,20 +452,28 @@ class RLClusterCallback(TrainerCallback, ExportableState):
             grads.wrap_zero_step(due=lambda: (state.global_step + 1) % grad_every == 0,
                                  deliver=lambda live, layers: self._hold_grads(state, live, layers, after_clip=False),
                                  on_error=lambda e: self._error("gradient probe", e))
+        self._sharded_params = grads.sharded_params
+        self._collective_probes = grads.engine in ("fsdp2", "zero3")
         if grads.sharded_params:
             why = (f"off under {grads.label}: the parameters are sharded, and a probe on the main process alone would "
                    "wait forever for the other ranks' shards")
-            self._disable_forward_probes = why
+            together = (f"under {grads.label}: every rank runs the probe at the same step (the sharded forward needs "
+                        "them all), the main process reports")
+            if not self._collective_probes:
+                self._disable_forward_probes = why
             probe_cadence = (("attention_entropy", "attention entropy", self.attention_every),
-                             ("samples", "samples", self.sample_every), ("lora", "LoRA", self.lora_every))
+                             ("samples", "samples", self.sample_every))
             for gid, label, probe_every in probe_cadence:
                 if probe_every:
-                    notes[gid] = f"{label}: {why}"
+                    notes[gid] = f"{label} {together}" if self._collective_probes else f"{label}: {why}"
+            if self.lora_every:
+                notes["lora"] = (f"LoRA: off under {grads.label}: the adapter weights are sharded (measuring them "
+                                 "needs every rank's shards)")
         self._probe_notes = notes
         if state.is_world_process_zero:
-            for gid, text in notes.items():
-                (logger.info if gid == "gradients" and not grads.unavailable else logger.warning)("rlcluster: %s",
-                                                                                                  text)
+            for text in notes.values():  # what is off or unavailable is a warning; how it is measured is info
+                (logger.warning if "off under" in text or "unavailable" in text else logger.info)("rlcluster: %s",
+                                                                                                   text)
             if self.log_to_wandb:
                 self.sink.summary(self._notes_summary())
 
@@ -564,12 +574,16 @@ class RLClusterCallback(TrainerCallback, ExportableState):
                     model: Any = None, processing_class: Any = None, **kwargs: Any) -> None:
         if self.liveness is not None and self.liveness.active:
             self.liveness.step_end(state.global_step)
-        if model is None or not state.is_world_process_zero:
+        # Sharded parameters (FSDP2, ZeRO-3): every rank runs the forward probes at the same step (the decision is
+        # the step and the cadence only, the probe batch is the same fixed one), the main process keeps the values.
+        main = state.is_world_process_zero
+        together = self._collective_probes
+        if model is None or not (main or together):
             return
         step = state.global_step
         tokenizer = processing_class or kwargs.get("tokenizer")
         try:
-            if self.lora_every and step % self.lora_every == 0 and not self._disable_forward_probes:
+            if main and self.lora_every and step % self.lora_every == 0 and not self._sharded_params:
                 self._live.update(self._lora.measure(model))
         except Exception as e:  # noqa: BLE001
             self._error("LoRA probe", e)
@@ -580,14 +594,17 @@ class RLClusterCallback(TrainerCallback, ExportableState):
                 if self._probe_batch is None:
                     vocab = getattr(getattr(probes._base_model(model), "config", None), "vocab_size", 32) or 32
                     self._probe_batch = probes.make_probe_batch(tokenizer, vocab)
-                self._live.update(probes.attention_entropy(model, self._probe_batch))
+                entropy = probes.attention_entropy(model, self._probe_batch)
+                if main:
+                    self._live.update(entropy)
         except Exception as e:  # noqa: BLE001
             self._error("attention probe", e)
         try:
             if self.sample_every and step % self.sample_every == 0 and tokenizer is not None:
-                stats, rows = probes.generate_samples(model, tokenizer, self.sample_tokens)
-                self._live.update(stats)
-                self._samples = [[step, *r] for r in rows]
+                stats, rows = probes.generate_samples(model, tokenizer, self.sample_tokens, synced=together)
+                if main:
+                    self._live.update(stats)
+                    self._samples = [[step, *r] for r in rows]
         except Exception as e:  # noqa: BLE001
             self._error("sample probe", e)
 

@@ -228,8 +228,12 @@ def repetition_stats(token_lists: list[list[int]], n: int = 3) -> dict[str, floa
     }
 
 
-def generate_samples(model: Any, tokenizer: Any, max_new_tokens: int = 32) -> tuple[dict[str, float], list[list[Any]]]:
-    """Greedy continuations of fixed prompts: repetition loops show up plainly under greedy decoding."""
+def generate_samples(model: Any, tokenizer: Any, max_new_tokens: int = 32,
+                     synced: bool = False) -> tuple[dict[str, float], list[list[Any]]]:
+    """Greedy continuations of fixed prompts: repetition loops show up plainly under greedy decoding.
+
+    ``synced``: every rank generates together (sharded parameters): each forward is a collective, so no rank may
+    stop at its end-of-sequence while another still decodes (transformers' ``synced_gpus``)."""
     tok = getattr(tokenizer, "tokenizer", tokenizer)
     if tok is None or not callable(tok):
         return {}, []
@@ -246,7 +250,7 @@ def generate_samples(model: Any, tokenizer: Any, max_new_tokens: int = 32) -> tu
                 ids = enc["input_ids"].to(device)
                 out = gen_model.generate(
                     input_ids=ids, attention_mask=enc.get("attention_mask", torch.ones_like(ids)).to(device),
-                    max_new_tokens=max_new_tokens, do_sample=False,
+                    max_new_tokens=max_new_tokens, do_sample=False, **({"synced_gpus": True} if synced else {}),
                     pad_token_id=getattr(tok, "pad_token_id", None) or getattr(tok, "eos_token_id", None),
                 )
                 gen = out[0, ids.shape[1]:].tolist()
