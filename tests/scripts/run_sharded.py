@@ -55,7 +55,7 @@ def ds_config(stage: int) -> dict:
 
 def main() -> None:  # noqa: C901, PLR0915
     ap = argparse.ArgumentParser()
-    ap.add_argument("--engine", choices=("ddp", "fsdp2", "zero0", "zero2", "zero3"), required=True)
+    ap.add_argument("--engine", choices=("ddp", "fsdp2", "zero0", "zero1", "zero2", "zero3"), required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--max-steps", type=int, default=6)
     ap.add_argument("--every", type=int, default=2, help="grad_every (and the forward probes' cadence)")
