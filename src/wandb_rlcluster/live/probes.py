@@ -9,13 +9,10 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import time
 from typing import Any
 
 import torch
-
-_LAYER_RE = re.compile(r"(?:^|\.)(?:layers|h|blocks|layer)\.(\d+)\.")
 
 
 def _unwrap(model: Any) -> Any:
@@ -25,41 +22,7 @@ def _unwrap(model: Any) -> Any:
     return model
 
 
-# -- gradients -----------------------------------------------------------------------------------
-
-
-def gradient_stats(model: Any, tiny: float = 1e-8) -> tuple[dict[str, float], dict[str, float]]:
-    """Per-layer gradient norms, sparsity and non-finite count in one pass over the gradients.
-
-    Returns (live inputs for the core, per-layer norms for W&B).
-    """
-    layer_sq: dict[int, float] = {}
-    grads = []
-    names = []
-    for name, p in _unwrap(model).named_parameters():
-        if p.grad is not None:
-            grads.append(p.grad.detach())
-            names.append(name)
-    if not grads:
-        return {}, {}
-    total = 0
-    small = 0
-    nonfinite = 0
-    norms = torch._foreach_norm(grads) if hasattr(torch, "_foreach_norm") else [g.norm() for g in grads]
-    for name, g, n in zip(names, grads, norms, strict=True):
-        total += g.numel()
-        small += int((g.abs() < tiny).sum())
-        nonfinite += int((~torch.isfinite(g)).sum())
-        m = _LAYER_RE.search(name)
-        if m:
-            idx = int(m.group(1))
-            layer_sq[idx] = layer_sq.get(idx, 0.0) + float(n) ** 2
-    out: dict[str, float] = {"gradients/nonfinite": float(nonfinite), "gradients/sparsity": small / max(1, total)}
-    per_layer = {f"layer_{i:02d}_norm": math.sqrt(v) for i, v in sorted(layer_sq.items())}
-    finite_norms = [v for v in per_layer.values() if math.isfinite(v)]
-    if len(finite_norms) >= 2 and min(finite_norms) > 0:
-        out["gradients/layer_spread"] = max(finite_norms) / min(finite_norms)
-    return out, per_layer
+# Gradient statistics: live/sharded_grads.py (one process, DDP, FSDP2 and ZeRO alike).
 
 
 # -- attention entropy ---------------------------------------------------------------------------
