@@ -191,6 +191,20 @@ def test_unreadable_engine_says_unavailable(tmp_path: Path):
     assert res0["errors"] == res1["errors"] == 0 and res0["global_step"] == res1["global_step"] == 4
 
 
+def test_a_rank_that_cannot_read_its_slice_still_joins_the_reduction(tmp_path: Path):
+    """Rank 1 fails to read its ZeRO gradient partition at every measured step: it still enters the all_reduce (with a
+    failure flag), so nobody waits forever; both ranks drop those measurements and training finishes."""
+    if not deepspeed_available():
+        pytest.skip("deepspeed is not installed (pip install -e .[dev])")
+    res0, res1 = run_sharded(tmp_path, "zero2", "--max-steps", "4", "--every", "2", "--fault-rank1")
+    assert res0["global_step"] == res1["global_step"] == 4
+    assert res1["errors"] >= 2 and res0["errors"] >= 2  # measured steps 2 and 4, on both ranks
+    assert "1 rank(s) could not read their gradient partition" in res0["log"]
+    keys = {k for r in read_offline_run(res0["run_dir"]).history for k in r}
+    assert not any(k.startswith("rlcluster/gradients/layer_") for k in keys)
+    assert "rlcluster/gradients/measured_norm" not in keys
+
+
 def test_gradient_sums_over_shards_equal_the_whole():
     """The additive statistics of slices, summed as the all_reduce sums them, are the whole tensor's."""
     import torch

@@ -67,6 +67,8 @@ def main() -> None:  # noqa: C901, PLR0915
     ap.add_argument("--hidden", type=int, default=32)
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--grad-accum", type=int, default=1)
+    ap.add_argument("--fault-rank1", action="store_true",
+                    help="rank 1 fails to read its gradient slice (the reduction must still be entered on both ranks)")
     ap.add_argument("--save-steps", type=int, default=0, help="also save every N steps (0: only a stop's save)")
     ap.add_argument("--fsdp-state-dict", default="SHARDED_STATE_DICT",
                     help="FSDP2 checkpoints: SHARDED_STATE_DICT (each rank its shards) or FULL_STATE_DICT")
@@ -92,6 +94,13 @@ def main() -> None:  # noqa: C901, PLR0915
     from wandb_rlcluster.tiny import build_model, build_tokenizer, make_dataset
 
     torch.set_num_threads(1)
+    if a.fault_rank1 and rank == 1:
+        from wandb_rlcluster.live import sharded_grads
+
+        def broken(self, name, grad, weight=1.0):  # noqa: ANN001, ANN202
+            raise RuntimeError("injected: this rank cannot read its gradient slice")
+
+        sharded_grads.GradientSums.add = broken
     if a.engine == "fsdp2":
         patch_accelerate_fsdp_on_cpu()
     if a.engine == "zero3":
