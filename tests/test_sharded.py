@@ -8,6 +8,7 @@ wandb wrote (offline) and each rank's result file.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -24,6 +25,7 @@ from wandb_rlcluster.wandb_offline import find_run_dirs, read_offline_run
 SCRIPT = Path(__file__).parent / "scripts" / "run_sharded.py"
 STOP_RULE = "rules:\n  - name: loss-any\n    gauge: loss\n    when: \"loss > 0\"\n    for: 4\n    severity: stop\n"
 MAX_STEPS = 8
+PORTS = itertools.count(20000 + (os.getpid() * 16) % 20000)  # a fresh rendezvous port for every run
 TIMEOUT = 420  # a hang (a collective on one rank) fails the test instead of blocking the suite
 
 
@@ -40,7 +42,7 @@ def run_sharded(out: Path, engine: str, *args: str) -> tuple[dict, dict]:
            "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1"}
     env.pop("WANDB_API_KEY", None)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
-           str(20000 + (os.getpid() * 7 + len(engine)) % 20000), str(SCRIPT), "--engine", engine, "--out", str(out),
+           str(next(PORTS)), str(SCRIPT), "--engine", engine, "--out", str(out),
            *args]
     p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                          start_new_session=True)
