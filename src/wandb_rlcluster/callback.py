@@ -25,6 +25,8 @@ from .core.text import clean_text
 from .live import probes
 from .live.distributed import any_rank
 from .live.liveness import LivenessMonitor, resolve_settings
+from .live.sharded_grads import ShardedGradients, fsdp2_gradient_stats, whole_gradient_stats
+from .live.sharded_grads import layer_index as sharded_layer
 from .live.sink import WandbSink
 
 logger = logging.getLogger("wandb_rlcluster")
@@ -236,6 +238,14 @@ class RLClusterCallback(TrainerCallback, ExportableState):
         self._restored = False
         self._events: list[AlertEvent] = []
         self._disable_forward_probes = ""
+        # gradient health under DDP / FSDP2 / ZeRO (live/sharded_grads.py), and what is off under sharding, and why
+        self._grads: ShardedGradients | None = None
+        self._grad_pending: tuple[int, dict[str, float], bool] | None = None
+        self._max_grad_norm = 0.0
+        self._probe_notes: dict[str, str] = {}
+        self._collective_probes = False  # FSDP2 / ZeRO-3: every rank runs the probes' forward, the main one reports
+        self._sharded_params = False
+        self._warned_clip = False
         # rollout evidence (attach()): off unless a trainer was attached
         self._tap: Any = None
         self._rollouts: RolloutStats | None = None
@@ -414,11 +424,97 @@ class RLClusterCallback(TrainerCallback, ExportableState):
                     self.liveness.start(str(args.output_dir), self.notifier, self.engine.fields,
                                         step=state.global_step, max_steps=int(state.max_steps or 0),
                                         report_to=getattr(args, "report_to", None))
-            if getattr(args, "fsdp", None) or getattr(args, "deepspeed", None):
-                # a forward pass on one rank would wait forever for sharded parameters
-                self._disable_forward_probes = "sharded model (FSDP/DeepSpeed): forward probes run off"
         except Exception as e:  # noqa: BLE001
             self._error("on_train_begin", e)
+        try:
+            self._setup_gradients(args, state, kwargs.get("model"), kwargs.get("optimizer"))
+        except Exception as e:  # noqa: BLE001
+            self._error("gradient probe setup", e)
+            if getattr(args, "fsdp", None) or getattr(args, "deepspeed", None):
+                self._grads = ShardedGradients("sharded", f"setup failed ({type(e).__name__})", sharded_params=True)
+                self._disable_forward_probes = "off under sharding: the probe setup failed"
+
+    def _setup_gradients(self, args: TrainingArguments, state: TrainerState, model: Any, optimizer: Any) -> None:
+        """How the full gradients are read under this engine, and which probes must stay off (same on every rank).
+
+        ZeRO runs its optimizer step inside ``accelerator.backward``, where no callback hook runs: the ZeRO
+        optimizer's ``step`` is wrapped until ``on_train_end`` and measures on the steps the cadence says."""
+        grads = self._grads = ShardedGradients.detect(args, model, optimizer)
+        self._max_grad_norm = float(getattr(args, "max_grad_norm", 0) or 0)
+        notes: dict[str, str] = {}
+        if self.grad_every and grads.unavailable:
+            notes["gradients"] = f"gradient stats: unavailable under {grads.label}: {grads.unavailable}"
+        elif self.grad_every and grads.collective:
+            notes["gradients"] = (f"gradient stats under {grads.label}: from the full gradients (each rank sums "
+                                  f"its shard, one all_reduce every {self.grad_every} steps)")
+        if grads.zero_opt is not None and self.grad_every:
+            grad_every = self.grad_every
+            grads.wrap_zero_step(due=lambda: (state.global_step + 1) % grad_every == 0,
+                                 deliver=lambda live, layers: self._hold_grads(state, live, layers, after_clip=False),
+                                 on_error=lambda e: self._error("gradient probe", e))
+        self._sharded_params = grads.sharded_params
+        self._collective_probes = grads.engine in ("fsdp2", "zero3")
+        if grads.sharded_params:
+            why = (f"off under {grads.label}: the parameters are sharded, and a probe on the main process alone would "
+                   "wait forever for the other ranks' shards")
+            together = (f"under {grads.label}: every rank runs the probe at the same step (the sharded forward needs "
+                        "them all), the main process reports")
+            if not self._collective_probes:
+                self._disable_forward_probes = why
+            probe_cadence = (("attention_entropy", "attention entropy", self.attention_every),
+                             ("samples", "samples", self.sample_every))
+            for gid, label, probe_every in probe_cadence:
+                if probe_every:
+                    notes[gid] = f"{label} {together}" if self._collective_probes else f"{label}: {why}"
+            if self.lora_every:
+                notes["lora"] = (f"LoRA: off under {grads.label}: the adapter weights are sharded (measuring them "
+                                 "needs every rank's shards)")
+        self._probe_notes = notes
+        if state.is_world_process_zero:
+            for text in notes.values():  # what is off or unavailable is a warning; how it is measured is info
+                (logger.warning if "off under" in text or "unavailable" in text else logger.info)("rlcluster: %s",
+                                                                                                   text)
+            if self.log_to_wandb:
+                self.sink.summary(self._notes_summary())
+
+    def _notes_summary(self) -> dict[str, str]:
+        return {f"{self.prefix}/probes/{gid}": text for gid, text in self._probe_notes.items()}
+
+    def _apply_notes(self) -> None:
+        """The gauge table (``cluster.summary()``) says what is off or how it is measured under this engine."""
+        for gid, text in self._probe_notes.items():
+            g = self.cluster.gauges.get(gid)
+            if g is not None and not g.note:
+                g.note = text
+
+    def _hold_grads(self, state: TrainerState, live: dict[str, float], layers: dict[str, float],
+                    after_clip: bool) -> None:
+        """Keep a measurement (main process) for the step's log row; ``after_clip``: read after max_grad_norm."""
+        if not state.is_world_process_zero:
+            return
+        self._live.update(live)  # spread, sparsity, non-finite: a common clipping factor leaves them as they are
+        norm = layers.get("measured_norm", math.nan)
+        clipped = after_clip and self._max_grad_norm > 0 and norm >= self._max_grad_norm * (1 - 1e-3)
+        self._grad_pending = (state.global_step + 1, layers, clipped)
+
+    def _settle_layer_norms(self, row: Mapping[str, Any], step: int) -> dict[str, float]:
+        """Per-layer norms before clipping: transformers hands ``on_pre_optimizer_step`` the clipped gradients, all
+        scaled by one factor, so the logged (pre-clip) grad_norm of the same step gives the factor back."""
+        measured_at, layers, clipped = self._grad_pending  # type: ignore[misc]
+        self._grad_pending = None
+        if not clipped:
+            return layers
+        g = row.get("grad_norm")
+        g = to_float(g) if isinstance(g, (int, float)) else None
+        norm = layers.get("measured_norm", math.nan)
+        if measured_at == step and g is not None and math.isfinite(g) and g > 0 and norm > 0:
+            return {k: v * g / norm for k, v in layers.items()}
+        if not self._warned_clip:
+            self._warned_clip = True
+            logger.warning("rlcluster: per-layer gradient norms of step %d were clipped to max_grad_norm and no "
+                           "grad_norm was logged at that step to undo it: left out (make logging_steps divide "
+                           "grad_every)", measured_at)
+        return {}
 
     # liveness: where the training thread is, for the stall watchdog (a few attribute writes per step)
     def on_step_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
@@ -449,27 +545,45 @@ class RLClusterCallback(TrainerCallback, ExportableState):
                               model: Any = None, **kwargs: Any) -> None:
         if self.liveness is not None and self.liveness.active:
             self.liveness.phase("in the optimizer step")
-        if not self.grad_every or model is None or not state.is_world_process_zero:
+        # The same decision on every rank (the global step and the cadence): FSDP2's measurement is a collective.
+        if not self.grad_every or model is None or (state.global_step + 1) % self.grad_every:
             return
-        if (state.global_step + 1) % self.grad_every:
-            return
+        grads = self._grads
+        if grads is not None and (grads.unavailable or grads.zero_opt is not None):
+            return  # nothing to read here, or ZeRO: measured inside the wrapped optimizer step
+        t0 = time.perf_counter()
         try:
-            live, layers = probes.gradient_stats(model)
-            self._live.update(live)
-            self._layer_norms = layers
+            if grads is not None and grads.collective:  # FSDP2: every rank, its shards, one all_reduce
+                named = list(probes._unwrap(model).named_parameters())
+                live, layers = fsdp2_gradient_stats(named, grads.n_layers)
+            elif state.is_world_process_zero:  # one process or DDP: rank 0's gradients are the full ones
+                named = list(probes._unwrap(model).named_parameters())
+                n_layers = grads.n_layers if grads is not None else 1 + max(
+                    (i for i in (sharded_layer(n) for n, _ in named) if i is not None), default=-1)
+                live, layers = whole_gradient_stats(named, n_layers)
+            else:
+                return
+            self._hold_grads(state, live, layers, after_clip=True)
         except Exception as e:  # noqa: BLE001
             self._error("gradient probe", e)
+        if grads is not None:
+            grads.calls += 1
+            grads.seconds += time.perf_counter() - t0
 
     def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                     model: Any = None, processing_class: Any = None, **kwargs: Any) -> None:
         if self.liveness is not None and self.liveness.active:
             self.liveness.step_end(state.global_step)
-        if model is None or not state.is_world_process_zero:
+        # Sharded parameters (FSDP2, ZeRO-3): every rank runs the forward probes at the same step (the decision is
+        # the step and the cadence only, the probe batch is the same fixed one), the main process keeps the values.
+        main = state.is_world_process_zero
+        together = self._collective_probes
+        if model is None or not (main or together):
             return
         step = state.global_step
         tokenizer = processing_class or kwargs.get("tokenizer")
         try:
-            if self.lora_every and step % self.lora_every == 0:
+            if main and self.lora_every and step % self.lora_every == 0 and not self._sharded_params:
                 self._live.update(self._lora.measure(model))
         except Exception as e:  # noqa: BLE001
             self._error("LoRA probe", e)
@@ -480,14 +594,17 @@ class RLClusterCallback(TrainerCallback, ExportableState):
                 if self._probe_batch is None:
                     vocab = getattr(getattr(probes._base_model(model), "config", None), "vocab_size", 32) or 32
                     self._probe_batch = probes.make_probe_batch(tokenizer, vocab)
-                self._live.update(probes.attention_entropy(model, self._probe_batch))
+                entropy = probes.attention_entropy(model, self._probe_batch)
+                if main:
+                    self._live.update(entropy)
         except Exception as e:  # noqa: BLE001
             self._error("attention probe", e)
         try:
             if self.sample_every and step % self.sample_every == 0 and tokenizer is not None:
-                stats, rows = probes.generate_samples(model, tokenizer, self.sample_tokens)
-                self._live.update(stats)
-                self._samples = [[step, *r] for r in rows]
+                stats, rows = probes.generate_samples(model, tokenizer, self.sample_tokens, synced=together)
+                if main:
+                    self._live.update(stats)
+                    self._samples = [[step, *r] for r in rows]
         except Exception as e:  # noqa: BLE001
             self._error("sample probe", e)
 
@@ -505,11 +622,15 @@ class RLClusterCallback(TrainerCallback, ExportableState):
                 eff = self._efficiency.measure(state.global_step,
                                                to_float(num_tokens) if isinstance(num_tokens, (int, float)) else None)
                 self._live.update(eff)
+                if self._grad_pending is not None:
+                    self._layer_norms = self._settle_layer_norms(row, state.global_step)
                 row.update(self._live)
                 self._judge_rollouts(row, state.global_step)
             self._live = {}
             fired = self.cluster.update(row)
             updated = self.cluster.last_updated
+            if self._probe_notes:
+                self._apply_notes()
             wanted = ("stop",) if self.stop_on == "stop" else ("stop", "warn")
             if self.engine is not None:
                 events = self.engine.evaluate(state.global_step, row, self.cluster, fired, updated)
@@ -549,6 +670,11 @@ class RLClusterCallback(TrainerCallback, ExportableState):
 
     def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                      **kwargs: Any) -> None:
+        if self._grads is not None:  # every rank: the ZeRO optimizer's own step back
+            try:
+                self._grads.unwrap()
+            except Exception as e:  # noqa: BLE001
+                self._error("gradient probe", e)
         if not state.is_world_process_zero:
             return
         if self.liveness is not None:
@@ -568,6 +694,8 @@ class RLClusterCallback(TrainerCallback, ExportableState):
                 self._report_final(state.global_step, final)
             summary = {f"{self.prefix}/verdict": self.cluster.verdict(),
                        f"{self.prefix}/findings": len(self.cluster.findings)}
+            self._apply_notes()
+            summary.update(self._notes_summary())  # what is off under this engine, and why
             if self.warn_sooner:  # the run says how it was read: an offline re-analysis can read it alike
                 summary[f"{self.prefix}/warn_sooner"] = self.warn_sooner
             if self.stopped_at is not None:

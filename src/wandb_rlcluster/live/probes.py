@@ -9,13 +9,10 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import time
 from typing import Any
 
 import torch
-
-_LAYER_RE = re.compile(r"(?:^|\.)(?:layers|h|blocks|layer)\.(\d+)\.")
 
 
 def _unwrap(model: Any) -> Any:
@@ -25,41 +22,7 @@ def _unwrap(model: Any) -> Any:
     return model
 
 
-# -- gradients -----------------------------------------------------------------------------------
-
-
-def gradient_stats(model: Any, tiny: float = 1e-8) -> tuple[dict[str, float], dict[str, float]]:
-    """Per-layer gradient norms, sparsity and non-finite count in one pass over the gradients.
-
-    Returns (live inputs for the core, per-layer norms for W&B).
-    """
-    layer_sq: dict[int, float] = {}
-    grads = []
-    names = []
-    for name, p in _unwrap(model).named_parameters():
-        if p.grad is not None:
-            grads.append(p.grad.detach())
-            names.append(name)
-    if not grads:
-        return {}, {}
-    total = 0
-    small = 0
-    nonfinite = 0
-    norms = torch._foreach_norm(grads) if hasattr(torch, "_foreach_norm") else [g.norm() for g in grads]
-    for name, g, n in zip(names, grads, norms, strict=True):
-        total += g.numel()
-        small += int((g.abs() < tiny).sum())
-        nonfinite += int((~torch.isfinite(g)).sum())
-        m = _LAYER_RE.search(name)
-        if m:
-            idx = int(m.group(1))
-            layer_sq[idx] = layer_sq.get(idx, 0.0) + float(n) ** 2
-    out: dict[str, float] = {"gradients/nonfinite": float(nonfinite), "gradients/sparsity": small / max(1, total)}
-    per_layer = {f"layer_{i:02d}_norm": math.sqrt(v) for i, v in sorted(layer_sq.items())}
-    finite_norms = [v for v in per_layer.values() if math.isfinite(v)]
-    if len(finite_norms) >= 2 and min(finite_norms) > 0:
-        out["gradients/layer_spread"] = max(finite_norms) / min(finite_norms)
-    return out, per_layer
+# Gradient statistics: live/sharded_grads.py (one process, DDP, FSDP2 and ZeRO alike).
 
 
 # -- attention entropy ---------------------------------------------------------------------------
@@ -228,8 +191,12 @@ def repetition_stats(token_lists: list[list[int]], n: int = 3) -> dict[str, floa
     }
 
 
-def generate_samples(model: Any, tokenizer: Any, max_new_tokens: int = 32) -> tuple[dict[str, float], list[list[Any]]]:
-    """Greedy continuations of fixed prompts: repetition loops show up plainly under greedy decoding."""
+def generate_samples(model: Any, tokenizer: Any, max_new_tokens: int = 32,
+                     synced: bool = False) -> tuple[dict[str, float], list[list[Any]]]:
+    """Greedy continuations of fixed prompts: repetition loops show up plainly under greedy decoding.
+
+    ``synced``: every rank generates together (sharded parameters): each forward is a collective, so no rank may
+    stop at its end-of-sequence while another still decodes (transformers' ``synced_gpus``)."""
     tok = getattr(tokenizer, "tokenizer", tokenizer)
     if tok is None or not callable(tok):
         return {}, []
@@ -246,7 +213,7 @@ def generate_samples(model: Any, tokenizer: Any, max_new_tokens: int = 32) -> tu
                 ids = enc["input_ids"].to(device)
                 out = gen_model.generate(
                     input_ids=ids, attention_mask=enc.get("attention_mask", torch.ones_like(ids)).to(device),
-                    max_new_tokens=max_new_tokens, do_sample=False,
+                    max_new_tokens=max_new_tokens, do_sample=False, **({"synced_gpus": True} if synced else {}),
                     pad_token_id=getattr(tok, "pad_token_id", None) or getattr(tok, "eos_token_id", None),
                 )
                 gen = out[0, ids.shape[1]:].tolist()
