@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from .bounded import RewardLevel
 from .gauge import Gauge, finite
 from .keys import Row
 from .rollouts import ROLLOUT_DEFAULTS, ROLLOUT_INPUTS, ROLLOUT_OUTPUTS, samples_rules
@@ -232,21 +233,44 @@ class GradientGauge(Gauge):
         self.win = RollingWindow(self.p["window"])
         self.base = Baseline(10)
         self.spikes = 0
+        self.level = RewardLevel()
+        self.zero_frac = math.nan  # the last logged frac_reward_zero_std (rows that log only the optimizer carry it)
+
+    def _saturated(self) -> bool:
+        """A zero gradient in group-relative training that the reward explains: most groups scored alike
+        (``frac_reward_zero_std`` >= 1/2) on the success side of the reward's range (they are solved prompts), and
+        the reward still moves. A frozen reward, the failure side, or no group statistics: not explained."""
+        return (self.family == "grpo" and self.zero_frac == self.zero_frac and self.zero_frac >= 0.5
+                and self.level.success_side() and not self.level.frozen)
 
     def observe(self, row: Row) -> None:
         v = row.values
         d = self.derived
+        if self.family == "grpo":
+            self.level.push(v.get("reward"))
+            f = v.get("frac_reward_zero_std")
+            if f is not None and finite(f):
+                self.zero_frac = f
         g = v.get("grad_norm")
         if g is not None:
             if NonFiniteTracker.check(self, "grad_norm", g, "grad"):
                 return
             d["grad_norm"] = g
+            zero = g <= 1e-12
+            saturated = zero and self._saturated()
             self.check(
-                "grad-zero", g <= 1e-12, "stop", "grad_norm", g,
+                "grad-zero", zero and not saturated, "stop", "grad_norm", g,
                 lambda: f"grad_norm has been exactly 0 for {self.p['zero_for']} logged steps: nothing is "
                 "being learned (frozen parameters, all-zero advantages, or a broken loss). The run is "
                 "burning compute.",
                 for_=self.p["zero_for"],
+            )
+            self.check(
+                "grad-zero-saturated", saturated, "info", "grad_norm", g,
+                lambda: f"grad_norm is exactly 0 while {self.zero_frac:.0%} of groups scored alike at a reward near "
+                "the top of its range: whole batches are solved, so their advantages are 0. Not a dead run; add "
+                "harder prompts if it persists.",
+                for_=self.p["zero_for"], clear=self.p["zero_for"],
             )
             # Outside GRPO/RLOO (where a batch of all-equal groups legitimately gives 0) one exact zero is news.
             self.check(
