@@ -100,3 +100,38 @@ def test_dead_grpo_run_still_stops():
     for r in stuck[10:]:
         r["grad_norm"] = 0.0
     assert alarms(stuck).get("gradients/grad-zero") == "stop"
+
+
+# -- 2. reward_signal/zero-std-high and no-update-step: success is not a vanishing signal ---------------------
+
+
+def test_uniform_groups_of_a_succeeding_run_are_solved_prompts():
+    """Bimodal prompt difficulty at a 0.6-0.65 success rate (half the groups score alike: the easy ones solved, the
+    hard ones failed) and a saturating run at 0.9: the uniform groups are mostly all-correct, so no warning."""
+    for seed in range(6):
+        mixed = grpo_rows(seed, n_rows=80, groups=40, p0=0.6, p1=0.65, spread=1.0)
+        assert sum(r["frac_reward_zero_std"] for r in mixed) / len(mixed) > 0.5  # the stream is what it claims
+        saturating = grpo_rows(seed)
+        for rows in (mixed, saturating):
+            a = alarms(rows)
+            assert "reward_signal/zero-std-high" not in a and "reward_signal/no-update-step" not in a, (seed, a)
+    assert findings(grpo_rows(0, n_rows=80, groups=40, p0=0.6, p1=0.65, spread=1.0)).get(
+        "reward_signal/zero-std-solved") == "info"
+
+
+def test_uniform_groups_of_a_failing_run_still_warn():
+    """Prompts too hard: at a 5-10 % success rate most groups fail every completion."""
+    rows = grpo_rows(4, n_rows=60, groups=8, p0=0.05, p1=0.08, spread=0.5)
+    assert alarms(rows).get("reward_signal/zero-std-high") == "warn"
+
+
+def test_one_row_without_spread_is_chance_two_are_news():
+    """Four groups of two score alike by chance on 6 % of rows at p = 1/2: such a row with grad_norm 0 (here at step
+    0) is no warning; the same at the reward's floor for three rows in a row is."""
+    for seed in range(8):
+        rows = grpo_rows(seed, n_rows=100, groups=4, group=2, p0=0.4, p1=0.5, slice_groups=4)
+        rows[0].update(reward=0.5, reward_std=0.0, frac_reward_zero_std=1.0, grad_norm=0.0)
+        assert "reward_signal/no-update-step" not in alarms(rows), seed
+    for r in rows[20:23]:
+        r.update(reward=0.0, reward_std=0.0, frac_reward_zero_std=1.0, grad_norm=0.0)
+    assert alarms(rows).get("reward_signal/no-update-step") == "warn"

@@ -10,8 +10,9 @@ all-wrong with (1 - p)^G. Two readings follow that need no knowledge of G:
 * a zero gradient in group-relative training is explained when most groups are uniform on the success side
   and the reward is still moving; a reward frozen to the digit, or sitting on the failure side, is not.
 
-The level is the reward itself when every reward seen lies in [0, 1] (a success rate), otherwise its place in
-the range seen so far, with 0 as the floor of a non-negative reward (a sum of 0/1 verifiers starts there).
+The level is the reward itself when every reward seen lies in [0, 1] (a success rate), its share of the highest
+reward seen for a larger non-negative reward (a sum of 0/1 verifiers starts at 0), and unknown for a signed one
+(a penalty scale has no floor that means "every completion failed"): the rules then read as they did without it.
 """
 
 from __future__ import annotations
@@ -50,12 +51,13 @@ class RewardLevel:
         return p
 
     def level(self, r: float) -> float:
-        """``r`` as a success rate: itself for a reward in [0, 1], else its place in [min(0, lowest), highest]."""
-        if self.lo >= 0.0 and self.hi <= 1.0:
+        """``r`` as a success rate: itself for a reward in [0, 1], its share of the highest seen for a larger
+        non-negative one (a sum of verifiers), nan for a signed reward (no floor says "every completion failed")."""
+        if self.lo < 0.0:
+            return math.nan
+        if self.hi <= 1.0:
             return min(max(r, 0.0), 1.0)
-        floor = min(0.0, self.lo)
-        span = self.hi - floor
-        return (r - floor) / span if span > 0 else math.nan
+        return min(max(r, 0.0), self.hi) / self.hi
 
     @property
     def now(self) -> float:

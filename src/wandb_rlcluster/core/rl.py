@@ -13,6 +13,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from .bounded import RewardLevel
 from .gauge import Gauge, finite
 from .keys import Row
 from .rollouts import ROLLOUT_DEFAULTS, ROLLOUT_OUTPUTS, length_rules, reward_rules, reward_signal_rules
@@ -1776,9 +1777,14 @@ class RewardSignalGauge(Gauge):
     contributes nothing; ``frac_reward_zero_std`` is the robust measure (the
     meaning of ``reward_std`` changed across TRL versions, so it is used only
     when the fraction is not logged). Over half the groups without spread is a
-    warning while the reward is not improving; while it has been rising over
-    the run (the entropy gauge's test of progress) they are prompts being
-    solved: ``info``.
+    warning only when they are mostly failed prompts and the reward is not
+    rising: with a fraction f uniform at success rate p, at least f - p of the
+    groups failed every completion whatever the prompt mix, half the uniform
+    ones once p <= f / 2. Above 1/2 (a group is all-correct with chance p^G and
+    all-wrong with (1-p)^G, so the uniform ones are mostly solved, whatever G),
+    or while the reward rises (the entropy gauge's test of progress), they are
+    prompts being solved: ``info``. A signed reward has no level: the fixed line
+    decides, as before.
     """
 
     id = "reward_signal"
@@ -1787,11 +1793,12 @@ class RewardSignalGauge(Gauge):
     outputs = ("reward_std", "frac_zero_std", "frac_zero_std_ewma", "dead_components", "length_reward_corr",
                *ROLLOUT_OUTPUTS["reward_signal"])
     defaults = {"zero_std_warn": 0.5, "zero_std_stop": 0.99, "for": 5, "stop_for": 10, "smooth": 0.3,
-                "std_low": 0.05, "component_dead": 0.01, "component_for": 10, "gold": [],
+                "no_update_for": 3, "std_low": 0.05, "component_dead": 0.01, "component_for": 10, "gold": [],
                 **ROLLOUT_DEFAULTS["reward_signal"]}
 
     def setup(self) -> None:
         self.progress = RewardProgress(self.p["gold"])
+        self.level = RewardLevel(self.p["smooth"])
         self.zero = Ewma(self.p["smooth"])
         self.std_ewma = Ewma(self.p["smooth"])
         self.comp_fns: list[str] = []
@@ -1818,6 +1825,7 @@ class RewardSignalGauge(Gauge):
         p = self.p
         d = self.derived
         self.progress.push(v)
+        self.level.push(v.get("reward"))
         f = v.get("frac_reward_zero_std")
         std = v.get("reward_std")
         if std is not None and finite(std):
@@ -1831,25 +1839,43 @@ class RewardSignalGauge(Gauge):
                        lambda: f"every group has identical rewards for {p['stop_for']} logged steps: advantages "
                        "are all zero and the policy receives no gradient. The task is either solved or "
                        "impossible for this model: change the prompts or the reward.", for_=p["stop_for"])
-            # while the reward has been rising over the run, groups losing their spread are mostly prompts being
-            # solved: the test of progress the entropy gauge uses (a noisy reward rarely climbs at t >= 3 in 120 steps)
-            solved = self.progress.improving()
-            self.check("zero-std-high", ze > p["zero_std_warn"] and not solved, "warn", "frac_reward_zero_std", f,
-                       lambda: f"{ze:.0%} of groups have zero reward variance: the learning signal is vanishing "
-                       "(prompts too easy or too hard). Filter prompts by difficulty or raise num_generations.",
+            # groups losing their spread are mostly prompts being solved when the (smoothed) reward sits on the
+            # success side of its range, or has been rising over the run (the entropy gauge's test of progress)
+            solved = self.level.success_side(smoothed=True) or self.progress.improving()
+            # ... and mostly failed prompts when the level leaves no other reading: a reward p >= the all-correct
+            # share a (p = a + the mixed groups' mean x their share), so at least f - p of the groups failed every
+            # completion, whatever the mix of prompt difficulties; p <= f / 2 makes those at least half the uniform
+            # groups. Without a reward level the fixed line alone decides, as before.
+            lv = self.level.smooth
+            failing = lv != lv or lv <= ze / 2
+            self.check("zero-std-high", ze > p["zero_std_warn"] and failing and not solved, "warn",
+                       "frac_reward_zero_std", f,
+                       lambda: f"{ze:.0%} of groups have zero reward variance"
+                       + (f" at a success rate near {lv:.0%}: most of them fail every completion, so the learning "
+                          "signal is vanishing (prompts too hard for the model)" if lv == lv else
+                          ": the learning signal is vanishing (prompts too easy or too hard)")
+                       + ". Filter prompts by difficulty or raise num_generations.",
                        for_=p["for"], clear=5)
             self.check("zero-std-solved", ze > p["zero_std_warn"] and solved, "info", "frac_reward_zero_std", f,
-                       lambda: f"{ze:.0%} of groups have zero reward variance while the reward keeps climbing: "
-                       "prompts are being solved and stop teaching anything. Add harder prompts when it nears 100 %.",
+                       lambda: f"{ze:.0%} of groups have zero reward variance while the reward "
+                       + ("keeps climbing" if lv != lv or lv <= 0.5 else f"sits near {lv:.0%} of its range")
+                       + ": prompts are being solved and stop teaching anything. Add harder prompts when it nears "
+                       "100 %.",
                        for_=p["for"], clear=5)
         # One unambiguous row: no group had any reward spread and the optimizer got a zero gradient —
         # the step changed nothing (the seed's dead-run signal, made specific to group-relative training).
         g = v.get("grad_norm")
+        # A small batch scores every group alike by chance ((p^G + (1-p)^G)^groups: 6 % of rows at p = 1/2 with 4
+        # groups of 2), so one such row is no evidence: three in a row are (chance 2e-4 per row there). On the
+        # success side with the reward still moving they are solved batches (gradients/grad-zero-saturated says
+        # so), not a stalled run.
         no_spread = (has_frac and f >= p["zero_std_stop"]) or (not has_frac and std is not None and std == 0.0)
-        self.check("no-update-step", no_spread and g is not None and g == 0.0, "warn", "grad_norm", g,
-                   lambda: f"at step {self.step} every group scored its completions identically and grad_norm is 0: "
-                   "this step changed nothing. If it repeats, the run is dead (prompts too easy/hard, reward "
-                   "constant).")
+        solved_batch = self.level.success_side() and not self.level.frozen
+        self.check("no-update-step", no_spread and g is not None and g == 0.0 and not solved_batch, "warn",
+                   "grad_norm", g,
+                   lambda: f"at step {self.step} every group scored its completions identically and grad_norm is 0, "
+                   f"for {self.held('no-update-step')} logged steps in a row: these steps changed nothing. If it "
+                   "goes on, the run is dead (prompts too easy/hard, reward constant).", for_=p["no_update_for"])
         if not has_frac and std is not None and finite(std):  # older TRL: reward_std is all there is
             se = self.std_ewma.push(std)
             self.check("reward-std-low", se < p["std_low"], "warn", "reward_std", std,
