@@ -135,3 +135,22 @@ def test_one_row_without_spread_is_chance_two_are_news():
     for r in rows[20:23]:
         r.update(reward=0.0, reward_std=0.0, frac_reward_zero_std=1.0, grad_norm=0.0)
     assert alarms(rows).get("reward_signal/no-update-step") == "warn"
+
+
+# -- 8. gradients/grad-nonfinite: one skipped fp16 step is not a warning -------------------------------------
+
+
+def test_one_nan_in_a_long_fp16_sft_run_is_info_repeats_warn():
+    """A 1,200-step fp16 SFT run logs one NaN grad_norm early (dynamic loss scaling skipped that step): info. Two
+    within 50 logged rows warn; three in a row stop, as before."""
+    rng = random.Random(8)
+    rows = [{"step": i, "loss": 1.5 * math.exp(-i / 600) + rng.gauss(0, 0.03),
+             "grad_norm": 0.8 * math.exp(rng.gauss(0, 0.3)), "learning_rate": 2e-5} for i in range(1, 1230)]
+    rows[6]["grad_norm"] = float("nan")
+    assert findings(rows, "sft").get("gradients/grad-nonfinite") == "info"
+    assert not alarms(rows, "sft")
+    rows[40]["grad_norm"] = float("nan")
+    assert alarms(rows, "sft") == {"gradients/grad-nonfinite-repeated": "warn"}
+    for r in rows[600:603]:
+        r["grad_norm"] = float("inf")
+    assert alarms(rows, "sft").get("gradients/grad-nonfinite-persistent") == "stop"

@@ -16,15 +16,27 @@ SURROGATE_LOSS_FAMILIES = frozenset({"grpo", "ppo", "online_dpo"})
 
 
 class NonFiniteTracker:
-    """Shared NaN/Inf logic: one bad value is a warning, a run of them a stop."""
+    """Shared NaN/Inf logic: one isolated bad value is ``info`` (fp16/bf16 dynamic loss scaling skips a step and
+    logs its NaN/Inf norm, then carries on), a second within ``nonfinite_window`` logged rows a warning, a run of
+    them a stop."""
 
     @staticmethod
-    def check(gauge: Gauge, key: str, value: float, prefix: str) -> bool:
+    def check(gauge: LossGauge | GradientGauge, key: str, value: float, prefix: str) -> bool:
         bad = not finite(value)
+        last = gauge.nonfinite_rows.get(prefix) if bad else None
+        repeated = last is not None and gauge.rows_seen - last <= gauge.p["nonfinite_window"]
+        if bad:
+            gauge.nonfinite_rows[prefix] = gauge.rows_seen
         gauge.check(
-            f"{prefix}-nonfinite", bad, "warn", key, value,
-            lambda: f"{key} is {value} at step {gauge.step}. One bad step can be a skipped fp16 "
+            f"{prefix}-nonfinite", bad, "info", key, value,
+            lambda: f"{key} is {value} at step {gauge.step}. One bad step is usually a skipped fp16 "
             "loss-scale step; if it repeats, the run has diverged.",
+        )
+        gauge.check(
+            f"{prefix}-nonfinite-repeated", repeated, "warn", key, value,
+            lambda: f"{key} is {value} at step {gauge.step}, again within {gauge.p['nonfinite_window']} logged "
+            "steps of the last one: more than a skipped loss-scale step. Watch for divergence; lower the LR or "
+            "enable gradient clipping.", clear=gauge.p["nonfinite_window"],
         )
         gauge.check(
             f"{prefix}-nonfinite-persistent", bad, "stop", key, value,
@@ -63,11 +75,13 @@ class LossGauge(Gauge):
     inputs = ("loss", "eval_loss")
     outputs = ("loss", "loss_ewma", "loss_trend", "spike_ratio", "volatility_ratio", "eval_loss", "oscillation")
     defaults = {"window": 20, "spike_ratio": 2.0, "spike_ratio_now": 5.0, "spike_for": 2, "spike_min_rows": 10,
-                "nonfinite_for": 3, "var_ratio": 4.0, "spike_repeat": 3, "spike_repeat_rows": 50, "osc_ratio": 2.2,
-                "osc_min": 0.12, "osc_for": 5, "osc_window": 32, "osc_share": 0.65, "osc_amp": 0.12, "osc_every": 3,
+                "nonfinite_for": 3, "nonfinite_window": 50, "var_ratio": 4.0, "spike_repeat": 3,
+                "spike_repeat_rows": 50, "osc_ratio": 2.2, "osc_min": 0.12, "osc_for": 5, "osc_window": 32,
+                "osc_share": 0.65, "osc_amp": 0.12, "osc_every": 3,
                 "osc_skew": 1.0}
 
     def setup(self) -> None:
+        self.nonfinite_rows: dict[str, int] = {}  # NonFiniteTracker: the row of the last NaN/Inf, per metric
         self.hist = RollingWindow(self.p["window"])
         self.recent = RollingWindow(5)
         self.ewma = Ewma(0.1)
@@ -225,11 +239,12 @@ class GradientGauge(Gauge):
     outputs = ("grad_norm", "spike_ratio", "spikes", "norm_vs_start", "nonfinite", "layer_spread", "sparsity")
     defaults = {
         "window": 50, "explode_ratio": 5.0, "explode_for": 3, "spike_ratio": 10.0,
-        "vanish_ratio": 0.01, "vanish_for": 10, "zero_for": 5, "nonfinite_for": 3,
+        "vanish_ratio": 0.01, "vanish_for": 10, "zero_for": 5, "nonfinite_for": 3, "nonfinite_window": 50,
         "layer_spread": 1000.0, "sparsity": 0.99, "min_history": 20,
     }
 
     def setup(self) -> None:
+        self.nonfinite_rows: dict[str, int] = {}  # NonFiniteTracker: the row of the last NaN/Inf, per metric
         self.win = RollingWindow(self.p["window"])
         self.base = Baseline(10)
         self.spikes = 0
