@@ -154,3 +154,43 @@ def test_one_nan_in_a_long_fp16_sft_run_is_info_repeats_warn():
     for r in rows[600:603]:
         r["grad_norm"] = float("inf")
     assert alarms(rows, "sft").get("gradients/grad-nonfinite-persistent") == "stop"
+
+
+# -- 3. reward_signal/reward-std-low: a small batch's reward_std is 0 by chance ----------------------------------
+
+
+def small_batch_rows(seed: int, n_rows: int = 200, p0: float = 0.28, p1: float = 0.69) -> list[dict]:
+    """Older-TRL rows (reward_std, no frac_reward_zero_std) of 4 groups of 2 binary rewards: the reward moves in
+    steps of 1/8 and reward_std is 0 whenever every group agreed (a third to half of the rows)."""
+    rows = grpo_rows(seed, n_rows=n_rows, groups=4, group=2, p0=p0, p1=p1, slice_groups=4, spread=0.8)
+    for r in rows:
+        del r["frac_reward_zero_std"]
+        if r["grad_norm"] == 0.0:  # beta > 0: the KL term keeps a small gradient, as in the real runs
+            r["grad_norm"] = 0.01
+    return rows
+
+
+def test_small_batch_reward_std_zeros_are_chance():
+    for seed in range(10):
+        for p0, p1 in ((0.28, 0.69), (0.35, 0.45)):  # learning, and a slow noisy gain
+            rows = small_batch_rows(seed, p0=p0, p1=p1)
+            assert sum(r["reward_std"] == 0 for r in rows) > 0.2 * len(rows)  # the stream is what it claims
+            assert "reward_signal/reward-std-low" not in alarms(rows), (seed, p0)
+
+
+def test_reward_std_collapse_still_warns():
+    """Every group scores alike from row 80 on (reward flat): the streak is improbable at the run's own rate."""
+    rows = small_batch_rows(3, p0=0.4, p1=0.45)
+    for r in rows[80:]:
+        r.update(reward=0.375, reward_std=0.0)
+    got = [f for f in analyze_rows(rows, trainer="grpo").findings if f.rule == "reward-std-low"]
+    assert got and got[0].severity == "warn" and 5 * 81 <= got[0].step <= 5 * 120
+    # a large batch whose reward_std never dips under the floor: a collapse is news within a few rows (once the
+    # reward's rise over the run has faded: a rising reward has signal)
+    big = grpo_rows(4, n_rows=100, groups=16, group=8, p0=0.4, p1=0.45)
+    for r in big:
+        del r["frac_reward_zero_std"]
+    for r in big[60:]:
+        r.update(reward=0.4, reward_std=0.004)
+    got = [f for f in analyze_rows(big, trainer="grpo").findings if f.rule == "reward-std-low"]
+    assert got and got[0].severity == "warn" and 5 * 61 <= got[0].step <= 5 * 75

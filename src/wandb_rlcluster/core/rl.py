@@ -1793,14 +1793,17 @@ class RewardSignalGauge(Gauge):
     outputs = ("reward_std", "frac_zero_std", "frac_zero_std_ewma", "dead_components", "length_reward_corr",
                *ROLLOUT_OUTPUTS["reward_signal"])
     defaults = {"zero_std_warn": 0.5, "zero_std_stop": 0.99, "for": 5, "stop_for": 10, "smooth": 0.3,
-                "no_update_for": 3, "std_low": 0.05, "component_dead": 0.01, "component_for": 10, "gold": [],
+                "no_update_for": 3, "std_low": 0.05, "std_low_alpha": 1e-4, "component_dead": 0.01, "component_for": 10,
+                "gold": [],
                 **ROLLOUT_DEFAULTS["reward_signal"]}
 
     def setup(self) -> None:
         self.progress = RewardProgress(self.p["gold"])
         self.level = RewardLevel(self.p["smooth"])
         self.zero = Ewma(self.p["smooth"])
-        self.std_ewma = Ewma(self.p["smooth"])
+        self.low_streak = 0  # reward_std rows under std_low in a row, now
+        self.low_rows = 0  # ... and before this streak: rows under it, of std_rows read
+        self.std_rows = 0
         self.comp_fns: list[str] = []
         self.corr = RollingCorrelation(30)
         self._components: tuple[tuple[str, str, str], ...] = ()
@@ -1816,6 +1819,28 @@ class RewardSignalGauge(Gauge):
         out = super().state_dict()
         out["_row_width"] = -1  # the component key cache is not saved: a resumed gauge must scan the next row
         return out
+
+    def _std_low(self, std: float) -> None:
+        """``reward-std-low`` as a runs test: a streak of k rows under the floor when this run's rows fall under
+        it at rate q (counted before the streak, Laplace-smoothed) has chance q^k; it warns past the declared
+        false-alarm rate ``std_low_alpha`` per row, while the reward is not rising. A small batch's reward_std is a
+        mean of a few group stds that are 0 by chance (4 groups of 2 at p = 0.3: 15 % of rows all zero), so its
+        own rate, not the fixed floor alone, says when a streak is news: 3 rows where batches never dip under it,
+        14 where half the rows do."""
+        p = self.p
+        if std < p["std_low"]:
+            self.low_streak += 1
+        else:
+            self.low_rows += self.low_streak
+            self.std_rows += self.low_streak + 1
+            self.low_streak = 0
+        k = self.low_streak
+        q = (self.low_rows + 1.0) / (self.std_rows + 2.0)
+        news = k > 0 and k * math.log(1.0 / q) >= math.log(1.0 / p["std_low_alpha"])
+        self.check("reward-std-low", news and not self.progress.improving(), "warn", "reward_std", std,
+                   lambda: f"reward_std has stayed under {p['std_low']} for {k} logged steps in a row (this run's "
+                   f"batches dip under it on {q:.0%} of steps: chance {q ** k:.1g}): completions in a group score "
+                   "alike, so there is little signal left to learn from.", clear=p["for"])
 
     def observe(self, row: Row) -> None:
         if row.kind != "train" or not self.applies():
@@ -1877,10 +1902,7 @@ class RewardSignalGauge(Gauge):
                    f"for {self.held('no-update-step')} logged steps in a row: these steps changed nothing. If it "
                    "goes on, the run is dead (prompts too easy/hard, reward constant).", for_=p["no_update_for"])
         if not has_frac and std is not None and finite(std):  # older TRL: reward_std is all there is
-            se = self.std_ewma.push(std)
-            self.check("reward-std-low", se < p["std_low"], "warn", "reward_std", std,
-                       lambda: f"reward_std has averaged {se:.3g} < {p['std_low']}: completions in a group score "
-                       "alike, so there is little signal left to learn from.", for_=p["for"])
+            self._std_low(std)
         # Partial rewards: a component whose std stays ~0 is dead weight.
         if len(v) != self._row_width:  # re-scan for reward components only when the row's shape changes
             self._row_width = len(v)
