@@ -194,3 +194,44 @@ def test_reward_std_collapse_still_warns():
         r.update(reward=0.4, reward_std=0.004)
     got = [f for f in analyze_rows(big, trainer="grpo").findings if f.rule == "reward-std-low"]
     assert got and got[0].severity == "warn" and 5 * 61 <= got[0].step <= 5 * 75
+
+
+# -- 6. gradients/grad-explosion: a one-off spike, or a bimodal GRPO norm, is not an explosion ---------------
+
+
+def bimodal_grad_rows(seed: int, n_batches: int = 100) -> list[dict]:
+    """GRPO logging two optimizer rows per generation batch: a batch whose groups all agree has only the KL term's
+    gradient (norm ~1e-3 .. 1e-2), the others ~0.5; one batch spikes to ~3.4 and reverts."""
+    rng = random.Random(seed)
+    rows = []
+    for b in range(n_batches):
+        quiet = rng.random() < 0.4
+        level = 10 ** rng.uniform(-3.5, -2) if quiet else 0.5 * math.exp(rng.gauss(0, 0.4))
+        for k in range(2):
+            g = level * math.exp(rng.gauss(0, 0.1))
+            if b == 22:
+                g = 3.4 if k == 0 else 1.2
+            row = {"step": 2 * b + k + 1, "grad_norm": g, "loss": rng.gauss(0, 0.1), "learning_rate": 1e-6}
+            if k == 0:
+                row.update(reward=min(1.0, max(0.0, 0.3 + 0.003 * b + rng.gauss(0, 0.1))), reward_std=0.2,
+                           frac_reward_zero_std=0.9 if quiet else 0.3)
+            rows.append(row)
+    return rows
+
+
+def test_bimodal_grpo_grad_norms_and_a_reverting_spike_do_not_explode():
+    for seed in range(10):
+        assert "gradients/grad-explosion" not in alarms(bimodal_grad_rows(seed)), seed
+
+
+def test_a_sustained_explosion_still_warns():
+    rows = bimodal_grad_rows(1)
+    for r in rows[120:]:
+        r["grad_norm"] = 15.0 * math.exp(random.Random(r["step"]).gauss(0, 0.2))
+    got = [f for f in analyze_rows(rows, trainer="grpo").findings if f.rule == "grad-explosion"]
+    assert got and got[0].severity == "warn" and 121 <= got[0].step <= 126
+    sft = [{"step": i, "loss": 1.0, "grad_norm": 0.4 * math.exp(random.Random(i).gauss(0, 0.2))} for i in range(1, 200)]
+    for r in sft[100:]:
+        r["grad_norm"] *= 8
+    got = [f for f in analyze_rows(sft, trainer="sft").findings if f.rule == "grad-explosion"]
+    assert got and 101 <= got[0].step <= 104
