@@ -235,3 +235,33 @@ def test_a_sustained_explosion_still_warns():
         r["grad_norm"] *= 8
     got = [f for f in analyze_rows(sft, trainer="sft").findings if f.rule == "grad-explosion"]
     assert got and 101 <= got[0].step <= 104
+
+
+# -- 7. length/length-variance-collapse: a fixed answer format is not a template collapse -----------------------
+
+
+def arithmetic_rows(seed: int, n_rows: int = 200, rising: bool = True) -> list[dict]:
+    """Short arithmetic answers, 4 completions a batch: lengths ~55 tokens whose spread within a batch shrinks to 0
+    as the policy settles on the answer format, while the success rate (of 64 scored answers a row: the logged
+    mean over the logging window) climbs 0.1 -> 0.9 (or stays at 0.3)."""
+    rng = random.Random(seed)
+    rows = []
+    for i in range(n_rows):
+        jitter = 8.0 * math.exp(-i / 40)
+        lengths = [round(55 + rng.gauss(0, jitter)) for _ in range(4)]
+        p = 0.1 + 0.8 * i / n_rows if rising else 0.3
+        reward = sum(rng.random() < p for _ in range(64)) / 64
+        rows.append({"step": i + 1, "reward": reward, "reward_std": 0.3, "frac_reward_zero_std": 0.5,
+                     "completions/mean_length": sum(lengths) / 4, "completions/min_length": min(lengths),
+                     "completions/max_length": max(lengths), "completions/clipped_ratio": 0.0,
+                     "grad_norm": 0.5, "loss": 0.0})
+    return rows
+
+
+def test_fixed_answer_format_with_rising_reward_is_sharpening():
+    for seed in range(6):
+        assert "length/length-variance-collapse" not in alarms(arithmetic_rows(seed)), seed
+
+
+def test_length_spread_collapse_with_flat_reward_still_warns():
+    assert alarms(arithmetic_rows(1, rising=False)).get("length/length-variance-collapse") == "warn"

@@ -1398,7 +1398,7 @@ class LengthGauge(Gauge):
     # A 2x / 0.5x ratio is far outside healthy drift, so a light EWMA (0.5) held 3 rows is enough; heavier
     # smoothing only delayed detection (benchmarks/detection, tuning seeds) and bought no fewer false alarms.
     defaults = {"explode": 2.0, "collapse": 0.5, "drift": 0.3, "for": 3, "smooth": 0.5, "truncation": 0.2,
-                "truncation_for": 3, "spread_collapse": 0.25, "spread_deep": 0.15, "variance_change": 0.5,
+                "truncation_for": 3, "spread_collapse": 0.25, "variance_change": 0.5,
                 "baseline_rows": 10, "drift_for": 5, "trend_rows": 60, "trend_t": 5.0, "trend_min": 0.25,
                 "trend_target": 0.45, "trend_now": 0.15, "drift_sd": 1.0,
                 "trend_for": 3, "gap": 0.1, "baseline_mean": 0.0, "baseline_std": 0.0, "batch_completions": 0,
@@ -1582,15 +1582,16 @@ class LengthGauge(Gauge):
         d["variance_vs_baseline"] = var_ratio
         sig_c = abs(se_c - sb) >= p["significance"] * sd
         collapsed = cratio < p["spread_collapse"] and sig_c
+        # however deep, a narrowing while the reward still clearly rises is sharpening: a fixed answer format (short
+        # arithmetic answers) gives small batches identical lengths while the policy keeps getting better (issue #28)
         improving = self.progress.improving(now=True) if collapsed else True
-        deep = cratio < p["spread_deep"] and sig_c  # one template whatever the reward does
-        self.check("length-variance-collapse", collapsed and (deep or not improving), "warn", "completions/max_length",
+        self.check("length-variance-collapse", collapsed and not improving, "warn", "completions/max_length",
                    spread,
                    lambda: f"the length spread within a batch fell to {cratio:.2f}x its start ((max - min) / mean "
-                   f"{sb:.2f} -> {se_c:.2f}){'' if improving else ' while the reward is not improving'}: answers are "
-                   "converging on one template, a sign of mode collapse. Raise the temperature or add an entropy "
-                   "bonus.", for_=p["for"], clear=10)
-        self.check("length-spread-narrowing", collapsed and improving and not deep, "info", "completions/max_length",
+                   f"{sb:.2f} -> {se_c:.2f}) while the reward is not improving: answers are converging on one "
+                   "template, a sign of mode collapse. Raise the temperature or add an entropy bonus.",
+                   for_=p["for"], clear=10)
+        self.check("length-spread-narrowing", collapsed and improving, "info", "completions/max_length",
                    spread,
                    lambda: f"the length spread within a batch fell to {cratio:.2f}x its start while the reward keeps "
                    "improving: the policy is sharpening. Healthy unless samples look like one template.",
