@@ -82,8 +82,3 @@ class RewardLevel:
         for k in self.__slots__:
             if k in state:
                 setattr(self, k, int(state[k]) if k in ("same", "n") else float(state[k]))
-
-
-def uniform_group_chance(p: float, group: int) -> float:
-    """Chance that a group of ``group`` completions at success rate ``p`` scores alike: p^G + (1 - p)^G."""
-    return p**group + (1.0 - p) ** group
