@@ -386,11 +386,13 @@ def test_kl_growing_slowly_in_a_long_run_is_projected_to_the_end_of_the_run():
 def test_zero_std_groups_while_the_reward_still_rises_are_solved_prompts():
     """Half the groups without reward spread while a noisy reward still rises (the entropy gauge's test of
     progress, t >= 1 over the run, not a clear t >= 3 climb): prompts being solved, ``info``; the same with the
-    reward flat is the warning."""
+    reward flat is the warning when the level says most uniform groups failed (issue #28: at a success rate p at
+    least f - p of the groups failed every completion, half the uniform ones once p <= f / 2; at p = 0.5 a 60 %
+    uniform share can be solved and failed prompts alike, which the level alone cannot call a vanishing signal)."""
     rising = build(lambda i, g: grpo(i, g, zero_std=0.2 + 0.4 * ramp(i), reward=0.3 + 0.03 * i / N))
     assert not found(rising, "grpo", "zero-std-high")
     assert found(rising, "grpo", "zero-std-solved")
-    flat = build(lambda i, g: grpo(i, g, zero_std=0.2 + 0.4 * ramp(i), reward=0.5))
+    flat = build(lambda i, g: grpo(i, g, zero_std=0.2 + 0.4 * ramp(i), reward=0.25))
     assert found(flat, "grpo", "zero-std-high")
 
 
@@ -435,7 +437,8 @@ def test_length_spread_narrowing_with_rising_reward_is_info_unless_deep():
     narrowing = found(rows, "grpo", "length-spread-narrowing")
     assert narrowing and {f.severity for f in narrowing} == {"info"}
     assert not found(rows, "grpo", "length-variance-collapse")
-    deep = build(lambda i, g: grpo(i, g, spread=1.2 * (1 - 0.92 * ramp(i, span=40))))  # to 0.08x: one template
+    # to 0.08x while the reward only creeps (not clearly rising now, issue #28: depth alone no longer decides)
+    deep = build(lambda i, g: grpo(i, g, spread=1.2 * (1 - 0.92 * ramp(i, span=40))))
     assert found(deep, "grpo", "length-variance-collapse")
 
 

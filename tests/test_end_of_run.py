@@ -66,8 +66,9 @@ def test_a_warning_that_had_barely_started_is_not_reported():
 def zero_std_end(quiet_rows: int) -> tuple[list[str], int]:
     """A GRPO run planned for 1,200 steps (a long run: ``zero-std-high`` holds 10 rows, k of n), 600 logged, whose
     zero-std share is high on 9 rows that end ``quiet_rows`` rows before the log does: (the end-of-log reports, the
-    rule's count at the end)."""
-    rows = build(lambda i, g: grpo(i, g, reward=0.6 - 0.2 * i / 600,
+    rule's count at the end). The reward ends near 0.2, so the level reads the uniform groups as failed prompts
+    (issue #28: at 0.4 the rule would wait for the share's smoothed level to pass twice the reward)."""
+    rows = build(lambda i, g: grpo(i, g, reward=0.3 - 0.1 * i / 600,
                                    zero_std=0.85 if 600 - quiet_rows - 9 < i <= 600 - quiet_rows else 0.1), n=600)
     cluster = InstrumentCluster(trainer="grpo", max_steps=1200)
     for r in rows:

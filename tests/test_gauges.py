@@ -180,11 +180,17 @@ def test_negative_and_near_zero_kl():
     assert any(f.rule == "kl-near-zero" for f in analyze_rows(zero, trainer="grpo").findings)
 
 
-def test_single_nan_warns_persistent_nan_stops():
+def test_single_nan_is_info_repeated_nan_warns_persistent_nan_stops():
     rows = [{"step": i, "loss": 1.0, "grad_norm": 0.5} for i in range(1, 30)]
     rows[10]["grad_norm"] = float("nan")
     one = analyze_rows(rows, trainer="sft")
-    assert [(f.rule, f.severity) for f in one.findings] == [("grad-nonfinite", "warn")]
+    # an isolated NaN grad_norm is what fp16 loss scaling logs when it skips a step (issue #28)
+    assert [(f.rule, f.severity) for f in one.findings] == [("grad-nonfinite", "info")]
+    rows[15]["grad_norm"] = float("inf")
+    two = analyze_rows(rows, trainer="sft")
+    assert [(f.rule, f.severity, f.step) for f in two.findings if f.severity != "info"] == [
+        ("grad-nonfinite-repeated", "warn", 16)]
+    rows[15]["grad_norm"] = 0.5
     for r in rows[20:]:
         r["loss"] = float("inf")
     many = analyze_rows(rows, trainer="sft")

@@ -51,9 +51,12 @@ EXPECT: dict[str, tuple[str, str, set[tuple[str, str]], set[str]]] = {
         {"reward_signal", "gradients"},
     ),
     # MOSTLY HEALTHY, SATURATING: early truncation that DAPO fixes, group signal vanishing as the task is solved.
-    # Worth a warning, never a stop.
+    # Worth a warning, never a stop. Issue #28: the zero-std groups sit at a reward of 0.8-0.9, so they are solved
+    # prompts (all-correct groups outnumber all-wrong ones above a success rate of 1/2, whatever the group size):
+    # the vanishing signal is reported as zero-std-solved (info, "prompts are being solved"); the warning is the
+    # truncation.
     "grpo_dapo_qwen35_nipsdyn_s42.json": (
-        "grpo", "warn", {("length", "truncation"), ("reward_signal", "zero-std-high")}, {"length", "reward_signal"},
+        "grpo", "warn", {("length", "truncation"), ("reward_signal", "zero-std-solved")}, {"length", "reward_signal"},
     ),
     # HEALTHY but short (25 entries): reward up, length down moderately.
     "grpo_gemma3_abdo_250.json": ("grpo", "ok", set(), set()),

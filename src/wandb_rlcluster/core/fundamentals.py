@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from .bounded import RewardLevel
 from .gauge import Gauge, finite
 from .keys import Row
 from .rollouts import ROLLOUT_DEFAULTS, ROLLOUT_INPUTS, ROLLOUT_OUTPUTS, samples_rules
@@ -15,15 +16,27 @@ SURROGATE_LOSS_FAMILIES = frozenset({"grpo", "ppo", "online_dpo"})
 
 
 class NonFiniteTracker:
-    """Shared NaN/Inf logic: one bad value is a warning, a run of them a stop."""
+    """Shared NaN/Inf logic: one isolated bad value is ``info`` (fp16/bf16 dynamic loss scaling skips a step and
+    logs its NaN/Inf norm, then carries on), a second within ``nonfinite_window`` logged rows a warning, a run of
+    them a stop."""
 
     @staticmethod
-    def check(gauge: Gauge, key: str, value: float, prefix: str) -> bool:
+    def check(gauge: LossGauge | GradientGauge, key: str, value: float, prefix: str) -> bool:
         bad = not finite(value)
+        last = gauge.nonfinite_rows.get(prefix) if bad else None
+        repeated = last is not None and gauge.rows_seen - last <= gauge.p["nonfinite_window"]
+        if bad:
+            gauge.nonfinite_rows[prefix] = gauge.rows_seen
         gauge.check(
-            f"{prefix}-nonfinite", bad, "warn", key, value,
-            lambda: f"{key} is {value} at step {gauge.step}. One bad step can be a skipped fp16 "
+            f"{prefix}-nonfinite", bad, "info", key, value,
+            lambda: f"{key} is {value} at step {gauge.step}. One bad step is usually a skipped fp16 "
             "loss-scale step; if it repeats, the run has diverged.",
+        )
+        gauge.check(
+            f"{prefix}-nonfinite-repeated", repeated, "warn", key, value,
+            lambda: f"{key} is {value} at step {gauge.step}, again within {gauge.p['nonfinite_window']} logged "
+            "steps of the last one: more than a skipped loss-scale step. Watch for divergence; lower the LR or "
+            "enable gradient clipping.", clear=gauge.p["nonfinite_window"],
         )
         gauge.check(
             f"{prefix}-nonfinite-persistent", bad, "stop", key, value,
@@ -62,11 +75,13 @@ class LossGauge(Gauge):
     inputs = ("loss", "eval_loss")
     outputs = ("loss", "loss_ewma", "loss_trend", "spike_ratio", "volatility_ratio", "eval_loss", "oscillation")
     defaults = {"window": 20, "spike_ratio": 2.0, "spike_ratio_now": 5.0, "spike_for": 2, "spike_min_rows": 10,
-                "nonfinite_for": 3, "var_ratio": 4.0, "spike_repeat": 3, "spike_repeat_rows": 50, "osc_ratio": 2.2,
-                "osc_min": 0.12, "osc_for": 5, "osc_window": 32, "osc_share": 0.65, "osc_amp": 0.12, "osc_every": 3,
+                "nonfinite_for": 3, "nonfinite_window": 50, "var_ratio": 4.0, "spike_repeat": 3,
+                "spike_repeat_rows": 50, "osc_ratio": 2.2, "osc_min": 0.12, "osc_for": 5, "osc_window": 32,
+                "osc_share": 0.65, "osc_amp": 0.12, "osc_every": 3,
                 "osc_skew": 1.0}
 
     def setup(self) -> None:
+        self.nonfinite_rows: dict[str, int] = {}  # NonFiniteTracker: the row of the last NaN/Inf, per metric
         self.hist = RollingWindow(self.p["window"])
         self.recent = RollingWindow(5)
         self.ewma = Ewma(0.1)
@@ -224,29 +239,59 @@ class GradientGauge(Gauge):
     outputs = ("grad_norm", "spike_ratio", "spikes", "norm_vs_start", "nonfinite", "layer_spread", "sparsity")
     defaults = {
         "window": 50, "explode_ratio": 5.0, "explode_for": 3, "spike_ratio": 10.0,
-        "vanish_ratio": 0.01, "vanish_for": 10, "zero_for": 5, "nonfinite_for": 3,
+        "vanish_ratio": 0.01, "vanish_for": 10, "zero_for": 5, "nonfinite_for": 3, "nonfinite_window": 50,
         "layer_spread": 1000.0, "sparsity": 0.99, "min_history": 20,
     }
 
     def setup(self) -> None:
+        self.nonfinite_rows: dict[str, int] = {}  # NonFiniteTracker: the row of the last NaN/Inf, per metric
         self.win = RollingWindow(self.p["window"])
         self.base = Baseline(10)
         self.spikes = 0
+        self.level = RewardLevel()
+        self.zero_frac = math.nan  # the last logged frac_reward_zero_std (rows that log only the optimizer carry it)
+
+    def _exploding(self, g: float) -> bool:
+        """``g`` beats every norm of the window and explode_ratio x its upper quartile (read only past 5x the median:
+        the sort is rare on an ordinary run)."""
+        vals = sorted(self.win.buf)
+        return g > vals[-1] and g > self.p["explode_ratio"] * vals[(3 * len(vals)) // 4]
+
+    def _saturated(self) -> bool:
+        """A zero gradient in group-relative training that the reward explains: most groups scored alike
+        (``frac_reward_zero_std`` >= 1/2) on the success side of the reward's range (they are solved prompts), and
+        the reward still moves. A frozen reward, the failure side, or no group statistics: not explained."""
+        return (self.family == "grpo" and self.zero_frac == self.zero_frac and self.zero_frac >= 0.5
+                and self.level.success_side() and not self.level.frozen)
 
     def observe(self, row: Row) -> None:
         v = row.values
         d = self.derived
+        if self.family == "grpo":
+            self.level.push(v.get("reward"))
+            f = v.get("frac_reward_zero_std")
+            if f is not None and finite(f):
+                self.zero_frac = f
         g = v.get("grad_norm")
         if g is not None:
             if NonFiniteTracker.check(self, "grad_norm", g, "grad"):
                 return
             d["grad_norm"] = g
+            zero = g <= 1e-12
+            saturated = zero and self._saturated()
             self.check(
-                "grad-zero", g <= 1e-12, "stop", "grad_norm", g,
+                "grad-zero", zero and not saturated, "stop", "grad_norm", g,
                 lambda: f"grad_norm has been exactly 0 for {self.p['zero_for']} logged steps: nothing is "
                 "being learned (frozen parameters, all-zero advantages, or a broken loss). The run is "
                 "burning compute.",
                 for_=self.p["zero_for"],
+            )
+            self.check(
+                "grad-zero-saturated", saturated, "info", "grad_norm", g,
+                lambda: f"grad_norm is exactly 0 while {self.zero_frac:.0%} of groups scored alike at a reward near "
+                "the top of its range: whole batches are solved, so their advantages are 0. Not a dead run; add "
+                "harder prompts if it persists.",
+                for_=self.p["zero_for"], clear=self.p["zero_for"],
             )
             # Outside GRPO/RLOO (where a batch of all-equal groups legitimately gives 0) one exact zero is news.
             self.check(
@@ -268,14 +313,22 @@ class GradientGauge(Gauge):
                         "Isolated spikes are common; watch for them clustering.",
                         clear=1,
                     )
+                    # A norm is positive and heavy-tailed, and GRPO batches whose groups all agree log norms 100x
+                    # under the rest: the median (or a log-scale MAD over both kinds of batch, several e-folds
+                    # wide) is then no scale for the ordinary batches. An explosion is a norm above explode_ratio x
+                    # the window's upper quartile (the ordinary batches while up to 3 in 4 are quiet) that is also a
+                    # record, above every norm of the window, for explode_for rows in a row: one batch that spikes
+                    # and reverts is a spike (info), not an explosion.
+                    exploding = ratio > self.p["explode_ratio"] and self._exploding(g)
                     self.check(
-                        "grad-explosion", ratio > self.p["explode_ratio"], "warn", "grad_norm", g,
-                        lambda: f"grad_norm has stayed above {self.p['explode_ratio']:.0f}x its running median "
-                        f"for {self.p['explode_for']} logged steps (now {g:.3g}): gradients are exploding. "
-                        "Lower the LR or tighten max_grad_norm.",
+                        "grad-explosion", exploding, "warn", "grad_norm", g,
+                        lambda: f"grad_norm has stayed above {self.p['explode_ratio']:.0f}x the upper quartile of "
+                        f"the last {len(self.win)} logged norms, and above all of them, for {self.p['explode_for']} "
+                        f"logged steps (now {g:.3g}): gradients are exploding. Lower the LR or tighten "
+                        "max_grad_norm.",
                         for_=self.p["explode_for"],
                     )
-                    if ratio <= self.p["explode_ratio"]:
+                    if not exploding:  # an exploding norm must not become its own reference
                         self.win.push(g)
                 else:
                     self.win.push(g)
