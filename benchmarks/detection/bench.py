@@ -58,7 +58,15 @@ from wandb_rlcluster.core.gauge import BUILDING_PREFIX  # noqa: E402
 from wandb_rlcluster.core.readers import load_rows  # noqa: E402
 
 from seed_rules import SEED_RULES, seed_findings  # noqa: E402
-from synthetic import FAMILIES, KINDS, PATHOLOGIES, SyntheticRun, combinations, generate_run  # noqa: E402
+from synthetic import (  # noqa: E402
+    FAMILIES,
+    KINDS,
+    NOISE_MODELS,
+    PATHOLOGIES,
+    SyntheticRun,
+    combinations,
+    generate_run,
+)
 
 # Seed sets: the rules are tuned on the first only; the second is the verdict. Round 1 of issue #10 was judged
 # on seeds 1000-1049; their verdict drove round 2, so they are seen now and round 2 was judged on 2000-2049.
@@ -92,6 +100,11 @@ BENIGN_PER_SEED = 2
 """Benign sharpening runs per seed, shaped like the 30 real benign GRPO/RLOO runs of the issue (Qwen2.5-1.5B
 base and SmolLM2 instruct, 120 steps, 2 prompts x 8 completions, verifier rewards, a hidden-test gold reward
 that rises with the proxy): base-model entropy ~1.0-1.9 -> 0.3-0.6x, instruct ~0.2-0.5."""
+
+NOISE_FAMILIES = {"ar1_t3": ("grpo", "grpo_kl", "dpo", "ppo", "sft"), "binomial": ("grpo", "grpo_kl"),
+                  "saturating_kl": ("grpo_kl", "ppo")}
+"""Healthy runs under another noise model (``synthetic.NOISE_MODELS``, issue #28): one per family and seed."""
+assert set(NOISE_FAMILIES) == set(NOISE_MODELS)
 
 TRAINER = {"grpo": "grpo", "grpo_kl": "grpo", "dpo": "dpo", "ppo": "ppo", "sft": "sft"}
 DETECTORS = ("core", "seed", "zscore", "before")
@@ -130,12 +143,13 @@ class Spec:
     gold: bool | None = None
     n_prompts: int | None = None
     group_size: int | None = None
+    noise_model: str | None = None  # block "noise": a healthy run under another noise model
 
     def generate(self) -> SyntheticRun:
         return generate_run(self.family, self.pathology, n_steps=self.n_steps, onset=self.onset,
                             seed=self.gen_seed, noise=self.noise, logging_steps=self.logging_steps,
                             with_eval=self.with_eval, profile=self.profile, gold=self.gold,
-                            n_prompts=self.n_prompts, group_size=self.group_size)
+                            n_prompts=self.n_prompts, group_size=self.group_size, noise_model=self.noise_model)
 
 
 @dataclass
@@ -172,7 +186,7 @@ def delay(first: int, onset: int, n_steps: int) -> float:
 
 
 def make_specs(seeds: Iterable[int], split: str, healthy_per_family: int = HEALTHY_PER_FAMILY,
-               benign_per_seed: int = BENIGN_PER_SEED) -> list[Spec]:
+               benign_per_seed: int = BENIGN_PER_SEED, noise_models: bool = True) -> list[Spec]:
     """Every (family, pathology) pair per seed, each run with its own randomly drawn difficulty, and the
     benign sharpening block."""
     specs: list[Spec] = []
@@ -197,7 +211,27 @@ def make_specs(seeds: Iterable[int], split: str, healthy_per_family: int = HEALT
             profile = "base" if rng.random() < 0.8 else "instruct"
             specs.append(Spec(split, seed, fam, None, 120, float(rng.uniform(0.8, 1.5)), 1, None, False,
                               seed * 10_000 + 9_000 + b, b, "benign", profile, True, 2, 8))
+        if noise_models:
+            specs += noise_specs(seed, split)
     return specs
+
+
+def noise_specs(seed: int, split: str) -> list[Spec]:
+    """Healthy runs under the other noise models: one per model, family and seed, lengths drawn as the corpus's."""
+    out: list[Spec] = []
+    for mi, model in enumerate(NOISE_MODELS):
+        for fi, fam in enumerate(NOISE_FAMILIES[model]):
+            rng = np.random.default_rng([seed, mi, fi, 0x40153])
+            n_steps = int(round(math.exp(rng.uniform(math.log(N_STEPS[0]), math.log(N_STEPS[1])))))
+            choices = [ls for ls in LOGGING_STEPS if n_steps // ls >= MIN_ROWS] or [1]
+            ls = 1 if model == "binomial" else int(rng.choice(choices))
+            with_eval = bool(fam in ("sft", "dpo") and rng.random() < 0.5)
+            noise = float(rng.uniform(*NOISE))
+            if model == "binomial":  # the batch's binomial noise is what it is: no extra amplitude
+                noise = float(rng.uniform(0.8, 1.2))
+            out.append(Spec(split, seed, fam, None, n_steps, noise, ls, None, with_eval,
+                            seed * 10_000 + 8_000 + mi * 10 + fi, 0, "noise", noise_model=model))
+    return out
 
 
 # -- detectors ------------------------------------------------------------------------------------
@@ -559,6 +593,11 @@ def verdict_table(results: list[Result], real: list[RealResult], dets: Sequence[
         [_pct(hc[d].healthy_any_rate) for d in dets])
     row(f"… benign sharpening GRPO runs, 1.5B-like ({next(iter(hb.values())).healthy if hb else 0})",
         [_pct(hb[d].healthy_any_rate) for d in dets], "≤ 10 % (real runs)")
+    for model in NOISE_MODELS:
+        hn = {d: aggregate([r for r in healthy_runs(results) if r.spec.noise_model == model], d) for d in dets}
+        if next(iter(hn.values())).healthy if hn else 0:
+            row(f"… noise model `{model}` ({next(iter(hn.values())).healthy})",
+                [_pct(hn[d].healthy_any_rate) for d in dets])
     row("healthy runs with a stop", [_pct(h[d].healthy_stop_rate) for d in dets])
     row("median delay, trend + spread (share of the run after onset)", [_num(t[d].median_delay) for d in dets],
         f"≤ {TARGETS['delay']}")
@@ -658,7 +697,8 @@ def family_table(results: list[Result], dets: Sequence[str]) -> list[str]:
 def healthy_table(results: list[Result], dets: Sequence[str]) -> list[str]:
     groups: dict[str, list[Result]] = defaultdict(list)
     for r in healthy_runs(results):
-        label = f"{r.spec.family} (benign 1.5B-like, {r.spec.profile})" if r.spec.block == "benign" else r.spec.family
+        label = (f"{r.spec.family} (benign 1.5B-like, {r.spec.profile})" if r.spec.block == "benign" else
+                 f"{r.spec.family} (noise model {r.spec.noise_model})" if r.spec.block == "noise" else r.spec.family)
         groups[label].append(r)
     head = " / ".join(LABELS[d] for d in dets)
     lines = [f"Each cell: {head}.", "", "| healthy runs | runs | any warn/stop | a stop |", "|---|---:|---|---|"]
@@ -774,6 +814,13 @@ def summary_text(results: list[Result], dets: Sequence[str]) -> str:
                    f"{_pct(t.live_recall)}, clean {_pct(t.clean_recall)}), "
                    f"median delay {_num(t.median_delay)}, healthy any {_pct(h.healthy_any_rate)} "
                    f"(benign {_pct(hb.healthy_any_rate)}), stops {_pct(h.healthy_stop_rate)}")
+        for model in NOISE_MODELS:
+            hn = aggregate([r for r in healthy_runs(results) if r.spec.noise_model == model], d)
+            if hn.healthy:
+                cnt = Counter(a for r in healthy_runs(results) if r.spec.noise_model == model
+                              for a in r.outcomes[d].alarms)
+                out.append(f"{'':>13}noise model {model}: healthy any {_pct(hn.healthy_any_rate)} of {hn.healthy}"
+                           f" ({', '.join(f'{k} {v}' for k, v in cnt.most_common(4))})")
     return "\n".join(out)
 
 
