@@ -87,15 +87,19 @@ def test_threshold_inverts_the_arl_approximation() -> None:
 
 
 def test_ar1_estimate_ignores_a_trend() -> None:
-    """rho from the differences: 0.5 under a steep linear trend reads 0.5 (within 0.2, 3 standard errors, over 1,000 rows), white noise
-    under the same trend reads near 0; a trend alone is not autocorrelated noise."""
+    """rho from the differences, under a steep linear trend: over 30 series of 300 rows the estimates average within
+    0.05 of 0 and of 0.5 (one series' estimate has a standard error of about 0.1 at 300 rows); a trend alone is not
+    autocorrelated noise."""
     rng = np.random.default_rng(5)
     for rho in (0.0, 0.5):
-        est = Ar1(400)
-        for i, v in enumerate(_ar1_noise(rng, 1002, rho).tolist()):
-            est.push(v + 0.05 * i)
-        assert abs(est.rho - rho) < 0.2
-        assert est.inflation() == pytest.approx(ar1_inflation(est.rho))
+        estimates = []
+        for _ in range(30):
+            est = Ar1(300)
+            for i, v in enumerate(_ar1_noise(rng, 302, rho).tolist()):
+                est.push(v + 0.05 * i)
+            estimates.append(est.rho)
+            assert est.inflation() == pytest.approx(ar1_inflation(est.rho))
+        assert abs(float(np.mean(estimates)) - rho) < 0.05
 
 
 def test_ar1_is_read_on_the_warm_up_then_frozen() -> None:
