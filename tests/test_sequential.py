@@ -88,8 +88,8 @@ def test_threshold_inverts_the_arl_approximation() -> None:
 
 def test_ar1_estimate_ignores_a_trend() -> None:
     """rho from the differences, under a steep linear trend: over 30 series of 300 rows the estimates average within
-    0.05 of 0 and of 0.5 (one series' estimate has a standard error of about 0.1 at 300 rows); a trend alone is not
-    autocorrelated noise."""
+    0.08 of 0 and of 0.5 (one series' estimate has a standard error of about 0.1 at 300 rows, and at 0 the clip to
+    [0, 0.9] biases the mean up by about 0.04); a trend alone is not autocorrelated noise."""
     rng = np.random.default_rng(5)
     for rho in (0.0, 0.5):
         estimates = []
@@ -99,7 +99,7 @@ def test_ar1_estimate_ignores_a_trend() -> None:
                 est.push(v + 0.05 * i)
             estimates.append(est.rho)
             assert est.inflation() == pytest.approx(ar1_inflation(est.rho))
-        assert abs(float(np.mean(estimates)) - rho) < 0.05
+        assert abs(float(np.mean(estimates)) - rho) < 0.08
 
 
 def test_ar1_is_read_on_the_warm_up_then_frozen() -> None:
