@@ -16,6 +16,7 @@ from typing import Any
 from .gauge import Gauge, finite
 from .keys import Row
 from .rollouts import ROLLOUT_DEFAULTS, ROLLOUT_OUTPUTS, length_rules, reward_rules, reward_signal_rules
+from .sequential import Ar1, bounded_mean_sd
 from .stats import (
     Baseline,
     DiffNoise,
@@ -306,6 +307,11 @@ class GoldCoupling:
         self.match, self.beta, self.rho, self.beta_se = str(m), float(b), float(r), float(se)
 
 
+VOL_CLIP = 4.0
+"""``reward-volatile`` reads the row-to-row changes clipped at this many robust (MAD) sigmas of the recent ones: a
+Student-t(3) outlier row once made the noise look 2-12x larger for 30 rows (issue #28)."""
+
+
 class RewardGauge(Gauge):
     """Gauge 9 — reward dynamics.
 
@@ -381,6 +387,7 @@ class RewardGauge(Gauge):
         self.vol = RollingWindow(self.p["volatile_window"])
         self.vol_ref = ScaleRef(self.p["volatile_warmup_rl"])
         self.vol_std = Ewma(0.1)
+        self.vol_unit = True  # every reward so far in [0, 1]: a success rate, binomial noise when no spread is logged
         self.vol_last = math.nan
         self.shift = ShiftDetector(k=self.p["shift_k"], h=self.p["shift_h"], alpha=self.p["shift_alpha"], warmup=w,
                                    clip=self.p["shift_clip"])
@@ -522,8 +529,16 @@ class RewardGauge(Gauge):
                        "not learning; check the learning rate, the task's difficulty and frac_reward_zero_std.",
                        for_=p["plateau_for"], clear=10)
         std = v.get("reward_std")
-        self._stability(key, r, e, self.vol_std.push(std) if std is not None and finite(std) and std > 0 else
-                        (self.vol_std.mean if self.vol_std.count else 1.0))
+        self.vol_unit = self.vol_unit and 0.0 <= r <= 1.0
+        if std is not None and finite(std) and std > 0:
+            scale = self.vol_std.push(std)
+        elif self.vol_std.count:
+            scale = self.vol_std.mean
+        elif self.vol_unit:  # a success rate without its spread logged: the binomial noise its level gives
+            scale = 2.0 * bounded_mean_sd(min(max(e, 0.05), 0.95), 1.0)
+        else:
+            scale = 1.0
+        self._stability(key, r, e, scale)
         # Hacking: reward gains far beyond its start, length growing with it.
         length = v.get("completions/mean_length")
         if length is not None and finite(length) and length > 0:
@@ -564,7 +579,12 @@ class RewardGauge(Gauge):
         p = self.p
         d = self.derived
         if self.vol_last == self.vol_last:
-            self.vol.push((r - self.vol_last) / max(scale, 1e-6))
+            dx = (r - self.vol_last) / max(scale, 1e-6)
+            if len(self.vol) >= 10:  # a clipped statistic: one outlier row counts as VOL_CLIP robust sigmas, no more
+                lim = VOL_CLIP * self.vol.robust()[1]
+                if lim > 0:
+                    dx = min(max(dx, -lim), lim)
+            self.vol.push(dx)
         self.vol_last = r
         if len(self.vol) >= 10:
             self._volatility(key, r, self.vol.std() / math.sqrt(2.0), self.vol_ref, p["volatile_ratio_rl"],
@@ -920,6 +940,11 @@ class RewardGauge(Gauge):
                        long_hold=False)  # its window is a share of the run already (runaway_share)
 
 
+NEAR_ZERO_SPREAD = 10.0
+"""``kl-near-zero`` needs the KL's robust spread under this many times its ``near_zero`` line as well as its median:
+a KL estimate scattered around 0 is an estimator measuring a slowly moving policy, not a collapse (issue #28)."""
+
+
 class KLGauge(Gauge):
     """Gauge 10 — KL to the reference policy: level, growth, noise, spikes, sign.
 
@@ -970,6 +995,7 @@ class KLGauge(Gauge):
         self.longer = RollingCorrelation(2 * w)  # the slope over twice as long: is it accelerating?
         self.span = RollingCorrelation(2 * w)  # ... and over a share of the run: the slope projected to its end
         self.noise = DiffNoise(20)
+        self.ar = Ar1(2 * w)  # the noise's AR(1) coefficient, read on the warm-up: every slope test is deflated by it
         self.negatives = RollingWindow(20)
         self.cv_base = Baseline(10)
         self.cv_ref = OctaveMean()
@@ -1056,8 +1082,11 @@ class KLGauge(Gauge):
                        "policy has had time to move: the reference model is not the initial policy, or "
                        "generation settings (temperature, chat template) differ between sampling and scoring.")
         if self.rows_seen >= p["near_zero_rows"]:
-            med = self.win.robust()[0]
-            self.check("kl-near-zero", abs(med) < p["near_zero"], "warn", key, kl,
+            med, spread = self.win.robust()
+            # pinned at 0, not an estimator scattered around it: a per-sequence estimate that goes negative half the
+            # time (RLOO, PPO) has a median near 0 while the policy moves slowly; its spread says it is measuring
+            pinned = abs(med) < p["near_zero"] and spread < NEAR_ZERO_SPREAD * p["near_zero"]
+            self.check("kl-near-zero", pinned, "warn", key, kl,
                        lambda: f"{key} has stayed ~0 (median {med:.2g}) for {self.rows_seen} logged steps: the policy "
                        "is not moving away from the reference (beta too high, LR too low, or the reference is "
                        "updated with the policy).", for_=20, clear=10)
@@ -1080,10 +1109,12 @@ class KLGauge(Gauge):
         self.recent.push(n, kl)
         self.longer.push(n, kl)
         self.span.push(n, kl)
+        self.ar.push(kl)
         if not self.longer.full or e < p["grow_min"] * p["warn"]:  # far below the line: nothing to project
             self.check("kl-growing", False, "warn", key, kl, "")
             return
-        s1, s2, t = self.recent.slope(), self.longer.slope(), self.recent.t_stat()
+        # an autocorrelated noise overstates the slope's t by sqrt((1 + rho) / (1 - rho)): read it deflated
+        s1, s2, t = self.recent.slope(), self.longer.slope(), self.recent.t_stat() / self.ar.inflation()
         d["kl_trend_t"] = t
         accel = s2 > 0 and s1 > p["grow_accel"] * s2
         d["kl_acceleration"] = s1 / s2 if s2 > 0 else 0.0
@@ -1158,7 +1189,9 @@ class KLGauge(Gauge):
         if ref == ref:
             cb = ref
         relevant = sig >= p["noisy_min"] * p["warn"]  # noise on a KL of 1e-3 moves nothing
-        noisy_cv = relevant and cv >= max(p["noisy_cv"], p["noisy_ratio"] * cb)
+        # an estimate that goes negative, its level within its own row noise of 0 (an estimator scattered around 0),
+        # gives no ratio to read
+        noisy_cv = relevant and (neg == 0 or abs(level) > sig) and cv >= max(p["noisy_cv"], p["noisy_ratio"] * cb)
         noisy_neg = neg >= p["noisy_negative"] and neg >= nb + p["noisy_negative"]
         noisy_seq = self.cusum.s > p["noisy_h"]  # rows far outside its usual noise, too many of them lately
         self.check("kl-noisy", noisy_cv or noisy_neg or noisy_seq, "warn", key, kl,
