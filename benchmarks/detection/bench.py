@@ -57,6 +57,7 @@ from wandb_rlcluster.core import analyze_rows  # noqa: E402
 from wandb_rlcluster.core.gauge import BUILDING_PREFIX  # noqa: E402
 from wandb_rlcluster.core.readers import load_rows  # noqa: E402
 
+from oracle import OracleTrace, threshold_for, trace  # noqa: E402
 from seed_rules import SEED_RULES, seed_findings  # noqa: E402
 from synthetic import (  # noqa: E402
     FAMILIES,
@@ -172,6 +173,7 @@ class Result:
     kind: str | None
     marks: dict[str, int] = field(default_factory=dict)
     outcomes: dict[str, Outcome] = field(default_factory=dict)
+    oracle: OracleTrace | None = None
 
     def delay(self, detector: str) -> float | None:
         o = self.outcomes[detector]
@@ -298,7 +300,72 @@ def score_spec(spec: Spec, detectors: Sequence[str] = DETECTORS) -> Result:
     trainer = TRAINER[spec.family]
     for d in available(detectors):
         res.outcomes[d] = _outcome(DETECTOR_FNS[d](run, trainer), run.onset_step, run.expected_gauges)
+    if ORACLE and (spec.pathology is None or run.kind in TARGET_KINDS):
+        res.oracle = trace(spec, run.rows, run.onset_step)
     return res
+
+
+ORACLE = True
+"""Trace the oracle anchor (``oracle.py``) on every healthy and trend/spread run."""
+
+
+@dataclass
+class OracleScores:
+    """The oracle at the product's healthy false-alarm rate, beside the product (``detector``)."""
+
+    rate: float
+    threshold: float
+    per: dict[str, tuple[float, float, int]]  # pathology (or "all") -> (product median delay, oracle median, runs)
+    recall: float
+    early: float
+
+
+def oracle_scores(results: list[Result], detector: str = "core", rate: float | None = None) -> OracleScores | None:
+    """Threshold the oracle so that it warns on the healthy runs as often as ``detector`` does (or at ``rate``), and
+    compare the two detectors' median delays on the trend and spread runs, per pathology and overall."""
+    healthy = [r for r in healthy_runs(results) if r.oracle is not None]
+    if not healthy:
+        return None
+    if rate is None:
+        rate = aggregate(healthy_runs(results), detector).healthy_any_rate
+    h = threshold_for([r.oracle.max_before for r in healthy if r.oracle is not None], rate)
+    per: dict[str, tuple[float, float, int]] = {}
+    by: dict[str, list[Result]] = defaultdict(list)
+    for r in target_runs(results):
+        if r.oracle is not None:
+            by[r.spec.pathology or ""].append(r)
+            by["all"].append(r)
+    caught = early = 0
+    for name, rs in by.items():
+        od = []
+        for r in rs:
+            first = r.oracle.first_over(h) if r.oracle is not None else None
+            if first is not None and r.onset_step is not None:
+                od.append(delay(first, r.onset_step, r.spec.n_steps))
+            if name == "all":
+                caught += first is not None
+                early += r.oracle is not None and r.oracle.max_before > h
+        pd = [d for d in (r.delay(detector) for r in rs) if d is not None]
+        per[name] = (statistics.median(pd) if pd else math.nan, statistics.median(od) if od else math.nan, len(rs))
+    n = len(by.get("all", []))
+    return OracleScores(rate, h, per, caught / n if n else math.nan, early / n if n else math.nan)
+
+
+def oracle_table(results: list[Result], detector: str = "core") -> list[str]:
+    o = oracle_scores(results, detector)
+    if o is None:
+        return []
+    lines = [f"The oracle thresholded at {o.threshold:.1f} warns on {_pct(o.rate)} of the healthy runs, as "
+             f"{LABELS[detector]} does; there it catches {_pct(o.recall)} of the trend and spread runs it has a "
+             f"change to read, with {_pct(o.early)} early fires.", "",
+             "| pathology | runs | median delay, ours | median delay, oracle | ours / oracle |",
+             "|---|---:|---|---|---|"]
+    for name in sorted(o.per, key=lambda k: (k == "all", k)):
+        ours, orc, n = o.per[name]
+        ratio = ours / orc if orc and orc == orc and ours == ours and orc > 0 else math.nan
+        label = f"**{name}**" if name == "all" else name
+        lines.append(f"| {label} | {n} | {_num(ours)} | {_num(orc)} | {'–' if ratio != ratio else f'{ratio:.1f}x'} |")
+    return lines
 
 
 class _Bar(Protocol):
@@ -774,7 +841,9 @@ def render(held: list[Result], tune: list[Result], real: list[RealResult], dets:
         lines += ["", "Targets (ours): " + "; ".join(
             f"{name}: {_pct(v) if 'recall' in name or '%' in name else _num(v)} {'✅' if ok else '❌'}"
             for name, (v, ok) in checks.items()) + ".", ""]
-        lines += [f"#### {title}: per pathology", ""]
+        lines += [f"#### {title}: the oracle anchor (a CUSUM that knows the true change, `oracle.py`)", ""]
+        lines += oracle_table(rs)
+        lines += ["", f"#### {title}: per pathology", ""]
         lines += pathology_table(rs, dets)
         lines += ["", f"#### {title}: healthy runs", ""]
         lines += healthy_table(rs, dets)
@@ -814,6 +883,13 @@ def summary_text(results: list[Result], dets: Sequence[str]) -> str:
                    f"{_pct(t.live_recall)}, clean {_pct(t.clean_recall)}), "
                    f"median delay {_num(t.median_delay)}, healthy any {_pct(h.healthy_any_rate)} "
                    f"(benign {_pct(hb.healthy_any_rate)}), stops {_pct(h.healthy_stop_rate)}")
+        if d == "core":
+            o = oracle_scores(results, d)
+            if o is not None:
+                ours, orc, _ = o.per.get("all", (math.nan, math.nan, 0))
+                out.append(f"{'':>13}oracle at the same healthy rate ({_pct(o.rate)}): median delay {_num(orc)}, "
+                           f"ours / oracle {ours / orc if orc and orc == orc else math.nan:.2f}x, "
+                           f"recall {_pct(o.recall)}")
         for model in NOISE_MODELS:
             hn = aggregate([r for r in healthy_runs(results) if r.spec.noise_model == model], d)
             if hn.healthy:
