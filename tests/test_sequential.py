@@ -94,7 +94,7 @@ def test_ar1_estimate_ignores_a_trend() -> None:
     for rho in (0.0, 0.5):
         estimates = []
         for _ in range(30):
-            est = Ar1(300)
+            est = Ar1(300, prior=0.0)
             for i, v in enumerate(_ar1_noise(rng, 302, rho).tolist()):
                 est.push(v + 0.05 * i)
             estimates.append(est.rho)
@@ -104,6 +104,7 @@ def test_ar1_estimate_ignores_a_trend() -> None:
 
 def test_ar1_is_read_on_the_warm_up_then_frozen() -> None:
     est = Ar1(20)
+    assert est.prior == 40.0  # shrunk by default: 20 rows read at 20 / 60 of their estimate
     rng = np.random.default_rng(2)
     for v in rng.standard_normal(25).tolist():
         est.push(v)
@@ -112,7 +113,7 @@ def test_ar1_is_read_on_the_warm_up_then_frozen() -> None:
         est.push(v)
     assert est.rho == frozen
     state = est.state_dict()
-    again = Ar1(99)
+    again = Ar1(99, prior=0.0)
     again.load_state_dict(state)
     assert again.rho == frozen and again.size == 20
 

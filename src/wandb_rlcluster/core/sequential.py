@@ -87,12 +87,15 @@ class Ar1:
     For x = trend + AR(1) noise with coefficient rho, the differences have lag-1 autocorrelation -(1 - rho) / 2
     whatever a smooth trend does, so rho = 1 + 2 r1 (clipped to [0, ``MAX_RHO``]); white noise gives 0. Read over
     the first ``size`` rows (the run's warm-up), then frozen: a pathology must not teach the test its own noise.
+    A few dozen rows give an estimate with a standard error near 0.25: it is shrunk towards 0 by n / (n + ``prior``)
+    so that a chance high reading early does not mute a test (a white-noise run must keep its full power).
     """
 
-    __slots__ = ("size", "n", "last", "prev_d", "sd", "sdd", "sd1", "sdd1", "value")
+    __slots__ = ("size", "prior", "n", "last", "prev_d", "sd", "sdd", "sd1", "sdd1", "value")
 
-    def __init__(self, size: int = 40) -> None:
+    def __init__(self, size: int = 200, prior: float = 40.0) -> None:
         self.size = max(8, int(size))
+        self.prior = max(float(prior), 0.0)
         self.n = 0
         self.last = math.nan
         self.prev_d = math.nan
@@ -122,7 +125,7 @@ class Ar1:
         if var <= 0:
             return 0.0
         r1 = (self.sd1 / n - m * m1) / var
-        return min(max(1.0 + 2.0 * r1, 0.0), MAX_RHO)
+        return min(max(1.0 + 2.0 * r1, 0.0), MAX_RHO) * n / (n + self.prior)
 
     @property
     def rho(self) -> float:
