@@ -1,13 +1,15 @@
 """The oracle anchor (issue #28): a CUSUM that knows each pathology's true change.
 
 For a run of the corpus, the generator can give the same run without noise (``noise=0``: the latent mean path of
-every logged series), healthy and with the pathology from its onset. The oracle reads the noisy rows with both
-paths known: for every metric whose two paths differ, each row adds the Gaussian log-likelihood ratio of "changed"
-against "healthy", (m1 - m0) / s^2 * (x - (m0 + m1) / 2), with s the metric's noise (the robust spread of the
-rows around the healthy path before onset); the sum over metrics is one CUSUM (Page), evidence fused across every
-series the pathology moves. Its threshold is set afterwards, on the healthy runs of the same corpus, so that it
-warns on the same share of them as the product: the delay it then has is the best a detector with this much
-knowledge can do at the product's false-alarm rate, and the product's delay is reported as a ratio to it.
+every logged series), healthy and with the pathology from its onset. The oracle reads the noisy rows with both paths
+known: for every metric whose two paths differ, each row adds the Gaussian log-likelihood ratio of "changed" against
+"healthy", (m1 - m0) / s^2 * (x - (m0 + m1) / 2), with the noise known as the run has it: the residuals around the
+healthy path before onset give their AR(1) coefficient (rows and mean change are prewhitened with it) and the robust
+spread of the innovations (each clipped at ``CLIP`` sigmas: heavy tails); the sum over metrics is one CUSUM (Page),
+evidence fused across every series the pathology moves. Its threshold is set afterwards, on the healthy runs of the
+same corpus, so that it warns on the same share of them as the product: the delay it then has is the best a detector
+with this much knowledge can do at the product's false-alarm rate, and the product's delay is reported as a ratio to
+it.
 
 On a healthy run the oracle does not know which pathology to expect: it runs one CUSUM per trend and spread
 pathology of the run's family (each alternative's path from the same seed) and counts the largest. A spread
@@ -29,6 +31,8 @@ SKIP_KEYS = frozenset({"step", "epoch", "learning_rate", "num_tokens", "episode"
                        "step_time", "train_samples_per_second", "train_steps_per_second", "train_loss"})
 """Counters and clocks: no evidence about a pathology."""
 TARGET_KINDS = ("trend", "spread")
+CLIP = 4.0
+"""An innovation counts at most this many of its sigmas: the oracle knows the noise is heavy-tailed."""
 
 
 @dataclass
@@ -84,13 +88,23 @@ def _cusum(rows: list[dict[str, float]], m0: list[dict[str, float]], m1: list[di
             continue
         pre = ok.copy()
         pre[onset_row:] = False
-        resid = (x - a)[pre] if pre.sum() >= 5 else (x - a)[ok]
-        s = 1.4826 * float(np.median(np.abs(resid - np.median(resid)))) if len(resid) else 0.0
+        r = np.where(ok, x - a, 0.0)
+        resid = r[pre] if pre.sum() >= 5 else r[ok]
+        # the noise it knows: AR(1) coefficient and innovation scale of the residuals around the healthy path
+        rho = 0.0
+        if len(resid) >= 10 and np.std(resid) > 0:
+            rho = float(np.clip(np.corrcoef(resid[:-1], resid[1:])[0, 1], 0.0, 0.9))
+        e = r - rho * np.concatenate(([0.0], r[:-1]))  # innovations; the mean change whitened alike
+        dw = d - rho * np.concatenate(([0.0], d[:-1]))
+        inn = e[pre] if pre.sum() >= 5 else e[ok]
+        s = 1.4826 * float(np.median(np.abs(inn - np.median(inn)))) if len(inn) else 0.0
         if not s > 0:
-            s = float(np.std(resid)) if len(resid) > 1 else 0.0
+            s = float(np.std(inn)) if len(inn) > 1 else 0.0
         if not s > 0:
             continue
-        term = d / (s * s) * (x - (a + b) / 2.0)
+        # heavy tails: an innovation counts at most CLIP sigmas (a Huber-type likelihood), so one outlier row is one
+        z = np.clip(e / s, -CLIP, CLIP)
+        term = (dw / s) * (z - dw / (2.0 * s))
         llr += np.where(ok, term, 0.0)
         used = True
     if not used:
