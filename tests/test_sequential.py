@@ -102,6 +102,20 @@ def test_ar1_estimate_ignores_a_trend() -> None:
         assert abs(float(np.mean(estimates)) - rho) < 0.08
 
 
+def test_ar1_upper_bound_covers_rho_early():
+    """40 rows of AR(1) noise with rho 0.6: the point estimate is often far under 0.6; the upper bound (one standard
+    error up) is at or above 0.6 in most series, and on white noise it stays under 0.6 in most."""
+    rng = np.random.default_rng(9)
+    for rho, above in ((0.6, True), (0.0, False)):
+        hits = 0
+        for _ in range(40):
+            est = Ar1(40)
+            for v in _ar1_noise(rng, 42, rho).tolist():
+                est.push(v)
+            hits += est.upper() >= 0.6 - 1e-9
+        assert (hits >= 28) if above else (hits <= 12), (rho, hits)
+
+
 def test_ar1_is_read_on_the_warm_up_then_frozen() -> None:
     est = Ar1(20)
     assert est.prior == 40.0  # shrunk by default: 20 rows read at 20 / 60 of their estimate

@@ -134,6 +134,15 @@ class Ar1:
     def inflation(self) -> float:
         return ar1_inflation(self.value)
 
+    def upper(self, z: float = 1.0) -> float:
+        """An upper confidence bound on rho: the raw estimate plus ``z`` of its standard error (about 2 / sqrt(n) for
+        this estimator), before the shrinkage. A test that must keep its false-alarm budget while rho is still
+        uncertain deflates by this, not by the point estimate: under-reading a rho of 0.6 as 0.3 spends the budget."""
+        if self.n < 8:
+            return 0.0
+        raw = self.value * (self.n + self.prior) / self.n
+        return min(raw + z * 2.0 / math.sqrt(self.n), MAX_RHO)
+
     def state_dict(self) -> dict[str, float]:
         return {k: getattr(self, k) for k in self.__slots__}
 
