@@ -77,7 +77,7 @@ def test_a_kl_that_climbs_is_still_growing_under_autocorrelated_noise():
 
         def make(i: int, g: random.Random) -> dict[str, float]:
             state[0] = 0.6 * state[0] + 0.8 * g.gauss(0, 0.01)  # noqa: B023
-            return grpo(i, g, kl=0.05 + 0.6 * max(0, i - 150) / 150 + state[0])
+            return grpo(i, g, kl=0.05 + 0.6 * max(0, i - 150) / 150 + state[0])  # noqa: B023
 
         rows = build(make, seed=seed)
         fired = _warns(rows, "grpo", "kl-growing", max_steps=N)

@@ -998,7 +998,7 @@ class KLGauge(Gauge):
         self.longer = RollingCorrelation(2 * w)  # the slope over twice as long: is it accelerating?
         self.span = RollingCorrelation(2 * w)  # ... and over a share of the run: the slope projected to its end
         self.noise = DiffNoise(20)
-        self.ar = Ar1(prior=20.0)  # the noise's AR(1) coefficient, read on the warm-up: every slope test is deflated by it
+        self.ar = Ar1(prior=20.0)  # the noise's AR(1) coefficient, read on the warm-up: slope tests are deflated by it
         self.negatives = RollingWindow(20)
         self.cv_base = Baseline(10)
         self.cv_ref = OctaveMean()
