@@ -52,6 +52,16 @@ def main() -> None:
             print(f"  run {i + 1}: {times[-1]:.2f} s (verdict {verdict})")
         print(f"rlcluster analyze end to end: median {statistics.median(times):.2f} s over {args.repeat} runs "
               f"(target < 5 s)")
+        # issue #28's bound: analyze within 3x the time json.load takes on the same file (in this process)
+        loads = []
+        for _ in range(args.repeat):
+            t0 = time.perf_counter()
+            with path.open() as fh:
+                json.load(fh)
+            loads.append(time.perf_counter() - t0)
+        ratio = statistics.median(times) / statistics.median(loads)
+        print(f"json.load of the same file: median {statistics.median(loads):.2f} s; analyze / json.load = "
+              f"{ratio:.1f}x (target <= 3x)")
 
     # The core alone, rows already in memory, all fourteen gauges.
     live, batch = [], []

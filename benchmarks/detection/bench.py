@@ -51,6 +51,7 @@ for _p in (HERE, REPO):  # the generator and the anchors beside this file; tests
         sys.path.insert(0, str(_p))
 
 from anchors import BEFORE_COMMIT, THRESHOLD, WINDOW, load_core_at, zscore_findings  # noqa: E402
+from oracle import OracleTrace, threshold_for, trace  # noqa: E402
 
 from wandb_rlcluster.analyze import analyze_path  # noqa: E402
 from wandb_rlcluster.core import analyze_rows  # noqa: E402
@@ -58,7 +59,15 @@ from wandb_rlcluster.core.gauge import BUILDING_PREFIX  # noqa: E402
 from wandb_rlcluster.core.readers import load_rows  # noqa: E402
 
 from seed_rules import SEED_RULES, seed_findings  # noqa: E402
-from synthetic import FAMILIES, KINDS, PATHOLOGIES, SyntheticRun, combinations, generate_run  # noqa: E402
+from synthetic import (  # noqa: E402
+    FAMILIES,
+    KINDS,
+    NOISE_MODELS,
+    PATHOLOGIES,
+    SyntheticRun,
+    combinations,
+    generate_run,
+)
 
 # Seed sets: the rules are tuned on the first only; the second is the verdict. Round 1 of issue #10 was judged
 # on seeds 1000-1049; their verdict drove round 2, so they are seen now and round 2 was judged on 2000-2049.
@@ -69,14 +78,17 @@ from synthetic import FAMILIES, KINDS, PATHOLOGIES, SyntheticRun, combinations, 
 # Round 9 is judged on 9000-9049, declared here (and in the README) before any round 9 tuning, and run once at the
 # commit that sets them here. 10000-10049, declared for round 10, were instead run once (at 217f004, `--held-out
 # 10000-10049`) as a second unseen set for round 9's unchanged rules; they are seen now, and the next round's
-# verdict is 11000-11049 (NEXT_ROUND_SEEDS).
+# verdict is 11000-11049 (NEXT_ROUND_SEEDS). Issue #28 ran 11000-11049 once, whole, at 1e87e18 after its rules were
+# settled (RESULTS_11000.md); they are seen now (left out of SEEN_SEEDS only so that `--held-out 11000-11049` stays
+# reproducible), and the next round's verdict is 12000-12049.
 # The CI slice (tests/test_detection_slice.py) is the first seeds of round 1's held-out set.
 TUNING_SEEDS = range(0, 30)
 HELD_OUT_SEEDS = range(9000, 9050)
 SEEN_SEEDS = (range(1000, 1050), range(2000, 2050), range(3000, 3050), range(4000, 4050), range(5000, 5050),
               range(6000, 6050), range(7000, 7050), range(8000, 8050))
-NEXT_ROUND_SEEDS = range(11000, 11050)
-"""Declared for the next round's verdict (README): no option of this script runs them before that round."""
+NEXT_ROUND_SEEDS = range(12000, 12050)
+"""Declared for the next round's verdict: run once, whole (``--held-out 12000-12049``), after its rules are settled;
+no other option of this script runs them."""
 SLICE_SEEDS = range(1000, 1005)
 QUICK_SEEDS = {"tuning": range(0, 3), "held-out": range(9000, 9003)}
 
@@ -92,6 +104,11 @@ BENIGN_PER_SEED = 2
 """Benign sharpening runs per seed, shaped like the 30 real benign GRPO/RLOO runs of the issue (Qwen2.5-1.5B
 base and SmolLM2 instruct, 120 steps, 2 prompts x 8 completions, verifier rewards, a hidden-test gold reward
 that rises with the proxy): base-model entropy ~1.0-1.9 -> 0.3-0.6x, instruct ~0.2-0.5."""
+
+NOISE_FAMILIES = {"ar1_t3": ("grpo", "grpo_kl", "dpo", "ppo", "sft"), "binomial": ("grpo", "grpo_kl"),
+                  "saturating_kl": ("grpo_kl", "ppo")}
+"""Healthy runs under another noise model (``synthetic.NOISE_MODELS``, issue #28): one per family and seed."""
+assert set(NOISE_FAMILIES) == set(NOISE_MODELS)
 
 TRAINER = {"grpo": "grpo", "grpo_kl": "grpo", "dpo": "dpo", "ppo": "ppo", "sft": "sft"}
 DETECTORS = ("core", "seed", "zscore", "before")
@@ -130,12 +147,13 @@ class Spec:
     gold: bool | None = None
     n_prompts: int | None = None
     group_size: int | None = None
+    noise_model: str | None = None  # block "noise": a healthy run under another noise model
 
     def generate(self) -> SyntheticRun:
         return generate_run(self.family, self.pathology, n_steps=self.n_steps, onset=self.onset,
                             seed=self.gen_seed, noise=self.noise, logging_steps=self.logging_steps,
                             with_eval=self.with_eval, profile=self.profile, gold=self.gold,
-                            n_prompts=self.n_prompts, group_size=self.group_size)
+                            n_prompts=self.n_prompts, group_size=self.group_size, noise_model=self.noise_model)
 
 
 @dataclass
@@ -158,6 +176,7 @@ class Result:
     kind: str | None
     marks: dict[str, int] = field(default_factory=dict)
     outcomes: dict[str, Outcome] = field(default_factory=dict)
+    oracle: OracleTrace | None = None
 
     def delay(self, detector: str) -> float | None:
         o = self.outcomes[detector]
@@ -172,7 +191,7 @@ def delay(first: int, onset: int, n_steps: int) -> float:
 
 
 def make_specs(seeds: Iterable[int], split: str, healthy_per_family: int = HEALTHY_PER_FAMILY,
-               benign_per_seed: int = BENIGN_PER_SEED) -> list[Spec]:
+               benign_per_seed: int = BENIGN_PER_SEED, noise_models: bool = False) -> list[Spec]:
     """Every (family, pathology) pair per seed, each run with its own randomly drawn difficulty, and the
     benign sharpening block."""
     specs: list[Spec] = []
@@ -197,7 +216,27 @@ def make_specs(seeds: Iterable[int], split: str, healthy_per_family: int = HEALT
             profile = "base" if rng.random() < 0.8 else "instruct"
             specs.append(Spec(split, seed, fam, None, 120, float(rng.uniform(0.8, 1.5)), 1, None, False,
                               seed * 10_000 + 9_000 + b, b, "benign", profile, True, 2, 8))
+        if noise_models:
+            specs += noise_specs(seed, split)
     return specs
+
+
+def noise_specs(seed: int, split: str) -> list[Spec]:
+    """Healthy runs under the other noise models: one per model, family and seed, lengths drawn as the corpus's."""
+    out: list[Spec] = []
+    for mi, model in enumerate(NOISE_MODELS):
+        for fi, fam in enumerate(NOISE_FAMILIES[model]):
+            rng = np.random.default_rng([seed, mi, fi, 0x40153])
+            n_steps = int(round(math.exp(rng.uniform(math.log(N_STEPS[0]), math.log(N_STEPS[1])))))
+            choices = [ls for ls in LOGGING_STEPS if n_steps // ls >= MIN_ROWS] or [1]
+            ls = 1 if model == "binomial" else int(rng.choice(choices))
+            with_eval = bool(fam in ("sft", "dpo") and rng.random() < 0.5)
+            noise = float(rng.uniform(*NOISE))
+            if model == "binomial":  # the batch's binomial noise is what it is: no extra amplitude
+                noise = float(rng.uniform(0.8, 1.2))
+            out.append(Spec(split, seed, fam, None, n_steps, noise, ls, None, with_eval,
+                            seed * 10_000 + 8_000 + mi * 10 + fi, 0, "noise", noise_model=model))
+    return out
 
 
 # -- detectors ------------------------------------------------------------------------------------
@@ -264,7 +303,73 @@ def score_spec(spec: Spec, detectors: Sequence[str] = DETECTORS) -> Result:
     trainer = TRAINER[spec.family]
     for d in available(detectors):
         res.outcomes[d] = _outcome(DETECTOR_FNS[d](run, trainer), run.onset_step, run.expected_gauges)
+    if ORACLE and (spec.pathology is None or run.kind in TARGET_KINDS):
+        res.oracle = trace(spec, run.rows, run.onset_step)
     return res
+
+
+ORACLE = False
+"""Trace the oracle anchor (``oracle.py``) on every healthy and trend/spread run (``main`` turns it on; the CI slice
+leaves it off)."""
+
+
+@dataclass
+class OracleScores:
+    """The oracle at the product's healthy false-alarm rate, beside the product (``detector``)."""
+
+    rate: float
+    threshold: float
+    per: dict[str, tuple[float, float, int]]  # pathology (or "all") -> (product median delay, oracle median, runs)
+    recall: float
+    early: float
+
+
+def oracle_scores(results: list[Result], detector: str = "core", rate: float | None = None) -> OracleScores | None:
+    """Threshold the oracle so that it warns on the healthy runs as often as ``detector`` does (or at ``rate``), and
+    compare the two detectors' median delays on the trend and spread runs, per pathology and overall."""
+    healthy = [r for r in healthy_runs(results) if r.oracle is not None]
+    if not healthy:
+        return None
+    if rate is None:
+        rate = aggregate(healthy_runs(results), detector).healthy_any_rate
+    h = threshold_for([r.oracle.max_before for r in healthy if r.oracle is not None], rate)
+    per: dict[str, tuple[float, float, int]] = {}
+    by: dict[str, list[Result]] = defaultdict(list)
+    for r in target_runs(results):
+        if r.oracle is not None:
+            by[r.spec.pathology or ""].append(r)
+            by["all"].append(r)
+    caught = early = 0
+    for name, rs in by.items():
+        od = []
+        for r in rs:
+            first = r.oracle.first_over(h) if r.oracle is not None else None
+            if first is not None and r.onset_step is not None:
+                od.append(delay(first, r.onset_step, r.spec.n_steps))
+            if name == "all":
+                caught += first is not None
+                early += r.oracle is not None and r.oracle.max_before > h
+        pd = [d for d in (r.delay(detector) for r in rs) if d is not None]
+        per[name] = (statistics.median(pd) if pd else math.nan, statistics.median(od) if od else math.nan, len(rs))
+    n = len(by.get("all", []))
+    return OracleScores(rate, h, per, caught / n if n else math.nan, early / n if n else math.nan)
+
+
+def oracle_table(results: list[Result], detector: str = "core") -> list[str]:
+    o = oracle_scores(results, detector)
+    if o is None:
+        return []
+    lines = [f"The oracle thresholded at {o.threshold:.1f} warns on {_pct(o.rate)} of the healthy runs, as "
+             f"{LABELS[detector]} does; there it catches {_pct(o.recall)} of the trend and spread runs it has a "
+             f"change to read, with {_pct(o.early)} early fires.", "",
+             "| pathology | runs | median delay, ours | median delay, oracle | ours / oracle |",
+             "|---|---:|---|---|---|"]
+    for name in sorted(o.per, key=lambda k: (k == "all", k)):
+        ours, orc, n = o.per[name]
+        ratio = ours / orc if orc and orc == orc and ours == ours and orc > 0 else math.nan
+        label = f"**{name}**" if name == "all" else name
+        lines.append(f"| {label} | {n} | {_num(ours)} | {_num(orc)} | {'–' if ratio != ratio else f'{ratio:.1f}x'} |")
+    return lines
 
 
 class _Bar(Protocol):
@@ -559,6 +664,11 @@ def verdict_table(results: list[Result], real: list[RealResult], dets: Sequence[
         [_pct(hc[d].healthy_any_rate) for d in dets])
     row(f"… benign sharpening GRPO runs, 1.5B-like ({next(iter(hb.values())).healthy if hb else 0})",
         [_pct(hb[d].healthy_any_rate) for d in dets], "≤ 10 % (real runs)")
+    for model in NOISE_MODELS:
+        hn = {d: aggregate([r for r in healthy_runs(results) if r.spec.noise_model == model], d) for d in dets}
+        if next(iter(hn.values())).healthy if hn else 0:
+            row(f"… noise model `{model}` ({next(iter(hn.values())).healthy})",
+                [_pct(hn[d].healthy_any_rate) for d in dets])
     row("healthy runs with a stop", [_pct(h[d].healthy_stop_rate) for d in dets])
     row("median delay, trend + spread (share of the run after onset)", [_num(t[d].median_delay) for d in dets],
         f"≤ {TARGETS['delay']}")
@@ -658,7 +768,8 @@ def family_table(results: list[Result], dets: Sequence[str]) -> list[str]:
 def healthy_table(results: list[Result], dets: Sequence[str]) -> list[str]:
     groups: dict[str, list[Result]] = defaultdict(list)
     for r in healthy_runs(results):
-        label = f"{r.spec.family} (benign 1.5B-like, {r.spec.profile})" if r.spec.block == "benign" else r.spec.family
+        label = (f"{r.spec.family} (benign 1.5B-like, {r.spec.profile})" if r.spec.block == "benign" else
+                 f"{r.spec.family} (noise model {r.spec.noise_model})" if r.spec.block == "noise" else r.spec.family)
         groups[label].append(r)
     head = " / ".join(LABELS[d] for d in dets)
     lines = [f"Each cell: {head}.", "", "| healthy runs | runs | any warn/stop | a stop |", "|---|---:|---|---|"]
@@ -734,7 +845,9 @@ def render(held: list[Result], tune: list[Result], real: list[RealResult], dets:
         lines += ["", "Targets (ours): " + "; ".join(
             f"{name}: {_pct(v) if 'recall' in name or '%' in name else _num(v)} {'✅' if ok else '❌'}"
             for name, (v, ok) in checks.items()) + ".", ""]
-        lines += [f"#### {title}: per pathology", ""]
+        lines += [f"#### {title}: the oracle anchor (a CUSUM that knows the true change, `oracle.py`)", ""]
+        lines += oracle_table(rs)
+        lines += ["", f"#### {title}: per pathology", ""]
         lines += pathology_table(rs, dets)
         lines += ["", f"#### {title}: healthy runs", ""]
         lines += healthy_table(rs, dets)
@@ -774,6 +887,20 @@ def summary_text(results: list[Result], dets: Sequence[str]) -> str:
                    f"{_pct(t.live_recall)}, clean {_pct(t.clean_recall)}), "
                    f"median delay {_num(t.median_delay)}, healthy any {_pct(h.healthy_any_rate)} "
                    f"(benign {_pct(hb.healthy_any_rate)}), stops {_pct(h.healthy_stop_rate)}")
+        if d == "core":
+            o = oracle_scores(results, d)
+            if o is not None:
+                ours, orc, _ = o.per.get("all", (math.nan, math.nan, 0))
+                out.append(f"{'':>13}oracle at the same healthy rate ({_pct(o.rate)}): median delay {_num(orc)}, "
+                           f"ours / oracle {ours / orc if orc and orc == orc else math.nan:.2f}x, "
+                           f"recall {_pct(o.recall)}")
+        for model in NOISE_MODELS:
+            hn = aggregate([r for r in healthy_runs(results) if r.spec.noise_model == model], d)
+            if hn.healthy:
+                cnt = Counter(a for r in healthy_runs(results) if r.spec.noise_model == model
+                              for a in r.outcomes[d].alarms)
+                out.append(f"{'':>13}noise model {model}: healthy any {_pct(hn.healthy_any_rate)} of {hn.healthy}"
+                           f" ({', '.join(f'{k} {v}' for k, v in cnt.most_common(4))})")
     return "\n".join(out)
 
 
@@ -798,6 +925,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=None,
                     help="Markdown output (default: RESULTS.md for --split all, nothing otherwise)")
     ap.add_argument("--no-progress", action="store_true")
+    ap.add_argument("--no-noise-models", action="store_true",
+                    help="leave out the healthy runs under the other noise models (NOISE_MODELS)")
+    ap.add_argument("--no-oracle", action="store_true", help="leave out the oracle anchor (oracle.py)")
     args = ap.parse_args(argv)
 
     dets = available([d.strip() for d in args.detectors.split(",") if d.strip()])
@@ -812,17 +942,21 @@ def main(argv: list[str] | None = None) -> int:
         seen = [TUNING_SEEDS, *SEEN_SEEDS]
         if any(s in r for s in held_seeds for r in seen):
             ap.error("--held-out overlaps seeds the rules were tuned on")
-        if any(s in NEXT_ROUND_SEEDS for s in held_seeds):
-            ap.error("--held-out overlaps the seeds declared for the next round's verdict")
+        if any(s in NEXT_ROUND_SEEDS for s in held_seeds) and list(held_seeds) != list(NEXT_ROUND_SEEDS):
+            # issue #28's verdict runs the declared set whole, once, after its rules are settled
+            ap.error("--held-out overlaps the seeds declared for the next round's verdict (run them whole: "
+                     f"--held-out {NEXT_ROUND_SEEDS[0]}-{NEXT_ROUND_SEEDS[-1]})")
     if args.seeds:
         tune_seeds = seed_range(args.seeds)
         if any(s in held_seeds or s in HELD_OUT_SEEDS or s in NEXT_ROUND_SEEDS for s in tune_seeds):
             ap.error("--seeds overlaps the held-out seeds")
     specs: list[Spec] = []
     if args.split in ("held-out", "all"):
-        specs += make_specs(held_seeds, "held-out")
+        specs += make_specs(held_seeds, "held-out", noise_models=not args.no_noise_models)
     if args.split in ("tuning", "all"):
-        specs += make_specs(tune_seeds, "tuning")
+        specs += make_specs(tune_seeds, "tuning", noise_models=not args.no_noise_models)
+    global ORACLE
+    ORACLE = not args.no_oracle
     if args.only:
         keep = {p.strip() for p in args.only.split(",")}
         specs = [s for s in specs if s.pathology is None or s.pathology in keep]

@@ -51,7 +51,7 @@ from .catalog import (
     combinations,
     expected_gauges,
 )
-from .context import Ctx, lr_schedule
+from .context import NOISE_MODELS, Ctx, lr_schedule
 
 __all__ = [
     "COMPOUND",
@@ -61,6 +61,7 @@ __all__ = [
     "FAMILY_KEYS",
     "GOLD_FUNC",
     "KINDS",
+    "NOISE_MODELS",
     "PATHOLOGIES",
     "REWARD_FUNCS",
     "SUMMARY_KEYS",
@@ -170,6 +171,7 @@ def generate_run(
     gold: bool | None = None,
     n_prompts: int | None = None,
     group_size: int | None = None,
+    noise_model: str | None = None,
 ) -> SyntheticRun:
     """Generate one labelled run.
 
@@ -201,7 +203,7 @@ def generate_run(
 
     from_start = bool(path_spec and path_spec.from_start)
     ctx = Ctx(family, pathology, n_steps, logging_steps, noise, seed, onset, from_start,
-              path_spec.onset if path_spec else None)
+              path_spec.onset if path_spec else None, noise_model)
     eval_lat: np.ndarray | None = None
     eval_add = np.zeros(ctx.n)
     epochs = 1.0

@@ -41,6 +41,7 @@ class Ctx:
         onset: float | int | None,
         from_start: bool,
         onset_range: tuple[float, float] | None,
+        noise_model: str | None = None,
     ) -> None:
         self.family = family
         self.pathology = pathology
@@ -59,6 +60,13 @@ class Ctx:
         self.dof = float(self.rng.uniform(6.0, 15.0))
         self.dof_heavy = float(self.rng.uniform(2.5, 4.5))
         self.phi = float(self.rng.uniform(0.0, 0.25))
+        # an alternative healthy noise model (NOISE_MODELS): drawn from its own stream, so the baseline is unchanged
+        if noise_model is not None and noise_model not in NOISE_MODELS:
+            raise ValueError(f"unknown noise model {noise_model!r}; expected one of {NOISE_MODELS}")
+        self.noise_model = noise_model
+        self.nrng = np.random.default_rng([seed, 0x0A41])
+        if noise_model == "ar1_t3":
+            self.phi = float(self.nrng.uniform(0.3, 0.6))
         # the onset fraction is always drawn first from the pathology stream so that it stays aligned
         lo, hi = onset_range if onset_range is not None and not from_start else (0.3, 0.7)
         frac = self.prng.uniform(lo, hi)
@@ -95,7 +103,11 @@ class Ctx:
         """Per-step batch noise: unit-variance Student-t (``heavy``: 2.5-4.5 degrees of freedom, else 6-15),
         lightly autocorrelated, scaled by ``noise``."""
         dof = self.dof_heavy if heavy else self.dof
-        return self._shape(self.rng.standard_t(dof, self.n), dof) * self.noise
+        z = self._shape(self.rng.standard_t(dof, self.n), dof)
+        if self.noise_model == "ar1_t3":  # 1 % of the steps: a Student-t(3) outlier, 3x the batch noise's scale
+            hit = self.nrng.random(self.n) < OUTLIER_RATE
+            z = np.where(hit, 3.0 * self.nrng.standard_t(3.0, self.n), z)
+        return z * self.noise
 
     def wander(self, tau_steps: float) -> np.ndarray:
         """Slow autocorrelated drift (unit stationary variance, correlation time ``tau_steps``)."""
@@ -159,9 +171,23 @@ class Ctx:
         return a[:m].reshape(self.n_rows, self.ls).mean(axis=1)
 
 
+NOISE_MODELS = ("ar1_t3", "binomial", "saturating_kl")
+"""Healthy noise models beside the default (issue #28), each a block of healthy runs in the benchmark:
+
+* ``ar1_t3``: every batch noise AR(1) with rho 0.3-0.6 (the default: 0-0.25), and 1 % of the steps a Student-t(3)
+  outlier three times the noise's scale;
+* ``binomial`` (GRPO): one verifier reward whose success rate climbs from 0.12-0.2 to 0.4-0.55, a batch of 2-4
+  prompts x 8 completions, the format reward already learned: the reward's row-to-row noise grows like
+  sqrt(p(1-p)) as it learns;
+* ``saturating_kl`` (PPO, GRPO with beta): the KL rises as 1 - exp(-t/tau), tau 3-20 % of the run, and stays
+  there: a decelerating curve by construction.
+"""
+OUTLIER_RATE = 0.01
+
+
 def _ar1(x: np.ndarray, phi: float) -> np.ndarray:
-    """AR(1) filter with unit stationary variance, via a short exponential kernel (phi <= 0.25)."""
-    k = phi ** np.arange(12)
+    """AR(1) filter with unit stationary variance, via an exponential kernel cut where it falls under 1e-4."""
+    k = phi ** np.arange(12 if phi <= 0.25 else int(math.log(1e-4) / math.log(phi)) + 1)
     y = np.convolve(x, k)[: len(x)]
     return y * math.sqrt(1.0 - phi * phi)
 

@@ -94,6 +94,12 @@ def build(ctx: Ctx, profile: str | None = None, gold: bool | None = None, n_prom
         has_gold = True
     if path in ("clip_growing", "ratio_blowup"):
         off_policy = True
+    if ctx.noise_model == "binomial":  # one verifier reward learned from 0.1 to ~0.5 on a small batch
+        nr = ctx.nrng
+        acc0, acc_gain, tau_a = nr.uniform(0.12, 0.2), nr.uniform(0.25, 0.4), nr.uniform(0.3, 0.8)
+        fmt0 = fmt1 = 0.98
+        kappa = nr.uniform(5.0, 20.0)  # prompts of one difficulty: fewer all-fail groups than a mixed set
+        n_p, group, aha = int(nr.choice([2, 4])), 8, False
     batch = n_p * group
     # per-step entropy is a mean over the batch's tokens: 2-8 % noise at 256 completions, up to ~30 % at 16
     ent_sd = min(ent_sd * math.sqrt(256.0 / batch), 0.35)
@@ -109,6 +115,8 @@ def build(ctx: Ctx, profile: str | None = None, gold: bool | None = None, n_prom
     ell = len0 * (1.0 + len_drift * u) * ((1.0 + (aha_len - 1.0) * rise) if aha else 1.0)
     sig = sig0 * (1.0 + sig_drift * u)
     kl = kl_end * u**kl_pow
+    if ctx.noise_model == "saturating_kl":  # 1 - exp(-t/tau): decelerating from the first step
+        kl = kl_end * (1.0 - np.exp(-u / ctx.nrng.uniform(0.03, 0.2)))
     div = np.ones(n)  # within-group reward diversity (1 = healthy)
     fz_add = np.zeros(n)
     gscale = np.ones(n)

@@ -35,6 +35,8 @@ def build(ctx: Ctx) -> tuple[dict[str, np.ndarray], dict[str, object]]:
     sp_g = ctx.spikes(0.01, 2.0, 6.0)
 
     kl = kl_end * u**kl_pow
+    if ctx.noise_model == "saturating_kl":  # a per-sequence KL that saturates: 1 - exp(-t/tau), decelerating
+        kl = ctx.nrng.uniform(2.5, 4.5) * (1.0 - np.exp(-u / ctx.nrng.uniform(0.03, 0.2)))
     kl_add_sd = np.full(n, 0.03)
     scores = s0 + s_gain * sat(u, tau_s)
     scores_sd = np.full(n, s_sd)

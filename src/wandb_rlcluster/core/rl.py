@@ -17,6 +17,7 @@ from .bounded import RewardLevel
 from .gauge import Gauge, finite
 from .keys import Row
 from .rollouts import ROLLOUT_DEFAULTS, ROLLOUT_OUTPUTS, length_rules, reward_rules, reward_signal_rules
+from .sequential import Ar1, ar1_inflation, bounded_mean_sd
 from .stats import (
     Baseline,
     DiffNoise,
@@ -307,6 +308,11 @@ class GoldCoupling:
         self.match, self.beta, self.rho, self.beta_se = str(m), float(b), float(r), float(se)
 
 
+VOL_CLIP = 4.0
+"""``reward-volatile`` reads the row-to-row changes clipped at this many robust (MAD) sigmas of the recent ones: a
+Student-t(3) outlier row once made the noise look 2-12x larger for 30 rows (issue #28)."""
+
+
 class RewardGauge(Gauge):
     """Gauge 9 — reward dynamics.
 
@@ -382,6 +388,7 @@ class RewardGauge(Gauge):
         self.vol = RollingWindow(self.p["volatile_window"])
         self.vol_ref = ScaleRef(self.p["volatile_warmup_rl"])
         self.vol_std = Ewma(0.1)
+        self.vol_unit = True  # every reward so far in [0, 1]: a success rate, binomial noise when no spread is logged
         self.vol_last = math.nan
         self.shift = ShiftDetector(k=self.p["shift_k"], h=self.p["shift_h"], alpha=self.p["shift_alpha"], warmup=w,
                                    clip=self.p["shift_clip"])
@@ -523,8 +530,16 @@ class RewardGauge(Gauge):
                        "not learning; check the learning rate, the task's difficulty and frac_reward_zero_std.",
                        for_=p["plateau_for"], clear=10)
         std = v.get("reward_std")
-        self._stability(key, r, e, self.vol_std.push(std) if std is not None and finite(std) and std > 0 else
-                        (self.vol_std.mean if self.vol_std.count else 1.0))
+        self.vol_unit = self.vol_unit and 0.0 <= r <= 1.0
+        if std is not None and finite(std) and std > 0:
+            scale = self.vol_std.push(std)
+        elif self.vol_std.count:
+            scale = self.vol_std.mean
+        elif self.vol_unit:  # a success rate without its spread logged: the binomial noise its level gives
+            scale = 2.0 * bounded_mean_sd(min(max(e, 0.05), 0.95), 1.0)
+        else:
+            scale = 1.0
+        self._stability(key, r, e, scale)
         # Hacking: reward gains far beyond its start, length growing with it.
         length = v.get("completions/mean_length")
         if length is not None and finite(length) and length > 0:
@@ -565,7 +580,12 @@ class RewardGauge(Gauge):
         p = self.p
         d = self.derived
         if self.vol_last == self.vol_last:
-            self.vol.push((r - self.vol_last) / max(scale, 1e-6))
+            dx = (r - self.vol_last) / max(scale, 1e-6)
+            if len(self.vol) >= 10:  # a clipped statistic: one outlier row counts as VOL_CLIP robust sigmas, no more
+                lim = VOL_CLIP * self.vol.robust()[1]
+                if lim > 0:
+                    dx = min(max(dx, -lim), lim)
+            self.vol.push(dx)
         self.vol_last = r
         if len(self.vol) >= 10:
             self._volatility(key, r, self.vol.std() / math.sqrt(2.0), self.vol_ref, p["volatile_ratio_rl"],
@@ -922,6 +942,14 @@ class RewardGauge(Gauge):
                        long_hold=False)  # its window is a share of the run already (runaway_share)
 
 
+ACCEL_SE = 2.0
+"""``kl-growing`` calls a climb accelerating only where its last 20 rows' slope exceeds the last 40's by this many of
+its standard errors (deflated for autocorrelation)."""
+NEAR_ZERO_SPREAD = 10.0
+"""``kl-near-zero`` needs the KL's robust spread under this many times its ``near_zero`` line as well as its median:
+a KL estimate scattered around 0 is an estimator measuring a slowly moving policy, not a collapse (issue #28)."""
+
+
 class KLGauge(Gauge):
     """Gauge 10 — KL to the reference policy: level, growth, noise, spikes, sign.
 
@@ -972,11 +1000,13 @@ class KLGauge(Gauge):
         self.longer = RollingCorrelation(2 * w)  # the slope over twice as long: is it accelerating?
         self.span = RollingCorrelation(2 * w)  # ... and over a share of the run: the slope projected to its end
         self.noise = DiffNoise(20)
+        self.ar = Ar1(prior=20.0)  # the noise's AR(1) coefficient, read on the warm-up: slope tests are deflated by it
         self.negatives = RollingWindow(20)
         self.cv_base = Baseline(10)
         self.cv_ref = OctaveMean()
         self.cusum = NoiseCusum(c=self.p["noisy_c"], p1=self.p["noisy_p1"])
         self.neg_base = Baseline(10)
+        self.went_negative = False  # a per-token estimate below 0 once: not k3, read its noise on a linear scale
         self.spike_rows: list[int] = []
         self.spikes_seen = 0  # every spike so far: the run's own spike rate
         self.spike_from = -1  # the first row the spike test was armed on (the rate's denominator starts there)
@@ -1058,8 +1088,11 @@ class KLGauge(Gauge):
                        "policy has had time to move: the reference model is not the initial policy, or "
                        "generation settings (temperature, chat template) differ between sampling and scoring.")
         if self.rows_seen >= p["near_zero_rows"]:
-            med = self.win.robust()[0]
-            self.check("kl-near-zero", abs(med) < p["near_zero"], "warn", key, kl,
+            med, spread = self.win.robust()
+            # pinned at 0, not an estimator scattered around it: a per-sequence estimate that goes negative half the
+            # time (RLOO, PPO) has a median near 0 while the policy moves slowly; its spread says it is measuring
+            pinned = abs(med) < p["near_zero"] and spread < NEAR_ZERO_SPREAD * p["near_zero"]
+            self.check("kl-near-zero", pinned, "warn", key, kl,
                        lambda: f"{key} has stayed ~0 (median {med:.2g}) for {self.rows_seen} logged steps: the policy "
                        "is not moving away from the reference (beta too high, LR too low, or the reference is "
                        "updated with the policy).", for_=20, clear=10)
@@ -1082,12 +1115,21 @@ class KLGauge(Gauge):
         self.recent.push(n, kl)
         self.longer.push(n, kl)
         self.span.push(n, kl)
+        self.ar.push(kl)
         if not self.longer.full or e < p["grow_min"] * p["warn"]:  # far below the line: nothing to project
             self.check("kl-growing", False, "warn", key, kl, "")
             return
-        s1, s2, t = self.recent.slope(), self.longer.slope(), self.recent.t_stat()
+        # an autocorrelated noise overstates the slope's t by sqrt((1 + rho) / (1 - rho)): read it deflated
+        t_raw = self.recent.t_stat()
+        s1, s2, t = self.recent.slope(), self.longer.slope(), t_raw / self.ar.inflation()
         d["kl_trend_t"] = t
-        accel = s2 > 0 and s1 > p["grow_accel"] * s2
+        # accelerating: the last rows' slope steeper than the longer one's by more than its own standard error twice
+        # over, not only by a ratio: a wander of a levelled, saturating KL steepens a 20-row slope now and then, and
+        # 1 - exp(-t / tau) decelerates by construction. The error is deflated by rho's upper bound (the claim
+        # projects the slope ahead: an under-read rho must not make a wander look like a runaway)
+        infl_hi = ar1_inflation(self.ar.upper())
+        se1 = abs(s1 / t_raw) * infl_hi if t_raw else math.inf
+        accel = s2 > 0 and s1 > p["grow_accel"] * s2 and s1 - s2 > ACCEL_SE * se1
         d["kl_acceleration"] = s1 / s2 if s2 > 0 else 0.0
         left = max(self.planned_rows - self.rows_seen, 0.0)
         # where the current slope (steeper still if it is accelerating) takes KL within one window, or by the end of
@@ -1106,10 +1148,14 @@ class KLGauge(Gauge):
         # then levels off, and a straight line from its early slope crosses a line it never reaches.
         ahead = min(left, float(self.rows_seen))
         s_end = min(s2, self.span.slope())
-        climbing = s1 >= p["grow_end_keep"] * s2 and self.span.full
+        # ... and only a climb that the 40 rows show beyond an AR(1) wander (t deflated by rho's upper bound)
+        climbing = (s1 >= p["grow_end_keep"] * s2 and self.span.full
+                    and self.longer.t_stat() >= p["grow_t"] * infl_hi)
         by_end = e + s_end * ahead if p["grow_end"] > 0 and ahead > w and climbing else -math.inf
         line_end = p["grow_end"] * p["warn"]
-        soon = projected >= p["warn"]
+        # a projection that crosses only because the climb looks accelerating needs the slope's t past grow_t with
+        # rho's upper bound too: the acceleration is the claim most easily made by a wander
+        soon = projected >= p["warn"] and (e + s1 * w >= p["warn"] or t_raw >= p["grow_t"] * infl_hi)
         growing = t >= p["grow_t"] and e >= p["grow_min"] * p["warn"] and (soon or by_end >= line_end)
 
         def why() -> str:  # only when the rule fires: this runs on every row past the warm-up
@@ -1135,10 +1181,12 @@ class KLGauge(Gauge):
         self.negatives.push(1.0 if kl < 0 else 0.0)
         # per-token KL (k3, never negative) is noisy in log space: a lognormal-ish spread; PPO's per-sequence
         # estimate can go negative, so its noise is read relative to its smoothed level
-        if key == "kl":
+        if kl < 0:
+            self.went_negative = True
+        if key == "kl" and not self.went_negative:  # a k3 estimate, never negative: its noise is a log-scale spread
             if kl > 0:
                 self.cusum.push(math.log(kl))
-        else:
+        else:  # an estimator that goes negative (k1, per-sequence sums) has no log scale: relative to its level
             self.cusum.push(kl / max(abs(self.ewma.mean), 0.01 * p["warn"]))
         if not self.recent.full:  # the same warm-up as the growth rule (20 rows)
             return
@@ -1160,8 +1208,15 @@ class KLGauge(Gauge):
         if ref == ref:
             cb = ref
         relevant = sig >= p["noisy_min"] * p["warn"]  # noise on a KL of 1e-3 moves nothing
-        noisy_cv = relevant and cv >= max(p["noisy_cv"], p["noisy_ratio"] * cb)
-        noisy_neg = neg >= p["noisy_negative"] and neg >= nb + p["noisy_negative"]
+        # an estimate that goes negative, its level within its own row noise of 0 (an estimator scattered around 0),
+        # gives no ratio to read
+        noisy_cv = relevant and (neg == 0 or abs(level) > sig) and cv >= max(p["noisy_cv"], p["noisy_ratio"] * cb)
+        # the share of negative estimates in 20 rows is binomial: an estimator scattered around 0 (a third to a half
+        # negative) moves it by +-0.11 from window to window; a rise must stand 3 of those above its start
+        nb_se = math.sqrt(max(nb, 0.0) * max(1.0 - nb, 0.0) / max(len(self.negatives), 1))
+        # and an estimator negative that often from the start (nb >= noisy_negative) goes negative by its nature
+        noisy_neg = (nb < p["noisy_negative"] and neg >= p["noisy_negative"]
+                     and neg >= nb + max(p["noisy_negative"], 3.0 * nb_se))
         noisy_seq = self.cusum.s > p["noisy_h"]  # rows far outside its usual noise, too many of them lately
         self.check("kl-noisy", noisy_cv or noisy_neg or noisy_seq, "warn", key, kl,
                    lambda: f"{key} has turned noisy: row-to-row noise {sig:.3g} is {cv:.1f}x its level {level:.3g} "

@@ -1,0 +1,100 @@
+"""Rules read against the noise their metric has (issue #28): healthy streams that the old rules misread as a
+pathology stay quiet, and the pathology the rule is for still fires."""
+
+from __future__ import annotations
+
+import math
+import random
+
+from wandb_rlcluster.core import analyze_rows
+
+from .test_early_warning import N, build, grpo, ppo
+
+
+def _warns(rows: list[dict[str, float]], trainer: str, rule: str, **kw: object) -> list[int]:
+    cluster = analyze_rows(rows, trainer=trainer, **kw)  # type: ignore[arg-type]
+    return [f.step for f in cluster.findings if f.rule == rule and f.severity in ("warn", "stop")]
+
+
+def test_one_outlier_reward_row_is_not_a_volatile_reward():
+    """A steady GRPO reward with one row 12 noise sigmas off (a Student-t(3) batch): the row-to-row changes are read
+    clipped at 4 robust sigmas, so one row does not make the noise look twice as large for 30 rows."""
+    for seed in range(6):
+        def make(i: int, g: random.Random) -> dict[str, float]:
+            row = grpo(i, g)
+            if i == 200:
+                row["reward"] += 0.6
+            return row
+
+        assert _warns(build(make, seed=seed), "grpo", "reward-volatile") == [], seed
+
+
+def test_reward_that_turns_noisy_is_still_volatile():
+    """The same reward whose row noise grows 4x from row 200 on, for good: reward-volatile fires after row 200."""
+    for seed in range(3):
+        rows = build(lambda i, g: dict(grpo(i, g), reward=0.3 + 0.3 * i / N + g.gauss(0, 0.05 if i < 200 else 0.2)),
+                     seed=seed)
+        fired = _warns(rows, "grpo", "reward-volatile")
+        assert fired and fired[0] > 200, (seed, fired)
+
+
+def _verifier(i: int, g: random.Random, n: int = 16) -> dict[str, float]:
+    """A verifier reward without its spread logged: the mean of ``n`` 0/1 scores whose success rate climbs
+    0.05 -> 0.5, its binomial noise growing 2.3x as it does."""
+    p = 0.05 + 0.45 * i / N
+    row = grpo(i, g)
+    row.pop("reward_std")
+    row["reward"] = sum(g.random() < p for _ in range(n)) / n
+    return row
+
+
+def test_a_learning_verifier_reward_is_not_volatile():
+    """The reward's noise is read in units of the binomial noise its level gives (no reward_std logged)."""
+    for seed in range(6):
+        assert _warns(build(_verifier, seed=seed), "grpo", "reward-volatile") == [], seed
+
+
+def _saturating_kl(i: int, g: random.Random, state: list[float], rho: float = 0.6) -> dict[str, float]:
+    """A PPO per-sequence KL that saturates (4 (1 - exp(-i / 30))) under AR(1) noise: decelerating by construction."""
+    state[0] = rho * state[0] + math.sqrt(1 - rho * rho) * g.gauss(0, 0.5)
+    return dict(ppo(i, g), **{"objective/kl": 4.0 * (1 - math.exp(-i / 30)) + state[0]})
+
+
+def test_a_saturating_kl_under_autocorrelated_noise_is_not_growing():
+    """The slope test's t is deflated by sqrt((1 + rho) / (1 - rho)) with rho read on the KL's own warm-up: an
+    AR(1) wander of a levelled KL is not "accelerating and on course to pass 6.0"."""
+    for seed in range(8):
+        state = [0.0]
+        rows = build(lambda i, g: _saturating_kl(i, g, state), seed=seed)  # noqa: B023
+        assert _warns(rows, "ppo", "kl-growing", max_steps=N) == [], seed
+
+
+def test_a_kl_that_climbs_is_still_growing_under_autocorrelated_noise():
+    """A per-token KL climbing steadily to the warn line from row 150 under the same AR(1) noise: still warned
+    before it crosses 0.5."""
+    for seed in range(3):
+        state = [0.0]
+
+        def make(i: int, g: random.Random) -> dict[str, float]:
+            state[0] = 0.6 * state[0] + 0.8 * g.gauss(0, 0.01)  # noqa: B023
+            return grpo(i, g, kl=0.05 + 0.6 * max(0, i - 150) / 150 + state[0])  # noqa: B023
+
+        rows = build(make, seed=seed)
+        fired = _warns(rows, "grpo", "kl-growing", max_steps=N)
+        crossed = next(int(r["step"]) for r in rows if r["kl"] > 0.5)
+        assert fired and 150 < fired[0] < crossed, (seed, fired, crossed)
+
+
+def test_a_kl_estimate_scattered_around_zero_is_not_near_zero_or_noisy():
+    """A per-token KL estimate that goes negative about half the time, scattered around a tiny positive level while
+    the reward climbs (an RLOO-style estimator on a slowly moving policy): neither kl-near-zero nor kl-noisy."""
+    for seed in range(6):
+        rows = build(lambda i, g: grpo(i, g, kl=5e-5 + g.gauss(0, 2e-3)), seed=seed)
+        assert _warns(rows, "grpo", "kl-near-zero") == [], seed
+        assert _warns(rows, "grpo", "kl-noisy") == [], seed
+
+
+def test_a_kl_pinned_at_zero_is_still_near_zero():
+    """A KL pinned at 1e-5 (beta so high, or the reference updated with the policy) still warns."""
+    rows = build(lambda i, g: grpo(i, g, kl=1e-5 * (1 + g.gauss(0, 0.1))))
+    assert _warns(rows, "grpo", "kl-near-zero")
