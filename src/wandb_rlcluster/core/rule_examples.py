@@ -179,6 +179,7 @@ def _components(i: int, g: np.random.Generator, *, fmt: float, acc: float, fmt_s
             "rewards/acc/mean": acc + 0.04 * z[1], "rewards/acc/std": 0.4}
 
 
+_ALL_FAILED = {"reward": 0.0, "frac_reward_zero_std": 1.0, "grad_norm": 0.0}
 GOLD = {"params": {"reward": {"gold": ["gold"]}}}
 _NAN = float("nan")
 
@@ -187,6 +188,10 @@ EXAMPLES: dict[tuple[str, str], Example] = {
     # -- loss -----------------------------------------------------------------------------------------------------
     ("loss", "loss-nonfinite"): Example(
         "sft", lambda i, g: sft(i, g, loss=_NAN if i == 60 else None), sft, 100, 60, 60, "loss"),
+    # two NaN losses 20 rows apart; the healthy run has two isolated fp16 skipped steps 60 rows apart
+    ("loss", "loss-nonfinite-repeated"): Example(
+        "sft", lambda i, g: sft(i, g, loss=_NAN if i in (40, 60) else None),
+        lambda i, g: sft(i, g, loss=_NAN if i in (10, 70) else None), 100, 60, 60, "loss"),
     ("loss", "loss-nonfinite-persistent"): Example(
         "sft", lambda i, g: sft(i, g, loss=_NAN if i >= 60 else None), sft, 100, 60, 62, "loss"),
     ("loss", "loss-spike"): Example(
@@ -204,10 +209,18 @@ EXAMPLES: dict[tuple[str, str], Example] = {
     # -- gradients ------------------------------------------------------------------------------------------------
     ("gradients", "grad-nonfinite"): Example(
         "sft", lambda i, g: sft(i, g, grad=_NAN if i == 60 else None), sft, 100, 60, 60, "grad_norm"),
+    ("gradients", "grad-nonfinite-repeated"): Example(
+        "sft", lambda i, g: sft(i, g, grad=_NAN if i in (40, 60) else None),
+        lambda i, g: sft(i, g, grad=_NAN if i in (10, 70) else None), 100, 60, 60, "grad_norm"),
     ("gradients", "grad-nonfinite-persistent"): Example(
         "sft", lambda i, g: sft(i, g, grad=_NAN if i >= 60 else None), sft, 100, 60, 62, "grad_norm"),
     ("gradients", "grad-zero"): Example(
         "sft", lambda i, g: sft(i, g, grad=0.0 if i >= 60 else None), sft, 100, 60, 64, "grad_norm"),
+    # a GRPO run near the top of its reward range: for 5 rows every group is solved and the gradient is exactly 0
+    ("gradients", "grad-zero-saturated"): Example(
+        "grpo", lambda i, g: {**grpo(i, g, reward=0.7 + 0.15 * i / 100, zero_std=0.6),
+                              **({"frac_reward_zero_std": 1.0, "grad_norm": 0.0} if 60 <= i < 65 else {})},
+        lambda i, g: grpo(i, g, reward=0.7 + 0.15 * i / 100, zero_std=0.6), 100, 60, 64, "grad_norm"),
     ("gradients", "grad-zero-step"): Example(
         "sft", lambda i, g: sft(i, g, grad=0.0 if i == 60 else None), sft, 100, 60, 60, "grad_norm"),
     ("gradients", "grad-spike"): Example(
@@ -475,19 +488,24 @@ EXAMPLES: dict[tuple[str, str], Example] = {
     # -- reward signal --------------------------------------------------------------------------------------------
     ("reward_signal", "zero-std-dead"): Example(
         "grpo", lambda i, g: grpo(i, g, zero_std=1.5 if i >= 60 else 0.1), grpo, 100, 60, 69, "frac_reward_zero_std"),
+    # a run failing its prompts (success rate 0.2, flat): the uniform groups are failures, and they spread
     ("reward_signal", "zero-std-high"): Example(
-        "grpo", lambda i, g: grpo(i, g, reward=0.5, zero_std=0.2 + 0.4 * ramp(i, 100, 100)),
-        lambda i, g: grpo(i, g, reward=0.5), 200, 100, 190, "frac_reward_zero_std"),
+        "grpo", lambda i, g: grpo(i, g, reward=0.2, zero_std=0.2 + 0.6 * ramp(i, 100, 60)),
+        lambda i, g: grpo(i, g, reward=0.2, zero_std=0.2), 200, 100, 160, "frac_reward_zero_std"),
     ("reward_signal", "zero-std-solved"): Example(
         "grpo", lambda i, g: grpo(i, g, reward=0.3 + 0.03 * i / 200, zero_std=0.2 + 0.4 * ramp(i, 100, 100)),
         lambda i, g: grpo(i, g, reward=0.3 + 0.03 * i / 200), 200, 100, 190, "frac_reward_zero_std"),
+    # every group fails every completion (reward 0) with a zero gradient for 5 rows; the healthy run has one such
+    # row, which a small batch gives by chance
     ("reward_signal", "no-update-step"): Example(
-        "grpo", lambda i, g: {**grpo(i, g), **({"frac_reward_zero_std": 1.0, "grad_norm": 0.0} if i == 60 else {})},
-        grpo, 100, 60, 60, "grad_norm"),
+        "grpo", lambda i, g: {**grpo(i, g), **(_ALL_FAILED if 60 <= i < 65 else {})},
+        lambda i, g: {**grpo(i, g), **(_ALL_FAILED if i == 60 else {})}, 100, 60, 62, "grad_norm"),
+    # older TRL (no frac_reward_zero_std): reward_std sinks to 0.02 and stays there while the reward is flat
     ("reward_signal", "reward-std-low"): Example(
-        "grpo", lambda i, g: {k: v for k, v in grpo(i, g).items() if k != "frac_reward_zero_std"}
+        "grpo", lambda i, g: {k: v for k, v in grpo(i, g, reward=0.4).items() if k != "frac_reward_zero_std"}
         | {"reward_std": 0.3 - 0.28 * ramp(i, 60, 10)},
-        lambda i, g: {k: v for k, v in grpo(i, g).items() if k != "frac_reward_zero_std"}, 100, 60, 80, "reward_std"),
+        lambda i, g: {k: v for k, v in grpo(i, g, reward=0.4).items() if k != "frac_reward_zero_std"}, 100, 60, 80,
+        "reward_std"),
     ("reward_signal", "reward-component-dead"): Example(
         "grpo", lambda i, g: {**grpo(i, g), **_components(i, g, fmt=0.5, acc=0.3, fmt_std=0.002 if i >= 60 else 0.3)},
         lambda i, g: {**grpo(i, g), **_components(i, g, fmt=0.5, acc=0.3)}, 100, 60, 69, "rewards/fmt/std"),
@@ -514,9 +532,10 @@ EXAMPLES: dict[tuple[str, str], Example] = {
     ("diagnosis", "reward-hacking"): Example(
         "grpo", lambda i, g: grpo(i, g, reward=0.3 + 0.4 * ramp(i, 100, 10), length=200 * (1 + 1.5 * ramp(i, 100, 40))),
         lambda i, g: grpo(i, g, reward=0.3 + 0.4 * ramp(i, 100, 10)), 200, 100, 150, "completions/mean_length"),
+    # entropy and the within-batch length spread collapse together while the reward is flat
     ("diagnosis", "mode-collapse"): Example(
         "grpo", lambda i, g: grpo(i, g, reward=0.4, entropy=1.2 * (1 - 0.5 * ramp(i, 100, 100)),
-                                  zero_std=0.1 + 0.7 * ramp(i, 100, 100)),
+                                  spread=1.2 - 1.0 * ramp(i, 100, 40)),
         lambda i, g: grpo(i, g, reward=0.4), 200, 100, 190, "entropy"),
     ("diagnosis", "unstable-updates"): Example(
         "ppo", lambda i, g: ppo(i, g, clip=0.06 + 0.2 * ramp(i, 100, 100), ratio_var=0.001 + 0.02 * ramp(i, 100, 60)),
