@@ -1733,6 +1733,9 @@ class EntropyGauge(Gauge):
     of the model family (a base model near 1.5, an instruct model near 0.3), not of the run's health —
     on real healthy GRPO runs that floor was most of the false alarms. The warning holds ``for`` (8) rows:
     a noisy reward's trend dips under the line for a few rows now and then while a policy sharpens.
+    A reward that has stopped rising because it sits near its ceiling (a [0, 1] success rate smoothed at or above
+    ``saturated_level``) is not "not improving": a solved task leaves little to explore, and real healthy GRPO runs
+    at 0.85-0.93 sharpen exactly so; below ``deep_ratio`` it still warns.
     """
 
     id = "entropy"
@@ -1742,9 +1745,10 @@ class EntropyGauge(Gauge):
     defaults = {"collapse_ratio": 0.7, "sharpening_ratio": 0.5, "deep_ratio": 0.2, "stop_ratio": 0.2, "stop_for": 20,
                 "for": 8,
                 "smooth": 0.2, "spike_z": 8.0, "baseline_rows": 10, "zero_std_rise": 0.3, "zero_std_alone": 0.9,
-                "gold": []}
+                "saturated_level": 0.8, "gold": []}
 
     def setup(self) -> None:
+        self.level = RewardLevel()
         self.base = Baseline(self.p["baseline_rows"])
         self.ewma = Ewma(self.p["smooth"])
         self.win = RollingWindow(30)
@@ -1763,6 +1767,7 @@ class EntropyGauge(Gauge):
     def _context(self, v: Mapping[str, float]) -> None:
         """The signals that say whether a falling entropy is sharpening or collapse."""
         self.progress.push(v)
+        self.level.push(v.get("reward", v.get("objective/scores")))
         f = v.get("frac_reward_zero_std")
         if f is not None and finite(f):
             self.zero.push(f)
@@ -1779,7 +1784,9 @@ class EntropyGauge(Gauge):
         """The collapse signs present now (empty: the context says sharpening)."""
         reasons = []
         prog = self.progress
-        flat = prog.known() and not prog.improving()
+        sat = self.level.smooth
+        saturated = sat == sat and sat >= self.p["saturated_level"]  # near the ceiling: nothing left to climb
+        flat = prog.known() and not prog.improving() and not saturated
         if flat:
             reasons.append("the reward is not improving" + (" (or the gold reward is not)" if prog.gold_keys else ""))
         zb, ze = self.zero_base.value, self.zero.mean
