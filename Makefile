@@ -3,14 +3,22 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# Where pip finds torch. Empty (default): the configured index. From PyPI on Linux, torch==2.13.0 is the CUDA build
+# (with ~19 NVIDIA/triton packages, several GB); the CPU-only build: make install TORCH_INDEX=https://download.pytorch.org/whl/cpu
+TORCH_INDEX ?=
+# The CPU kernel sets a tiny model's training is rerun under (make test-kernels): its RL trajectory follows them.
+KERNEL_CAPS ?= default avx2 $(if $(shell grep -qsw avx512f /proc/cpuinfo && echo y),avx512)
+# Which tests make test-kernels reruns (default: every test marked trains); e.g. KERNEL_TESTS=tests/test_demo.py
+KERNEL_TESTS ?=
 
-.PHONY: demo test smoke docs docs-build docs-serve bench bench-callback bench-detection bench-readers clean install
+.PHONY: demo test test-kernels smoke docs docs-build docs-serve bench bench-callback bench-detection bench-readers clean install
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	# The CPU build of torch (pinned: an unpinned torch pulls a multi-GB CUDA build).
-	$(BIN)/python -m pip install -q torch==2.13.0
+	# torch pinned first, so trl does not pull whatever torch is newest; which build it is depends on the index
+	# (TORCH_INDEX above): a local CPU wheel or the CPU index gives the CPU build, PyPI on Linux the CUDA one.
+	$(BIN)/python -m pip install -q torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	$(BIN)/python -m pip install -q -e '.[dev,docs]'
 	touch $(STAMP)
 
@@ -22,6 +30,15 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/python -m pytest -q
+
+# The tests that train a tiny model, once per CPU kernel set: a test must hold for any trajectory, not this CPU's.
+test-kernels: $(STAMP)
+	@failed=""; for cap in $(KERNEL_CAPS); do \
+	  echo "== ATEN_CPU_CAPABILITY=$$cap"; start=$$(date +%s); \
+	  ATEN_CPU_CAPABILITY=$$cap $(BIN)/python -m pytest -q -m trains $(KERNEL_TESTS) || failed="$$failed $$cap"; \
+	  echo "== ATEN_CPU_CAPABILITY=$$cap took $$(( $$(date +%s) - start )) s"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "test-kernels: failed with ATEN_CPU_CAPABILITY=$$failed"; exit 1; fi
 
 # The user's path: sdist + wheel, installed with no extras into a fresh venv, used from outside the checkout.
 smoke: $(STAMP)

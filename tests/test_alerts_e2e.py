@@ -95,6 +95,7 @@ rules:
 """
 
 
+@pytest.mark.trains
 def test_grpo_alert_fires_journals_reaches_wandb_and_stops(tmp_path: Path, slack_server, black_hole):
     url, bodies = slack_server
     rules = tmp_path / "alerts.yaml"

@@ -11,6 +11,7 @@ import math
 import re
 from pathlib import Path
 
+import pytest
 from transformers import TrainerControl, TrainerState, TrainingArguments
 
 from wandb_rlcluster import RLClusterCallback
@@ -196,6 +197,7 @@ rules:
 """
 
 
+@pytest.mark.trains
 def test_a_real_grpo_run_ends_with_a_building_warning_in_the_journal_and_the_wandb_alert_series(tmp_path: Path):
     """A real tiny TRL GRPO run (W&B offline): its random model almost never emits EOS, so nearly every completion
     hits max_completion_length on every row. The truncation rule is held 30 rows (12 in a 10-row run), longer than

@@ -20,6 +20,8 @@ import pytest
 from wandb_rlcluster.analyze import analyze_path
 from wandb_rlcluster.wandb_offline import read_offline_run
 
+pytestmark = pytest.mark.trains  # trains a tiny model for real (make test-kernels)
+
 SCRIPT = '''
 import json, os, sys
 os.environ.update(WANDB_MODE="offline", WANDB_SILENT="true", WANDB_DISABLE_GIT="true", WANDB_CONSOLE="off",

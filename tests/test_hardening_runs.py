@@ -52,6 +52,8 @@ rules:
 """
 
 
+pytestmark = pytest.mark.trains  # trains a tiny model for real (make test-kernels)
+
 @pytest.fixture(scope="module")
 def failing_channels_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
     """One real GRPO run whose alerts go to four failing channels; its rules are passed as an AlertConfig."""

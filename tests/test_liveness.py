@@ -553,6 +553,7 @@ def _slack_titles(bodies: list[dict], needle: str) -> list[str]:
     return [b["text"] for b in bodies if needle in b["text"]]
 
 
+@pytest.mark.trains
 def test_stall_in_a_reward_function_alerts_once_everywhere_then_resolves(tmp_path: Path, slack_server):  # noqa: F811
     url, bodies = slack_server
     os.environ["TEST_SLACK_WEBHOOK"] = url
@@ -584,6 +585,7 @@ def test_stall_in_a_reward_function_alerts_once_everywhere_then_resolves(tmp_pat
     assert res["errors"] == 0
 
 
+@pytest.mark.trains
 def test_healthy_200_steps_with_workers_and_the_programs_own_sigterm_handler(tmp_path: Path):
     """SFT (the cheapest real steps) whose first step takes > 4 s, with 2 forked DataLoader workers and the program's
     own SIGTERM handler, which takes a SIGTERM at step 100 and goes on: no stall, no crash, one `signal` notice;
@@ -638,6 +640,7 @@ def _wait_for_checkpoint(tmp_path: Path, p: subprocess.Popen, step: int) -> None
         time.sleep(0.1)
 
 
+@pytest.mark.trains
 def test_exception_in_a_reward_function_sends_one_crash_alert(tmp_path: Path, slack_server):  # noqa: F811
     url, bodies = slack_server
     p = _launch(tmp_path, url, "--max-steps", "30", "--save-steps", "3", "--fault", "raise:4")
@@ -661,6 +664,7 @@ def test_exception_in_a_reward_function_sends_one_crash_alert(tmp_path: Path, sl
     assert not guardian.is_running()
 
 
+@pytest.mark.trains
 def test_sigterm_mid_run_sends_one_crash_alert_naming_the_last_checkpoint(tmp_path: Path, slack_server):  # noqa: F811
     """The W&B run's finish takes 2 s here (an online run's final upload): the training thread waits meanwhile, so
     nothing logs to a finished run (no W&B error, no traceback)."""
@@ -688,6 +692,7 @@ def test_sigterm_mid_run_sends_one_crash_alert_naming_the_last_checkpoint(tmp_pa
     assert not guardian.is_running()
 
 
+@pytest.mark.trains
 def test_kill_9_guardian_reports_within_10s_and_leaves_nothing(tmp_path: Path, slack_server):  # noqa: F811
     url, bodies = slack_server
     p = _launch(tmp_path, url, "--max-steps", "500", "--save-steps", "5")
@@ -717,6 +722,7 @@ def test_kill_9_guardian_reports_within_10s_and_leaves_nothing(tmp_path: Path, s
     assert "rlcluster guardian: training process" in err and "sent to: slack" in err
 
 
+@pytest.mark.trains
 def test_fork_pool_rewards_caught_exceptions_and_retries(tmp_path: Path, slack_server):  # noqa: F811
     """tests/scripts/liveness_lifecycle.py: a GRPO run scoring in a fork Pool finishes, with nothing left; a train()
     whose exception the caller catches is reported once and stops everything; a retry with a new callback that
@@ -751,6 +757,7 @@ def test_fork_pool_rewards_caught_exceptions_and_retries(tmp_path: Path, slack_s
     _one_outcome_each(journal, "crash")
 
 
+@pytest.mark.trains
 def test_torchrun_rank_death_is_reported_once_by_rank_0(tmp_path: Path, slack_server):  # noqa: F811
     """Two ranks (gloo, CPU); rank 1 is killed with SIGKILL mid-run. Only rank 0 watches (one guardian in all), its
     collective fails, and it sends one crash alert; when torchrun is done, no guardian is left."""

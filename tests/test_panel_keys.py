@@ -18,6 +18,8 @@ from wandb_rlcluster.wandb_offline import read_offline_run
 
 from .test_callback_trl import metrics_run, ppo_rows_run
 
+pytestmark = pytest.mark.trains  # trains a tiny model for real (make test-kernels)
+
 # Keys a real run of that kind may lack, each with the reason. Anything else a panel plots must be in the run, and a
 # key listed here that the run has after all fails the test too (the list must not rot).
 LORA = {k: "LoRA panels need a PEFT adapter (the sft_peft run in test_callback_trl carries them)"

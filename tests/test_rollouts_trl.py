@@ -5,8 +5,11 @@ Two runs (fresh processes, W&B offline, a loopback Slack server, TRL's own ``log
 - GRPO with a reward that pays for characters: the within-group length-reward correlation fires
   (length/length-paid) before the mean-length rule (length/length-grew, the post's > 30 % change, which a test
   rule turns into a stop so the run ends there);
-- RLOO with a reward that counts one letter: completions loop on it ('seaaaaaa…'): the repetition and
-  identical-group statistics climb and samples/rollout-repetition fires (a test rule stops the run there).
+- RLOO with a reward that counts one letter, sampled at temperature 1.3: completions loop on it ('caaaaaa…'): the
+  repetition statistics climb and samples/rollout-repetition fires (a test rule stops the run there, the early exit
+  of a run allowed 80 steps). At temperature 1.0 some CPUs' kernels (AVX2, plain) led the same run to collapse onto
+  one short word first (identical groups, zero reward spread, no gradient left) and it never looped; the hotter
+  sampling keeps spread in every group, so the count reward keeps paying for one more letter on any CPU.
 
 Each alert of those gauges must carry the offending completions -- the very texts TRL logged for that
 step -- in alerts.jsonl, in the W&B table rlcluster/rollouts/evidence, in the wandb.alert text and in the
@@ -31,6 +34,8 @@ from wandb_rlcluster.wandb_offline import read_offline_run
 
 from .test_alerts_e2e import _Hook
 from .test_callback_trl import metrics_run, run_trainer
+
+pytestmark = pytest.mark.trains  # trains a tiny model for real (make test-kernels)
 
 RULES = """
 channels:
@@ -78,7 +83,7 @@ def grpo_length(tmp_path_factory: pytest.TempPathFactory, slack) -> dict:
 @pytest.fixture(scope="module")
 def rloo_loop(tmp_path_factory: pytest.TempPathFactory, slack) -> dict:
     return _run(tmp_path_factory.mktemp("rloo-loop"), slack[0], "rloo", "letter_a", "samples",
-                "rollout-repetition", 40, max_completion_length=24, learning_rate=3e-3, beta=0.0)
+                "rollout-repetition", 80, max_completion_length=24, learning_rate=3e-3, beta=0.0, temperature=1.3)
 
 
 def _first(res: dict, gauge: str, rule: str) -> int:
@@ -145,22 +150,29 @@ def test_grpo_length_paid_inside_groups_fires_before_the_mean_length_rule(grpo_l
     assert evidence[0]["group"] == evidence[1]["group"]
 
 
-def test_rloo_one_repeated_letter_shows_repetition_and_identical_groups(rloo_loop: dict, slack):
+def test_rloo_one_repeated_letter_loops_and_the_alert_shows_the_loops(rloo_loop: dict, slack):
+    """What holds for any trajectory of this run (the step it loops at is the CPU's): it loops within 80 steps, the
+    alert that stops it is the repetition rule, on a row where over half the completions loop, with those loops as
+    its examples everywhere it is sent."""
     res = rloo_loop
     assert res["rollout_problem"] == "" and res["errors"] == 0
-    rep = _first(res, "samples", "rollout-repetition")
-    assert res["stopped_at"] == rep
+    rep = _first(res, "samples", "rollout-repetition")  # fires before the 80-step bound
+    assert res["stopped_at"] == rep == res["global_step"] <= 80
     history = [r for r in res["run"].history if "rlcluster/rollouts/repetition_mean" in r]
+    # every judged step's statistics are in W&B, identical-group ones included, each under its own step
+    steps = [r["train/global_step"] for r in history]
+    assert steps == sorted(set(steps)) and len(steps) == res["rollout_calls"] and steps[-1] == rep, steps
+    assert all("rlcluster/rollouts/near_identical_group_frac" in r for r in history)
     last = history[-1]
     print(f"RLOO loop run: rollout-repetition at step {rep}; last step repetition "
           f"{last['rlcluster/rollouts/repetition_mean']:.2f}, near-identical groups "
           f"{max(r['rlcluster/rollouts/near_identical_group_frac'] for r in history):.2f} (max)")
-    assert last["rlcluster/rollouts/repetitive_frac"] > 0.5
+    assert last["rlcluster/rollouts/repetitive_frac"] > 0.5  # the rule's own line, on the row it fired
     assert history[0]["rlcluster/rollouts/repetition_mean"] < 0.1  # the pretrained model answered with words
-    assert max(r["rlcluster/rollouts/near_identical_group_frac"] for r in history) >= 0.5
     # samples-warn fired at the same step and was journaled but not sent (the stop rule of its own gauge silences
     # it): the notified alert is the stop, and it carries the same examples
     warn = next(r for r in res["journal"] if r.get("rule") == "samples-warn" and r.get("kind") == "firing")
+    assert warn["step"] == rep
     assert warn["suppressed"] == "inhibited by test-stop-on-samples" and warn["evidence"]
     evidence = _check_evidence_everywhere(res, slack[1], "test-stop-on-samples", "rollouts/repetitive_frac")
     # the journaled warn carries real completions of its own step too (the examples follow the finding that
@@ -170,13 +182,16 @@ def test_rloo_one_repeated_letter_shows_repetition_and_identical_groups(rloo_loo
     if warn["metric"] == "rollouts/repetitive_frac":
         assert evidence == warn["evidence"]
     top = evidence[0]
-    assert top["why"].startswith("most repetitive") and top["repetition"] > 0.5 and "aaaa" in top["completion"]
-    # the cross-gauge reading of the same step: "reward hacking" (the letter count pays for length too), and the
-    # alert a person gets at 3 a.m. shows the completions that earned the reward
-    diag = next(r for r in res["journal"] if r.get("gauge") == "diagnosis" and r.get("kind") == "firing")
-    assert "reward-hacking" in diag["title"]
-    hacked = _check_evidence_everywhere(res, slack[1], diag["rule"], diag["metric"])
-    assert hacked[0]["why"] == "top reward" and "aaaa" in hacked[0]["completion"]
+    # the loop is on the letter the reward counts
+    assert top["why"].startswith("most repetitive") and top["repetition"] > 0.5, top
+    assert top["completion"].lower().count("a") >= 4, top
+    # a cross-gauge reading of the run (reward hacking: the letter count pays for length too), where this trajectory
+    # gave one: the alert a person gets at 3 a.m. shows the completions that earned the reward
+    diag = next((r for r in res["journal"] if r.get("gauge") == "diagnosis" and r.get("kind") == "firing"
+                 and "reward-hacking" in r["title"]), None)
+    if diag is not None:
+        hacked = _check_evidence_everywhere(res, slack[1], diag["rule"], diag["metric"])
+        assert hacked[0]["why"] == "top reward"
 
 
 def test_offline_analysis_of_trl_completions_tables_gives_the_same_statistics(grpo_length: dict):

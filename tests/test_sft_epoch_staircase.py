@@ -48,7 +48,8 @@ from wandb_rlcluster.core import InstrumentCluster, analyze_rows  # noqa: E402
 from wandb_rlcluster.tiny import build_model, build_tokenizer  # noqa: E402
 
 # TRL 1.16 itself still calls the deprecated transformers alias; that is not ours to fix.
-pytestmark = pytest.mark.filterwarnings("ignore:`is_gradient_checkpointing` is deprecated:FutureWarning")
+pytestmark = [pytest.mark.trains,  # trains a tiny model for real (make test-kernels)
+              pytest.mark.filterwarnings("ignore:`is_gradient_checkpointing` is deprecated:FutureWarning")]
 
 SEED = 3  # the largest margin on both sides of the six seeds tried (see above)
 SEQUENCES = 64  # random token sequences to memorise

@@ -125,6 +125,7 @@ def test_reward_functions_accept_standard_and_conversational_completions() -> No
     assert tiny.reward_length(completions) == [0.8, 0.2]
 
 
+@pytest.mark.trains
 @pytest.mark.parametrize("kind", tiny.KINDS)
 def test_trainer_trains_and_logs_trl_keys(kind: str, tmp_path) -> None:
     trainer = tiny.make_trainer(kind, output_dir=tmp_path, max_steps=2)
@@ -139,6 +140,7 @@ def test_trainer_trains_and_logs_trl_keys(kind: str, tmp_path) -> None:
     assert "train_runtime" in trainer.state.log_history[-1]
 
 
+@pytest.mark.trains
 def test_sft_with_peft_trains_a_lora_adapter(tmp_path) -> None:
     PeftModel = pytest.importorskip("peft").PeftModel
     trainer = tiny.make_trainer("sft", output_dir=tmp_path, max_steps=2, peft=True)
@@ -150,6 +152,7 @@ def test_sft_with_peft_trains_a_lora_adapter(tmp_path) -> None:
     assert {"loss", "mean_token_accuracy"} <= set().union(*_step_rows(trainer))
 
 
+@pytest.mark.trains
 def test_overrides_reach_the_config_and_checkpoints_save_offline(tmp_path) -> None:
     trainer = tiny.make_trainer(
         "grpo_kl", output_dir=tmp_path, max_steps=2, learning_rate=5e-3, save_strategy="steps", save_steps=2, seed=7
@@ -161,6 +164,7 @@ def test_overrides_reach_the_config_and_checkpoints_save_offline(tmp_path) -> No
     assert (tmp_path / "checkpoint-2").is_dir()
 
 
+@pytest.mark.trains
 def test_reward_model_joins_the_reward_functions(tmp_path) -> None:
     trainer = tiny.make_trainer("grpo", output_dir=tmp_path, max_steps=1, reward_model=True)
     trainer.train()

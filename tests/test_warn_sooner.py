@@ -269,6 +269,7 @@ def test_a_checkpoint_with_a_value_this_version_refuses_still_resumes(caplog: py
         validate_config(config)
 
 
+@pytest.mark.trains
 def test_a_real_grpo_run_warns_a_row_sooner_and_its_wandb_run_says_so(tmp_path: Path):
     """A real tiny TRL GRPO run (W&B offline, read back): its random model almost never ends with EOS, so the
     truncation rule is active from the first logged row. Held 4 rows it would fire at step 4; with warn_sooner=1 the

@@ -114,6 +114,8 @@ class Analysis:
     alerts: list[Any] | None = None  # AlertEvents when rules were applied
     #: example completions per finding, (gauge, rule, step) -> examples (rollouts_offline.add_evidence)
     evidence: dict[tuple[str, str, int], list[dict[str, Any]]] = field(default_factory=dict)
+    #: lines of a text log that are not log rows (a printed log's banners, warnings, progress bars; broken rows)
+    skipped_lines: int = 0
 
     def verdict(self) -> str:
         """The worst finding; with alert rules, the worst alert that fired (as the live run would act)."""
@@ -140,6 +142,8 @@ class Analysis:
         if self.cluster.warn_sooner:  # how it was read, where that differs from the defaults
             out["warn_sooner"] = self.cluster.warn_sooner
         out["steps"] = [self.first_step, self.last_step]
+        if self.skipped_lines:
+            out["skipped_lines"] = self.skipped_lines
         restarts = self.cluster.normalizer.restarts
         if restarts:
             out["step_restarts_at_rows"] = restarts
@@ -299,6 +303,7 @@ def analyze_path(path: str, trainer: str | None = None, alerts: Any = None,
     analysis = analyze_stream(log.rows, trainer, source=str(path), source_format=log.source_format,
                               max_steps=int(max_steps) if isinstance(max_steps, (int, float)) else 0, alerts=alerts,
                               params=params, warn_sooner=warn_sooner, framework=framework)
+    analysis.skipped_lines = sum(int(log.meta.get(k) or 0) for k in ("skipped_lines", "text_lines"))  # type: ignore[call-overload]
     if log.meta.get("rollouts") is not None:
         from .rollouts_offline import add_evidence
 
@@ -352,6 +357,8 @@ def render_text(analysis: Analysis, color: bool | None = None, stream: Any = Non
          if fw != "trl" else "") +
         f"trainer {FAMILY_LABELS.get(fam, fam)} · {s['rows']} rows · steps {analysis.first_step}–{analysis.last_step}"
         f" · verdict {paint(s['verdict'].upper(), s['verdict'])}",
+        *([f"{s['skipped_lines']} line(s) of the log are not log rows (banners, warnings, progress bars, broken rows): "
+           "skipped"] if s.get("skipped_lines") else []),
         "",
         f"  {'gauge':<24} {'status':<8} {'trend':<24}  key numbers",
         f"  {'-' * 24} {'-' * 8} {'-' * 24}  {'-' * 40}",
@@ -374,7 +381,8 @@ def render_text(analysis: Analysis, color: bool | None = None, stream: Any = Non
         for f in diagnoses:
             sev = f["severity"]
             lead.append(f"  step {f['step']:>6}  {paint(f'{sev.upper():<4}', sev)}  {f['rule']}: {f['message']}")
-        lines[3:3] = [*lead, ""]
+        at = lines.index("") + 1  # after the header
+        lines[at:at] = [*lead, ""]
     if analysis.alerts is not None:
         fired = [e for e in analysis.alerts if e.kind == "firing"]
         lines.append("")

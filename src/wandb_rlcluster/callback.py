@@ -75,8 +75,10 @@ class RLClusterCallback(TrainerCallback, ExportableState):
         log_to_wandb: log derived metrics to the active W&B run.
         wandb_min_interval: seconds between two rlcluster rows in W&B (a W&B log call costs
             ~0.2-0.6 ms); a row where something got worse (a gauge's status rose, a warn/stop
-            finding or an alert fired) and the last row are always logged; an all-clear or an info
-            finding goes out with the next row the interval lets through. 0 logs every row.
+            finding or an alert fired), a row carrying values measured only at that step (a probe's
+            output, an attached trainer's rollout statistics) and the last row are always logged; an
+            all-clear or an info finding goes out with the next row the interval lets through. 0 logs
+            every row.
         report: at the end of training build the twelve-gauge W&B report for this run's project:
             saved to W&B for an online run (its URL is logged), written as
             ``<output_dir>/rlcluster_report.json`` for an offline one (save it later with
@@ -614,6 +616,7 @@ class RLClusterCallback(TrainerCallback, ExportableState):
         local_stop = False
         fired: list[Finding] = []
         updated: set[str] = set()
+        only_now = False
         try:
             row: dict[str, Any] = dict(logs or {})
             row["step"] = state.global_step
@@ -626,6 +629,7 @@ class RLClusterCallback(TrainerCallback, ExportableState):
                     self._layer_norms = self._settle_layer_norms(row, state.global_step)
                 row.update(self._live)
                 self._judge_rollouts(row, state.global_step)
+                only_now = self._holds_values_of_now()
             self._live = {}
             fired = self.cluster.update(row)
             updated = self.cluster.last_updated
@@ -662,7 +666,7 @@ class RLClusterCallback(TrainerCallback, ExportableState):
             self.stopped_at = state.global_step
         if state.is_world_process_zero:
             try:
-                self._publish(state, fired, updated, stop)
+                self._publish(state, fired, updated, stop, only_now)
             except Exception as e:  # noqa: BLE001
                 self._error("publish", e)
         self.on_log_seconds += time.perf_counter() - t0
@@ -773,7 +777,16 @@ class RLClusterCallback(TrainerCallback, ExportableState):
             logger.warning("rlcluster: report saved: %s", report.url)
 
     # -- helpers ------------------------------------------------------------------------------------
-    def _publish(self, state: TrainerState, fired: list[Finding], updated: set[str], stop: bool) -> None:
+    def _holds_values_of_now(self) -> bool:
+        """Whether this row carries values that exist only now: a probe's output (gradients, attention entropy,
+        LoRA, samples) or the rollout statistics of this step's batch. Thinning such a row would lose them: no
+        later row holds them again and nothing re-derives them offline. Efficiency is a rate over the interval
+        since the last row, a running gauge that the next written row continues."""
+        return (bool(self._rollout_row) or bool(self._layer_norms) or bool(self._samples)
+                or any(not k.startswith("efficiency/") for k in self._live))
+
+    def _publish(self, state: TrainerState, fired: list[Finding], updated: set[str], stop: bool,
+                 only_now: bool = False) -> None:
         events, self._events = self._events, []
         if self.notifier is not None and events:
             self.notifier.handle(events)
@@ -789,12 +802,14 @@ class RLClusterCallback(TrainerCallback, ExportableState):
         statuses = self.cluster.statuses()
         now = time.perf_counter()
         # What gets worse is written at once: a warn/stop finding, an alert firing, a gauge's status rising, a stop,
-        # and the last row. What gets better (a status back to ok, an alert resolved) and info findings go out
-        # with the next row the interval lets through; the core and the notifier saw them already.
+        # and the last row. So is a row with values that exist only now (probes, rollout statistics): thinning
+        # merges rows of running gauges, it never drops a value. What gets better (a status back to ok, an alert
+        # resolved) and info findings go out with the next row the interval lets through; the core and the
+        # notifier saw them already.
         last, self._prev_statuses = self._prev_statuses, statuses
         worse = statuses != last and any(STATUS_CODE.get(st, 0) > STATUS_CODE.get(last.get(gid, "ok"), 0)
                                          for gid, st in statuses.items())
-        due = (now - self._last_wandb_time >= self.wandb_min_interval or stop or worse
+        due = (now - self._last_wandb_time >= self.wandb_min_interval or stop or worse or only_now
                or any(e.kind == "firing" for e in events) or any(f.severity != "info" for f in fired)
                or state.global_step >= state.max_steps > 0)
         if not due:

@@ -431,8 +431,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     d.add_argument("--out", default="demo-out", help="directory for the run, journal, report and dashboard")
     d.add_argument("--trainer", default="grpo", choices=("grpo", "dpo"))
-    d.add_argument("--pathology", default="kl", choices=("kl", "length", "entropy", "none"),
-                   help="the failure to cause (default: kl runaway, which stops training)")
+    d.add_argument("--pathology", default=None, choices=("kl", "length", "entropy", "none"),
+                   help="the GRPO failure to cause (default: kl runaway, which stops training); the DPO demo is a "
+                   "healthy run (none)")
     d.add_argument("--steps", type=int, help="max steps (default depends on the pathology)")
     d.add_argument("--seed", type=int, default=0)
     d.set_defaults(func=_cmd_demo)

@@ -10,6 +10,10 @@ simulated: the run is set up so that it actually happens —
 - ``entropy``: a reward for one letter: the policy collapses onto it (entropy collapse);
 - ``none``: a healthy GRPO run (sane learning rate, beta 0.1): the reward climbs, nothing alarms.
 
+``trainer="dpo"`` runs a healthy DPO run (60 steps, learning rate 5e-4, beta 0.1, chosen " <word> again" over
+rejected " no"): the margin grows and the same outputs are written. It has no pathology setting; leaving the
+pathology out (None) picks ``kl`` for GRPO and ``none`` for DPO.
+
 Every GRPO demo starts from a tiny model pretrained for a few seconds to answer with a word and an EOS.
 """
 
@@ -105,14 +109,17 @@ class DemoResult:
     verdict: str = "ok"
 
 
-def run_demo(out: str | Path = "demo-out", trainer: str = "grpo", pathology: str = "kl", steps: int | None = None,
-             seed: int = 0, quiet: bool = False) -> DemoResult:
+def run_demo(out: str | Path = "demo-out", trainer: str = "grpo", pathology: str | None = None,
+             steps: int | None = None, seed: int = 0, quiet: bool = False) -> DemoResult:
     if trainer not in TRAINERS:
         raise ValueError(f"--trainer must be one of {', '.join(TRAINERS)}")
+    if pathology is None:
+        pathology = "none" if trainer == "dpo" else "kl"
     if pathology not in PATHOLOGIES:
         raise ValueError(f"--pathology must be one of {', '.join(PATHOLOGIES)}")
     if trainer == "dpo" and pathology != "none":
-        raise ValueError("the DPO demo has no pathology setting yet: use --pathology none with --trainer dpo")
+        raise ValueError(f"the DPO demo is a healthy run with no pathology setting: leave out --pathology "
+                         f"{pathology} (or pass --pathology none) with --trainer dpo")
     out = Path(out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("WANDB_MODE", "offline")

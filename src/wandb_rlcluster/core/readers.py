@@ -323,9 +323,11 @@ def _parse(text: str, name: str, suffix: str) -> LoadedLog:
                     except (ValueError, RecursionError):
                         continue
                     return _from_json(obj, name, fixed)
-            if not _has_row_lines(stripped):
+            if json_error.lineno > 1 and not _has_row_lines(stripped):
                 # One multi-line document (an indented trainer_state.json): its lines are not rows, so
-                # reading it line by line would only cost time. Report where the JSON breaks.
+                # reading it line by line would only cost time. Report where the JSON breaks. A first line
+                # that is not JSON at all ("[INFO] Running in WANDB offline mode", a "[2025-..]" logging
+                # prefix) starts a printed log, not a document: its lines are read below.
                 raise _error(name, f"it is not valid JSON ({_describe_json_error(json_error, stripped)})")
     else:
         # A bare JSON scalar ("42", "null") deserves a precise message; other text fails fast here.
@@ -561,7 +563,10 @@ def _parse_lines(text: str, name: str, suffix: str) -> LoadedLog | None:
         return None
     fmt = "stdout_log" if python_style else "jsonl"
     skipped_lines = bad if python_style else bad + other
-    return LoadedLog(rows, fmt, name, {"skipped_rows": skipped_rows, "skipped_lines": skipped_lines})
+    meta: dict[str, object] = {"skipped_rows": skipped_rows, "skipped_lines": skipped_lines}
+    if python_style:  # a printed log's other lines (banners, warnings, progress bars): counted, said, not rows
+        meta["text_lines"] = other
+    return LoadedLog(rows, fmt, name, meta)
 
 
 def _embedded_dict_start(line: str) -> int:
