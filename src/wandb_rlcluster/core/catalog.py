@@ -510,7 +510,8 @@ CATALOG: tuple[Rule, ...] = (
     _r("entropy", "entropy-collapse", "EWMA of entropy / its first `baseline_rows`, with the reward's progress",
        "below `collapse_ratio` with a collapse sign (reward flat and not near its ceiling: smoothed level under "
        "`saturated_level`; zero-std up) or below `deep_ratio`; held `for`",
-       ("collapse_ratio", "deep_ratio", "zero_std_rise", "saturated_level", "for"), "mode collapse: the policy stopped exploring",
+       ("collapse_ratio", "deep_ratio", "zero_std_rise", "saturated_level", "for"),
+       "mode collapse: the policy stopped exploring",
        "raise the temperature, clip-higher, an entropy bonus, or filter prompts",
        "Collapse is entropy falling *with* the reward signal drying up", INSTRUMENTS),
     _r("entropy", "entropy-collapse-persistent", "as entropy-collapse", "below `stop_ratio` with collapse signs, "
