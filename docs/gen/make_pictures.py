@@ -329,6 +329,17 @@ def frontier_svg() -> None:
     print(f"  {out.relative_to(ROOT)}  {out.stat().st_size // 1024} KB")
 
 
+def oracle_frontier_svg() -> None:
+    """The calibrated-detection frontier with the oracle beside it, as benchmarks/detection/frontier_plot.py drew it."""
+    src = ROOT / "benchmarks" / "detection" / "frontier.svg"
+    if not src.is_file():
+        print(f"  {src.relative_to(ROOT)} missing: run benchmarks/detection/frontier_plot.py first (picture kept)")
+        return
+    out = IMG / "frontier-oracle.svg"
+    out.write_text(src.read_text(encoding="utf-8"), encoding="utf-8")
+    print(f"  {out.relative_to(ROOT)}  {out.stat().st_size // 1024} KB")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reuse", action="store_true", help="keep demo runs already under build/docs-pictures/")
@@ -343,6 +354,7 @@ def main(argv: list[str] | None = None) -> int:
     dashboard_pictures(healthy, "dashboard-healthy", full=False)
     channel_pictures(kl)
     frontier_svg()
+    oracle_frontier_svg()
     return 0
 
 
