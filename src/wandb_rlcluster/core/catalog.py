@@ -374,8 +374,10 @@ CATALOG: tuple[Rule, ...] = (
        "the policy may have found a loophole the rest will copy", "read the outliers", "none", ""),
     # -- KL -----------------------------------------------------------------------------------------------------------
     _r("kl", "kl-warn", "kl (GRPO, per token) / objective/kl (PPO, per sequence)",
-       "level above a line, held `for` rows",
-       ("warn", "for"), "the policy drifts far from the reference", "watch the reward; consider a larger beta",
+       "level above a line, held `for` rows, or sooner where a CUSUM of (kl - line) in the row noise (AR(1) "
+       "prewhitened, rows clipped at `warn_clip` sigmas, reference `warn_k`) crosses its ARL0-budget threshold",
+       ("warn", "for", "warn_k", "warn_clip"), "the policy drifts far from the reference",
+       "watch the reward; consider a larger beta",
        _KL_LINES, POST, origin="PPO/Online DPO log a per-sequence sum: their lines are per family (INSTRUMENTS.md)"),
     _r("kl", "kl-stop", "kl / objective/kl", "level above a line, held `for` rows (stop)", ("stop", "for"),
        "the policy ran away from the reference", "stop; raise beta or lower the LR; resume earlier", _KL_LINES, POST,

@@ -17,7 +17,7 @@ from .bounded import RewardLevel
 from .gauge import Gauge, finite
 from .keys import Row
 from .rollouts import ROLLOUT_DEFAULTS, ROLLOUT_OUTPUTS, length_rules, reward_rules, reward_signal_rules
-from .sequential import Ar1, ar1_inflation, bounded_mean_sd
+from .sequential import Ar1, Cusum, ar1_inflation, arl_for, bounded_mean_sd
 from .stats import (
     Baseline,
     DiffNoise,
@@ -983,7 +983,7 @@ class KLGauge(Gauge):
                 "grow_accel": 1.3, "grow_accel_max": 3.0, "grow_for": 3, "grow_end": 1.0, "grow_end_keep": 0.9,
                 "grow_span_share": 0.125,
                 "noisy_ratio": 3.0, "noisy_cv": 0.3, "noisy_negative": 0.2, "noisy_for": 5, "noisy_min": 0.01,
-                "noisy_c": 3.0, "noisy_p1": 0.3, "noisy_h": 8.0}
+                "noisy_c": 3.0, "noisy_p1": 0.3, "noisy_h": 8.0, "warn_k": 0.5, "warn_clip": 4.0}
     family_defaults = {
         # per-sequence sums: values scale with completion length
         "ppo": {"warn": 6.0, "stop": 20.0, "near_zero": 1e-3, "negative": -0.5, "spike_min": 2.0},
@@ -1005,6 +1005,9 @@ class KLGauge(Gauge):
         self.cv_base = Baseline(10)
         self.cv_ref = OctaveMean()
         self.cusum = NoiseCusum(c=self.p["noisy_c"], p1=self.p["noisy_p1"])
+        # kl-warn's evidence: a CUSUM of (kl - warn) in the row noise, threshold from the ARL0 budget
+        self.warn_cusum = Cusum(k=self.p["warn_k"], arl=arl_for(self.warn_sooner))
+        self.warn_rho = 0.0
         self.neg_base = Baseline(10)
         self.went_negative = False  # a per-token estimate below 0 once: not k3, read its noise on a linear scale
         self.spike_rows: list[int] = []
@@ -1051,7 +1054,7 @@ class KLGauge(Gauge):
         self.check("kl-warn", kl > p["warn"], "warn", key, kl,
                    lambda: f"{key} {kl:.3g} is above {p['warn']} for {self.held('kl-warn')} logged steps: drifting far "
                    "from the reference. Watch whether reward still improves; consider a larger beta.",
-                   for_=p["for"], clear=p["clear"])
+                   for_=1 if self._past_warn(kl) and kl > p["warn"] else p["for"], clear=p["clear"])
         self.check("kl-negative", e < p["negative"], "warn", key, kl,
                    lambda: f"{key} is negative on average ({e:.3g}): the estimator is being fed mismatched "
                    "log-probs (sampling temperature/top-k differ from the training forward pass, or the "
@@ -1107,6 +1110,24 @@ class KLGauge(Gauge):
         rows_before = max(n - w - self.spike_from, 0)
         lam = w * (before + 0.5) / (rows_before + 100.0)  # half a spike per 100 rows a priori
         return poisson_tail(count, lam) < p["spike_repeat_p"]
+
+    def _past_warn(self, kl: float) -> bool:
+        """The warn line's sequential evidence (issue #28): a one-sided CUSUM of (kl - warn) / noise (the robust
+        row-to-row noise, prewhitened by its AR(1) coefficient from the warm-up), each row clipped at ``warn_clip``
+        sigmas so that one outlier (either way) cannot decide, its threshold from the ARL0 budget
+        (``arl_for(warn_sooner)``). True once it has crossed: a KL far past the line is warned on its second row,
+        not its third; the ``for``-row hold still decides where the noise is not known yet or the CUSUM is slower."""
+        p = self.p
+        arl = arl_for(self.warn_sooner)
+        if self.warn_cusum.arl != arl:
+            self.warn_cusum = Cusum(k=p["warn_k"], arl=arl)
+        sd = self.noise.cached_sigma()  # as kl-noisy last read it (from row 20): reading it again moves nothing
+        if not sd > 0:
+            return False
+        if self.warn_cusum.s <= 0.0:  # rho is read between excursions: a jump must not teach the test its noise
+            self.warn_rho = self.ar.rho
+        c = p["warn_clip"]
+        return self.warn_cusum.push(min(max((kl - p["warn"]) / sd, -c), c), self.warn_rho)
 
     def _growth(self, key: str, kl: float, e: float, n: float) -> None:
         """KL growing without bound, seen in its slope before it crosses the warn line."""

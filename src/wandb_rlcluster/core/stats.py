@@ -369,6 +369,11 @@ class DiffNoise:
             return math.nan
         return (self.win.robust()[1] if robust else self.win.std()) / math.sqrt(2.0)
 
+    def cached_sigma(self) -> float:
+        """The robust sigma as last computed by ``sigma(robust=True)`` (NaN before): a second reader that must not
+        move the window's refresh phase, and with it the first reader's judgement."""
+        return self.win._robust[1] / math.sqrt(2.0) if self.win._robust_at >= 0 else math.nan
+
     def __len__(self) -> int:
         return len(self.win)
 
