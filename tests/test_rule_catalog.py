@@ -275,3 +275,16 @@ def test_the_committed_reference_page_is_current(tmp_path):
     assert main(["rules", "--markdown", str(tmp_path / "rules.md")]) == 0
     assert (tmp_path / "rules.md").read_text(encoding="utf-8") == text
     assert len(list((tmp_path / "rule-plots").glob("*.svg"))) == len(CATALOG)
+
+
+def test_the_budget_column_names_the_arl_of_a_rule_that_decides_by_a_sequential_test():
+    """kl-warn decides by a CUSUM whose threshold comes from an ARL0 budget: the reference says which; a rule held
+    k rows declares none ('-' in the table, null in the JSON)."""
+    from wandb_rlcluster.core.sequential import arl_for
+    from wandb_rlcluster.rules_reference import rule_records
+
+    recs = {r["id"]: r for r in rule_records()}
+    assert f"{arl_for(0):,.0f} rows" in recs["kl-warn"]["false_alarm_budget"]
+    assert recs["kl-stop"]["false_alarm_budget"] is None
+    budgeted = [r for r in CATALOG if r.budgeted]
+    assert budgeted and all(r.budget() != "-" for r in budgeted)

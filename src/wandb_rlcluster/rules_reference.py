@@ -16,7 +16,7 @@ from .core.cluster import analyze_rows
 from .svgplot import line_chart
 
 BUDGET_NONE = "-"
-"""The false-alarm budget column until the calibrated engine (issue #28) declares one per rule."""
+"""The false-alarm budget column of a rule held k rows: it declares none (issue #28)."""
 
 SOURCES = {POST: "the post (Part II)", INSTRUMENTS: "INSTRUMENTS.md"}
 
@@ -42,7 +42,8 @@ def rule_records() -> list[dict[str, Any]]:
         ex = r.example
         out.append({
             "id": rule_id(r), "gauge": r.gauge, "severity": "/".join(r.severities),
-            "threshold": r.threshold_text(), "thresholds": r.thresholds(), "false_alarm_budget": None,
+            "threshold": r.threshold_text(), "thresholds": r.thresholds(),
+            "false_alarm_budget": None if r.budget() == BUDGET_NONE else r.budget(),
             "seed": r.seed or "none", "seed_source": r.seed_source or None, "origin": r.origin or None,
             "reads": r.reads, "test": r.test, "means": r.means, "fix": r.fix,
             "example": {"trainer": ex.trainer, "rows": ex.n, "onset": ex.onset, "fire_by": ex.fire_by,
@@ -57,15 +58,15 @@ def _cut(text: str, width: int) -> str:
 
 def render_table(records: list[dict[str, Any]]) -> str:
     """The text table of ``rlcluster rules``."""
-    cols = (("id", 30), ("gauge", 17), ("severity", 9), ("threshold", 44), ("budget", 6), ("seed", 60))
+    cols = (("id", 30), ("gauge", 17), ("severity", 9), ("threshold", 44), ("budget", 14), ("seed", 60))
     lines = ["  ".join(name.ljust(w) for name, w in cols).rstrip()]
     for rec in records:
-        cells = [rec["id"], rec["gauge"], rec["severity"], rec["threshold"], BUDGET_NONE,
+        cells = [rec["id"], rec["gauge"], rec["severity"], rec["threshold"], rec["false_alarm_budget"] or BUDGET_NONE,
                  (f"{SOURCES.get(rec['seed_source'], '')}: " if rec["seed_source"] else "") + rec["seed"]]
         lines.append("  ".join(_cut(str(c), w).ljust(w) for c, (_, w) in zip(cells, cols, strict=True)).rstrip())
     lines.append(f"{len(records)} rules. Thresholds are read from the gauges' defaults (override them per gauge in "
-                 "alerts.yaml or params=); budget: the false-alarm budget, '-' until the calibrated engine declares "
-                 "one.")
+                 "alerts.yaml or params=); budget: the false-alarm budget (ARL0) of a rule that decides by a "
+                 "sequential test, '-' for a rule held k rows.")
     return "\n".join(lines) + "\n"
 
 
@@ -105,8 +106,9 @@ def render_markdown(plot_dir: str = "rule-plots") -> tuple[str, dict[str, str]]:
         "(Part II of *The Post-Training Instrument Cluster*) or of `INSTRUMENTS.md` (Parts I and III) it implements, "
         "and an example: a synthetic stream it must fire on by a given row, and a healthy stream of the same "
         "length it must stay quiet on. `tests/test_rule_catalog.py` runs every example through the real "
-        "`analyze_rows`. The false-alarm budget column stays `-` until the calibrated engine declares one per "
-        "rule. Alert rules (`alerts.yaml`) are separate and already data.",
+        "`analyze_rows`. The false-alarm budget column names the average run length to a false alarm (ARL0, in "
+        "logged rows of stationary noise) of a rule that decides by a sequential test (`core/sequential.py`); `-` is "
+        "a rule still held k rows, with no declared budget. Alert rules (`alerts.yaml`) are separate and already data.",
         "",
         "| id | gauge | severity | threshold | budget | seed |",
         "|---|---|---|---|---|---|",
@@ -117,7 +119,7 @@ def render_markdown(plot_dir: str = "rule-plots") -> tuple[str, dict[str, str]]:
         rid = rule_id(r)
         seed = f"{SOURCES[r.seed_source]}: “{r.seed}”" if r.seed_source else "none"
         lines.append(f"| [`{_md(rid)}`](#{r.gauge.replace('*', 'any')}-{r.id}) | {r.gauge} | "
-                     f"{'/'.join(r.severities)} | {_md(r.threshold_text())} | {BUDGET_NONE} | {_md(seed)} |")
+                     f"{'/'.join(r.severities)} | {_md(r.threshold_text())} | {_md(r.budget())} | {_md(seed)} |")
         if r.gauge != gauge:
             gauge = r.gauge
             body += ["", f"## {'any gauge' if gauge == ANY_GAUGE else gauge}", ""]

@@ -50,6 +50,17 @@ class Rule:
     per_function: bool = False
     #: Where a number differs from the seed's, or has no seed line: why.
     origin: str = ""
+    #: The rule decides by a sequential test whose threshold comes from the false-alarm budget
+    #: (``core.sequential.arl_for``): its budget is shown in the reference.
+    budgeted: bool = False
+
+    def budget(self) -> str:
+        """The false-alarm budget as the reference shows it: '-' for a rule held k rows (no budget declared)."""
+        if not self.budgeted:
+            return "-"
+        from .sequential import SOONER_FACTOR, arl_for
+
+        return f"ARL0 {arl_for(0):,.0f} rows (÷{SOONER_FACTOR:g} per warn_sooner)"
 
     @property
     def key(self) -> tuple[str, str]:
@@ -378,7 +389,8 @@ CATALOG: tuple[Rule, ...] = (
        "prewhitened, rows clipped at `warn_clip` sigmas, reference `warn_k`) crosses its ARL0-budget threshold",
        ("warn", "for", "warn_k", "warn_clip"), "the policy drifts far from the reference",
        "watch the reward; consider a larger beta",
-       _KL_LINES, POST, origin="PPO/Online DPO log a per-sequence sum: their lines are per family (INSTRUMENTS.md)"),
+       _KL_LINES, POST, origin="PPO/Online DPO log a per-sequence sum: their lines are per family (INSTRUMENTS.md)",
+       budgeted=True),
     _r("kl", "kl-stop", "kl / objective/kl", "level above a line, held `for` rows (stop)", ("stop", "for"),
        "the policy ran away from the reference", "stop; raise beta or lower the LR; resume earlier", _KL_LINES, POST,
        origin="per family, as kl-warn"),
