@@ -184,7 +184,7 @@ def run_demo(out: str | Path = "demo-out", trainer: str = "grpo", pathology: str
             t = make_trainer("grpo", max_steps=steps or 80, learning_rate=2e-3, per_device_train_batch_size=16,
                              **{**grpo, "max_completion_length": 48, "reward_funcs": [reward_length_chars]})
         elif pathology == "entropy":
-            t = make_trainer("grpo", max_steps=steps or 80, learning_rate=1e-3, per_device_train_batch_size=32,
+            t = make_trainer("grpo", max_steps=steps or 80, learning_rate=2e-3, per_device_train_batch_size=32,
                              num_generations=8, reward_funcs=[reward_like_ocean], **grpo)
         else:
             # healthy: a sane learning rate, beta 0.1 and 32 completions a step (8 per prompt), so the per-token KL
