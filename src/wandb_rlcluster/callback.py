@@ -15,6 +15,7 @@ from transformers.trainer_callback import ExportableState
 
 from .alerts import AlertConfig, AlertEngine, AlertEvent, load_config
 from .alerts.config import validate_config
+from .alerts.engine import stop_finding
 from .alerts.notify import Notifier, clamp_wait
 from .core import GAUGE_IDS, InstrumentCluster
 from .core.cluster import check_warn_sooner, checked_params, resolve_warn_sooner
@@ -635,22 +636,15 @@ class RLClusterCallback(TrainerCallback, ExportableState):
             updated = self.cluster.last_updated
             if self._probe_notes:
                 self._apply_notes()
-            wanted = ("stop",) if self.stop_on == "stop" else ("stop", "warn")
+            events = None
             if self.engine is not None:
                 events = self.engine.evaluate(state.global_step, row, self.cluster, fired, updated)
                 self._attach_evidence(events)
                 self._events = events
                 self.alert_events.extend(e for e in events if e.kind == "firing")
-                hit_alerts = [e for e in events if e.kind == "firing" and e.severity in wanted]
-                if self.stop_on and self.stop_finding is None and hit_alerts:
-                    e = hit_alerts[0]
-                    self.stop_finding = Finding(e.gauge, e.rule, e.severity, e.step, e.metric, e.value, e.title)
-                    local_stop = True
-            elif self.stop_on and self.stop_finding is None:
-                hit = [f for f in fired if f.severity in wanted]
-                if hit:
-                    self.stop_finding = hit[0]
-                    local_stop = True
+            if self.stop_finding is None:
+                self.stop_finding = stop_finding(self.stop_on, events, fired)
+                local_stop = self.stop_finding is not None
         except Exception as e:  # noqa: BLE001 - never break the user's training
             self._error("on_log", e)
         # Every rank reaches this line at the same global step: the decision is reduced across ranks.

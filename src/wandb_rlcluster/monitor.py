@@ -17,6 +17,7 @@ from typing import Any
 
 from .alerts import AlertConfig, AlertEngine, AlertEvent, load_config
 from .alerts.config import validate_config
+from .alerts.engine import stop_finding
 from .alerts.notify import Notifier
 from .core import InstrumentCluster
 from .core.cluster import resolve_warn_sooner
@@ -121,23 +122,19 @@ class RowMonitor:
                 row["step"] = step
             fired = cluster.update(row)
             decision = Decision(step=cluster.last_step, findings=fired)
-            wanted = ("stop",) if self.stop_on == "stop" else ("stop", "warn")
             if self.engine is not None and cluster.last_row is not None:
                 events = self.engine.evaluate(cluster.last_step, row, cluster, fired, cluster.last_updated)
                 decision.events = events
                 self.alert_events.extend(e for e in events if e.kind == "firing")
-                hits = [e for e in events if e.kind == "firing" and e.severity in wanted]
-                if self.stop_on and self.stop_finding is None and hits:
-                    e = hits[0]
-                    self.stop_finding = Finding(e.gauge, e.rule, e.severity, e.step, e.metric, e.value, e.title)
-                    decision.stop = True
+                if self.stop_finding is None:
+                    self.stop_finding = stop_finding(self.stop_on, events, fired)
+                    decision.stop = self.stop_finding is not None
                 if self.notifier is not None and events:
                     self.notifier.handle(events)
             elif self.engine is None:
-                hits = [f for f in fired if f.severity in wanted]
-                if self.stop_on and self.stop_finding is None and hits:
-                    self.stop_finding = hits[0]
-                    decision.stop = True
+                if self.stop_finding is None:
+                    self.stop_finding = stop_finding(self.stop_on, None, fired)
+                    decision.stop = self.stop_finding is not None
                 for f in fired:
                     if f.severity != "info":
                         logger.warning("rlcluster step %d %s %s/%s: %s", f.step, f.severity.upper(), f.gauge, f.rule,

@@ -80,6 +80,19 @@ class _SafeFormatter(string.Formatter):
 _FMT = _SafeFormatter()
 
 
+def stop_finding(stop_on: str | None, events: Iterable[AlertEvent] | None, fired: Iterable[Finding]) -> Finding | None:
+    """What stops a run at this row: the first firing alert event at the ``stop_on`` severity ("stop", or "warn":
+    stop and warn), or, without an alert engine (``events`` None), the first such finding. None when nothing does.
+    Shared by the callback and ``watch()``/the sidecar, so they stop on the same thing."""
+    if not stop_on:
+        return None
+    wanted = ("stop",) if stop_on == "stop" else ("stop", "warn")
+    if events is not None:
+        e = next((e for e in events if e.kind == "firing" and e.severity in wanted), None)
+        return None if e is None else Finding(e.gauge, e.rule, e.severity, e.step, e.metric, e.value, e.title)
+    return next((f for f in fired if f.severity in wanted), None)
+
+
 def render(template: str, fields: Mapping[str, Any]) -> str:
     """The rendered template, at most ``MAX_RENDERED`` characters; the template itself if it cannot render."""
     try:
