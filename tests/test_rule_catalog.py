@@ -17,7 +17,7 @@ from wandb_rlcluster.cli import main
 from wandb_rlcluster.core import analyze_rows
 from wandb_rlcluster.core.catalog import ANY_GAUGE, CATALOG, INSTRUMENTS, POST, by_key, gauge_class, raised_rules
 from wandb_rlcluster.core.cluster import InstrumentCluster
-from wandb_rlcluster.core.rl import PolicyRatioGauge
+from wandb_rlcluster.core.policy_ratio import PolicyRatioGauge
 from wandb_rlcluster.core.rule_examples import EXAMPLES, ppo
 from wandb_rlcluster.core.sanity import RANGES, RULE
 from wandb_rlcluster.rules_reference import render_markdown

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .diagnosis import DIAGNOSIS_ID, Diagnoser, publish
+from .entropy import EntropyGauge
 from .findings import SEVERITY_RANK, Finding
 from .frameworks import get_profile, profile_params
 from .fundamentals import (
@@ -26,7 +27,11 @@ from .fundamentals import (
 )
 from .gauge import Gauge, check_param
 from .keys import FAMILIES, Normalizer, Row, canonical_family, detect_family
-from .rl import EntropyGauge, KLGauge, LengthGauge, PolicyRatioGauge, RewardGauge, RewardSignalGauge
+from .kl import KLGauge
+from .length import LengthGauge
+from .policy_ratio import PolicyRatioGauge
+from .reward import RewardGauge
+from .reward_signal import RewardSignalGauge
 from .text import clean_text, did_you_mean
 
 GAUGE_CLASSES: tuple[type[Gauge], ...] = (

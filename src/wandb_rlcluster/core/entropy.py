@@ -1,0 +1,146 @@
+"""The entropy gauge: sharpening or mode collapse, told apart by the run around it, and spikes (forgetting).
+
+Entropy falls in every policy that learns; falling while the reward still rises is sharpening (``info``), falling
+while it is flat is collapse.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from .bounded import RewardLevel
+from .gauge import Gauge, finite
+from .keys import Row
+from .reward_progress import RewardProgress
+from .stats import Baseline, Ewma, RollingWindow, robust_z
+
+
+class EntropyGauge(Gauge):
+    """Policy entropy: sharpening or collapse (by context), and spikes (forgetting).
+
+    Entropy falls in every policy that learns; what it means depends on the run around it. Falling
+    while the reward (and the gold reward, when logged) keeps rising is sharpening: ``info``.
+    Falling while the reward is flat, or while nearly every group has lost its reward spread (zero-std
+    groups also pile up when prompts get solved, so below 90 % they count only with a flat reward), is
+    mode collapse: ``warn``, then ``stop`` if it goes on; a collapsing length spread is reported with it.
+    Below 0.2x its start it is a warning whatever the reward does (few alternatives are sampled any more).
+    There is deliberately no absolute floor (Part III's "below 1.0"): where entropy starts is a property
+    of the model family (a base model near 1.5, an instruct model near 0.3), not of the run's health —
+    on real healthy GRPO runs that floor was most of the false alarms. The warning holds ``for`` (8) rows:
+    a noisy reward's trend dips under the line for a few rows now and then while a policy sharpens.
+    A reward that has stopped rising because it sits near its ceiling (a [0, 1] success rate smoothed at or above
+    ``saturated_level``) is not "not improving": a solved task leaves little to explore, and real healthy GRPO runs
+    at 0.85-0.93 sharpen exactly so; below ``deep_ratio`` it still warns.
+    """
+
+    id = "entropy"
+    title = "Policy entropy"
+    inputs = ("entropy", "objective/entropy", "policy/entropy_avg")
+    outputs = ("entropy", "entropy_ewma", "vs_start")
+    defaults = {"collapse_ratio": 0.7, "sharpening_ratio": 0.5, "deep_ratio": 0.2, "stop_ratio": 0.2, "stop_for": 20,
+                "for": 8,
+                "smooth": 0.2, "spike_z": 8.0, "baseline_rows": 10, "zero_std_rise": 0.3, "zero_std_alone": 0.9,
+                "saturated_level": 0.8, "gold": []}
+
+    def setup(self) -> None:
+        self.level = RewardLevel()
+        self.base = Baseline(self.p["baseline_rows"])
+        self.ewma = Ewma(self.p["smooth"])
+        self.win = RollingWindow(30)
+        self.progress = RewardProgress(self.p["gold"])
+        self.zero = Ewma(0.3)
+        self.zero_base = Baseline(self.p["baseline_rows"])
+        self.spread = Ewma(0.2)
+        self.spread_base = Baseline(self.p["baseline_rows"])
+
+    def applies(self) -> bool:
+        return self.family in ("grpo", "ppo", "online_dpo")
+
+    def plan_short(self) -> None:
+        self.progress = RewardProgress.shortened(self)
+
+    def _context(self, v: Mapping[str, float]) -> None:
+        """The signals that say whether a falling entropy is sharpening or collapse."""
+        self.progress.push(v)
+        self.level.push(v.get("reward", v.get("objective/scores")))
+        f = v.get("frac_reward_zero_std")
+        if f is not None and finite(f):
+            self.zero.push(f)
+            self.zero_base.push(f)
+        L, mn, mx = v.get("completions/mean_length"), v.get("completions/min_length"), v.get("completions/max_length")
+        if L and mn is not None and mx is not None and finite(L) and finite(mn) and finite(mx) and L > 0:
+            c = v.get("completions/clipped_ratio")
+            if c is None or not finite(c) or c < 0.95:
+                s = (mx - mn) / L
+                self.spread.push(s)
+                self.spread_base.push(s)
+
+    def _why_collapse(self) -> list[str]:
+        """The collapse signs present now (empty: the context says sharpening)."""
+        reasons = []
+        prog = self.progress
+        sat = self.level.smooth
+        saturated = sat == sat and sat >= self.p["saturated_level"]  # near the ceiling: nothing left to climb
+        flat = prog.known() and not prog.improving() and not saturated
+        if flat:
+            reasons.append("the reward is not improving" + (" (or the gold reward is not)" if prog.gold_keys else ""))
+        zb, ze = self.zero_base.value, self.zero.mean
+        # zero-std groups piling up while the reward still rises are mostly solved prompts: they count on their
+        # own only once nearly every group has lost its signal
+        if zb == zb and ze >= max(0.5, zb + self.p["zero_std_rise"]) and (flat or ze >= self.p["zero_std_alone"]):
+            reasons.append(f"zero-std groups rose to {ze:.0%} (from {zb:.0%})")
+        if reasons:
+            sb = self.spread_base.value
+            if sb == sb and sb > 1e-3 and self.spread.mean < 0.5 * sb:
+                reasons.append(f"the length spread fell to {self.spread.mean / sb:.2f}x its start")
+        return reasons
+
+    def observe(self, row: Row) -> None:
+        if row.kind != "train" or not self.applies():
+            return
+        v = row.values
+        self._context(v)
+        key = next((k for k in self.inputs if k in v), None)
+        if key is None:
+            return
+        h = v[key]
+        if not finite(h):
+            return
+        p = self.p
+        d = self.derived
+        d["entropy"] = h
+        e = self.ewma.push(h)
+        d["entropy_ewma"] = e
+        self.base.push(h)
+        b = self.base.value
+        if b == b and b > 0:
+            rel = e / b
+            d["vs_start"] = rel
+            falling = rel < p["collapse_ratio"]
+            context = self._why_collapse() if falling else []
+            if not self.progress.known():  # no reward logged at all: no context, only a halving counts
+                halved = rel < p["sharpening_ratio"]
+                context = ["no reward is logged to tell sharpening from collapse"] if halved else []
+            reasons = list(context)
+            if rel < p["deep_ratio"] and not reasons:  # however well the reward does, few alternatives are left
+                reasons.append(f"it is below {p['deep_ratio']}x its start: the policy hardly samples alternatives "
+                               "any more, which caps what it can still learn")
+            why = "; ".join(reasons)
+            self.check("entropy-collapse", bool(reasons), "warn", key, h,
+                       lambda: f"entropy fell to {rel:.2f}x its start ({b:.3g} -> {e:.3g}) and {why}: mode collapse, "
+                       "the policy has stopped exploring. Raise the temperature, use clip-higher (epsilon_high), "
+                       "add an entropy bonus, or filter prompts by difficulty.", for_=p["for"])
+            self.check("entropy-collapse-persistent", bool(context) and rel < p["stop_ratio"], "stop", key, h,
+                       lambda: f"entropy has stayed below {p['stop_ratio']}x its start ({e:.3g}) for {p['stop_for']} "
+                       f"logged steps and {why}: the policy has collapsed and further steps learn nothing. Stop and "
+                       "resume from an earlier checkpoint with more exploration.", for_=p["stop_for"])
+            self.check("entropy-sharpening", rel < p["sharpening_ratio"] and not reasons, "info", key, h,
+                       lambda: f"entropy fell to {rel:.2f}x its start ({b:.3g} -> {e:.3g}) while the reward keeps "
+                       "improving: the policy is sharpening on what it learned. Normal; watch for the reward "
+                       "stalling.", for_=p["for"], clear=10)
+        if len(self.win) >= 10:
+            z = robust_z(h, self.win, floor=1e-6)
+            self.check("entropy-spike", z > p["spike_z"], "info", key, h,
+                       lambda: f"entropy jumped ({z:.0f} robust sigmas): possible forgetting or a bad batch.",
+                       clear=3)
+        self.win.push(h)

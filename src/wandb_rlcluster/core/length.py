@@ -1,0 +1,295 @@
+"""Gauge 12, generation length: drift, trend, explosion, collapse, spread, truncation.
+
+Length *creeping* and the length *spread* collapsing are read against the run's own start (or the SFT model's
+measured lengths) and noise; answers getting shorter or more alike while the reward keeps rising is a sharpening
+policy, not a failing one.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .gauge import Gauge, finite
+from .keys import Row
+from .reward_progress import RewardProgress
+from .rollouts import ROLLOUT_DEFAULTS, ROLLOUT_OUTPUTS, length_rules
+from .stats import Baseline, DiffNoise, Ewma, RollingCorrelation
+
+_BASE_EWMA_SD = math.sqrt(0.2 / (2 - 0.2) + 1.57 / 10)
+"""Standard error of an EWMA(0.2) minus the median of 10 earlier rows (pi/2 / n: a median's variance)."""
+
+
+def _as_fall(rise: float) -> float:
+    """A rise line read on a log scale as a fall: to 1 / (1 + x) of the baseline is as far as up to 1 + x."""
+    return rise / (1.0 + rise)
+
+
+def _expected_range(n: int) -> float:
+    """Expected max - min of ``n`` normal draws, in sigmas (Blom's approximation); 16 when n is unknown."""
+    from statistics import NormalDist
+
+    n = int(n) if n and n >= 2 else 16
+    return 2.0 * NormalDist().inv_cdf((n - 0.375) / (n + 0.25))
+
+
+class LengthGauge(Gauge):
+    """Gauge 12 — generation length: drift, trend, explosion, collapse, spread, truncation.
+
+    The baseline is the first logged rows, or the SFT model's length distribution when the user
+    measured it (params ``baseline_mean`` and ``baseline_std`` in tokens, ``batch_completions`` the
+    number of completions per logged batch): the post's "> 30 % change in mean or > 50 % change in
+    variance deserves investigation" is judged against it at warn level. The within-batch spread is
+    read from ``completions/min_length`` and ``max_length`` (TRL logs no std): batches where nearly
+    every completion hit the cap are left out, their min = max = cap says nothing about diversity.
+    Answers getting shorter, or more alike, while the reward keeps improving is what a sharpening
+    policy does: then it is ``info``, not a warning. ``truncation-gap`` (mean vs mean_terminated) is
+    the post's own truncation measure; where ``completions/clipped_ratio`` is logged, ``truncation``
+    judges the same thing directly, so the gap is only reported. The steady-trend lines (``trend_target``,
+    ``trend_now``, ``trend_min``) are ratios read on a log scale: a fall to 1 / (1 + x) of the baseline is as far as
+    a rise to 1 + x, and the projection of a fall to the end of the run is a straight line in log space (it nears
+    -100 %, never passes it; a climb's is a straight line in tokens); the post's 30 % line (``drift``) is kept as
+    written, both ways.
+    """
+
+    id = "length"
+    title = "Generation length"
+    inputs = ("completions/mean_length", "completions/clipped_ratio", "val/num_eos_tokens")
+    outputs = ("mean_length", "truncation_gap", "vs_baseline", "spread", "clipped_ratio", "num_eos_tokens",
+               "length_trend_t", "spread_vs_start", "variance_vs_baseline", "log_spread_vs_baseline",
+               "length_projected", *ROLLOUT_OUTPUTS["length"])
+    # A 2x / 0.5x ratio is far outside healthy drift, so a light EWMA (0.5) held 3 rows is enough; heavier
+    # smoothing only delayed detection (benchmarks/detection, tuning seeds) and bought no fewer false alarms.
+    defaults = {"explode": 2.0, "collapse": 0.5, "drift": 0.3, "for": 3, "smooth": 0.5, "truncation": 0.2,
+                "truncation_for": 3, "spread_collapse": 0.25, "variance_change": 0.5,
+                "baseline_rows": 10, "drift_for": 5, "trend_rows": 60, "trend_t": 5.0, "trend_min": 0.25,
+                "trend_target": 0.45, "trend_now": 0.15, "drift_sd": 1.0,
+                "trend_for": 3, "gap": 0.1, "baseline_mean": 0.0, "baseline_std": 0.0, "batch_completions": 0,
+                "gold": [], "significance": 4.0, **ROLLOUT_DEFAULTS["length"]}
+
+    def setup(self) -> None:
+        p = self.p
+        self.base = Baseline(p["baseline_rows"])
+        if p["baseline_mean"] > 0:
+            self.base.value = float(p["baseline_mean"])
+        self.spread_base = Baseline(p["baseline_rows"])
+        if p["baseline_mean"] > 0 and p["baseline_std"] > 0:
+            self.spread_base.value = _expected_range(p["batch_completions"]) * p["baseline_std"] / p["baseline_mean"]
+        self.ewma = Ewma(p["smooth"])
+        self.slow = Ewma(0.2)
+        self.spread_ewma = Ewma(0.2)
+        self.spread_log = Ewma(0.2)  # in log space: a collapse (10x down in a few rows) shows twice as fast
+        self.trend = RollingCorrelation(p["trend_rows"])
+        self.progress = RewardProgress(p["gold"])
+        self.len_rows = 0
+        self.len_noise = DiffNoise(20)
+        self.spread_noise = DiffNoise(20)
+        self.log_range_base = Baseline(p["baseline_rows"])
+        self.log_range = Ewma(0.2)
+        self.log_range_noise = DiffNoise(20)
+
+    def applies(self) -> bool:
+        return self.family in ("grpo", "ppo", "online_dpo")
+
+    def plan_short(self) -> None:
+        self.trend = RollingCorrelation(self.rows(self.p["trend_rows"]))
+        self.progress = RewardProgress.shortened(self)
+
+    def observe(self, row: Row) -> None:
+        if row.kind != "train":
+            return
+        length_rules(self, row)
+        v = row.values
+        p = self.p
+        d = self.derived
+        self.progress.push(v)
+        L = v.get("completions/mean_length")
+        c = v.get("completions/clipped_ratio")
+        if L is not None and finite(L) and L >= 0:
+            d["mean_length"] = L
+            self.len_rows += 1
+            e = self.ewma.push(L)
+            slow = self.slow.push(L)
+            self.len_noise.push(L)
+            self.trend.push(float(self.len_rows), L)
+            self.base.push(L)
+            term = v.get("completions/mean_terminated_length")
+            if term is not None and finite(term):
+                gap = L - term
+                d["truncation_gap"] = gap
+                if L > 0 and (c is None or not finite(c)):
+                    frac = gap / L
+                    self.check("truncation-gap", frac > p["gap"], "warn", "completions/mean_terminated_length", term,
+                               lambda: f"mean length {L:.0f} is {frac:.0%} above the mean length of completions that "
+                               f"ended with EOS ({term:.0f}): many answers are cut off at max_completion_length "
+                               "before they conclude. Raise the limit or find out why the model rambles.",
+                               for_=p["truncation_for"], clear=5)
+            if self.base.ready and self.base.value > 0:
+                b = self.base.value
+                ratio = e / b
+                d["vs_baseline"] = ratio
+                self.check("length-explosion", ratio > p["explode"], "warn", "completions/mean_length", L,
+                           lambda: f"completions are {ratio:.1f}x their starting length ({b:.0f} -> "
+                           f"{e:.0f} tokens; the line, {p['explode']:g}x, is the post's baseline ratio): length bias. "
+                           "If reward rose with it, the policy is being paid for "
+                           "verbosity; add a length penalty or check the reward.", for_=p["for"])
+                self.check("length-collapse", ratio < p["collapse"], "warn", "completions/mean_length", L,
+                           lambda: f"completions shrank to {ratio:.2f}x their starting length "
+                           f"({b:.0f} -> {e:.0f} tokens; the line, {p['collapse']:g}x, is the post's baseline ratio): "
+                           "terse collapse, often a reward that "
+                           "punishes length or rewards an empty answer.", for_=p["for"])
+                self._drift(L, slow / b, b, slow)
+        mn, mx = v.get("completions/min_length"), v.get("completions/max_length")
+        if L is not None and mn is not None and mx is not None and finite(L) and finite(mn) and finite(mx) and L > 0:
+            self._spread(L, mn, mx, c)
+        if c is not None and finite(c):
+            d["clipped_ratio"] = c
+            self.check("truncation", c > p["truncation"], "warn", "completions/clipped_ratio", c,
+                       lambda: f"{c:.0%} of completions hit max_completion_length: rewards are computed on cut-off "
+                       "answers. Raise max_completion_length, or penalise overlong answers (DAPO-style).",
+                       for_=p["truncation_for"], clear=5)
+        eos = v.get("val/num_eos_tokens")
+        if eos is not None and finite(eos):
+            d["num_eos_tokens"] = eos
+            self.check("no-eos", eos <= 0, "warn", "val/num_eos_tokens", eos,
+                       lambda: "no completion ends with an EOS token: every sample is truncated, so the reward "
+                       "model scores unfinished text (check the stop token / generation config).", for_=10)
+
+    def _drift(self, L: float, ratio: float, b: float, slow: float) -> None:
+        """Mean change vs the baseline (the post's > 30 %) and a steady trend, both with the reward as context."""
+        p = self.p
+        d = self.derived
+        pct = ratio - 1.0
+        # the reward's context and the trend's t-statistic only where a rule could use them (they cost a row)
+        lo = min(p["trend_now"], p["drift"])
+        moved = abs(pct) >= (_as_fall(lo) if pct < 0 else lo)  # a fall's lines are read on a log scale (below)
+        improving = self.progress.improving(now=True) if moved and pct < 0 else True
+        t = self.trend.t_stat() if moved and self.trend.full else 0.0
+        d["length_trend_t"] = t
+        # the smoothed level and the 10-row baseline are both noisy estimates: only a move that stands
+        # `significance` of their combined standard errors away from the baseline counts
+        sd = self.len_noise.sigma() * _BASE_EWMA_SD if len(self.len_noise) >= 10 else math.inf
+        if abs(slow - b) < p["significance"] * sd:
+            pct = 0.0
+        # past the line by the smoothed level's own noise: a healthy drift of 20-25 % plus one noisy stretch is not
+        # a 30 % change
+        past = abs(pct) - (p["drift_sd"] * sd / b if sd < math.inf else 0.0) > p["drift"]
+        self.check("length-grew", past and pct > 0, "warn", "completions/mean_length", L,
+                   lambda: f"mean length is {pct:+.0%} vs the baseline ({b:.0f} -> {slow:.0f} tokens), past the "
+                   f"{p['drift']:.0%} that deserves a look: the model is learning that verbosity pays. Check the "
+                   "reward for a length bias; consider length normalisation or a brevity penalty.",
+                   for_=p["drift_for"], clear=10)
+        self.check("length-shrank", past and pct < 0 and not improving, "warn", "completions/mean_length", L,
+                   lambda: f"mean length is {pct:+.0%} vs the baseline ({b:.0f} -> {slow:.0f} tokens) and the reward "
+                   "is not improving: the model is learning that short answers are safer. Check the reward "
+                   "distribution for penalties it avoids by saying less.", for_=p["drift_for"], clear=10)
+        self.check("length-shorter-concise", past and pct < 0 and improving, "info", "completions/mean_length", L,
+                   lambda: f"mean length is {pct:+.0%} vs the baseline while the reward keeps improving: the model "
+                   "is getting more concise. Usually healthy; read a few samples to be sure nothing is cut.",
+                   for_=p["drift_for"], clear=10)
+        # A steady trend, early: where the slope of the last `trend_rows` rows takes the mean by the end of the run
+        # (the callback knows max_steps); without it, the change so far must reach `trend_min`.
+        # A climb is carried on as a straight line in tokens (compounded, a straight line in log space, a steady
+        # +0.3 % a row read as +14,000 % by step 2,000); a fall as a straight line in log space, so it nears -100 %
+        # and never passes it. The rows left come from the planned rows, which start at the log's first step (a
+        # resumed run's first row is not step 0).
+        slope = self.trend.slope() if self.trend.full else 0.0
+        rows_left = max(0.0, self.planned_rows - self.rows_seen) if self.max_steps > 0 else 0.0
+        if slope >= 0 or slow <= 0:
+            projected = pct + slope / b * rows_left
+        else:
+            projected = math.expm1(max(math.log1p(max(pct, -0.999)) + slope / slow * rows_left, -50.0))
+        d["length_projected"] = projected
+        # the lines are ratios, read on a log scale: a fall to 1/(1 + x) of the baseline is as far as a rise to 1 + x
+        # (+45 % by the end matches -31 %; lengths are close to lognormal)
+        tgt, now, least = p["trend_target"], p["trend_now"], p["trend_min"]
+        if pct < 0:
+            tgt, now, least = _as_fall(tgt), _as_fall(now), _as_fall(least)
+        far = (abs(projected) >= tgt and abs(pct) >= now) or abs(pct) >= least
+        steady = self.trend.full and abs(t) >= p["trend_t"] and far and pct * t > 0
+        course = f"{projected:+.0%}" if projected < 9.0 else "more than 10x the baseline"
+        where = f", on course for {course} by step {self.max_steps}" if abs(pct) < least else ""
+        self.check("length-trend-up", steady and t > 0, "warn", "completions/mean_length", L,
+                   lambda: f"length is steadily increasing ({pct:+.0%} vs the baseline{where}, trend t={t:.0f} over "
+                   f"the last {self.trend.size} logged steps): a length bias in the reward is being learned. Add "
+                   "length normalisation or a brevity penalty before it explodes.", for_=p["trend_for"], clear=10)
+        self.check("length-trend-down", steady and t < 0 and not improving, "warn",
+                   "completions/mean_length", L,
+                   lambda: f"length is steadily decreasing ({pct:+.0%} vs the baseline{where}, trend t={t:.0f}) while "
+                   "the reward does not improve: the model learns to say less. Check which penalty it avoids.",
+                   for_=p["trend_for"], clear=10)
+
+    def _spread(self, L: float, mn: float, mx: float, clipped: float | None) -> None:
+        """Within-batch length spread (max - min) / mean vs its start: variance change and collapse."""
+        p = self.p
+        d = self.derived
+        spread = (mx - mn) / L
+        d["spread"] = spread
+        if clipped is not None and finite(clipped) and clipped >= 0.95:
+            return  # everything at the cap: min = max = cap measures the limit, not the policy's diversity
+        self.spread_base.push(spread)
+        se = self.spread_ewma.push(spread)
+        sl = math.exp(self.spread_log.push(math.log(max(spread, 1e-3))))
+        self.spread_noise.push(spread)
+        sb = self.spread_base.value
+        if sb != sb or sb <= 1e-3:
+            return
+        sratio = se / sb
+        # a collapse is read on the smaller of the two means: a spread falling 10x in a few rows reaches the
+        # collapse line in half the rows in log space, where a scale's changes are multiplicative
+        se_c = min(se, sl)
+        cratio = se_c / sb
+        # the range of a small batch is a noisy estimate of its spread: only a change that stands out counts
+        sd = self.spread_noise.sigma() * _BASE_EWMA_SD if len(self.spread_noise) >= 10 else math.inf
+        significant = abs(se - sb) >= p["significance"] * sd
+        var_ratio = sratio * sratio
+        d["spread_vs_start"] = sratio
+        d["variance_vs_baseline"] = var_ratio
+        sig_c = abs(se_c - sb) >= p["significance"] * sd
+        collapsed = cratio < p["spread_collapse"] and sig_c
+        # however deep, a narrowing while the reward still clearly rises is sharpening: a fixed answer format (short
+        # arithmetic answers) gives small batches identical lengths while the policy keeps getting better (issue #28)
+        improving = self.progress.improving(now=True) if collapsed else True
+        self.check("length-variance-collapse", collapsed and not improving, "warn", "completions/max_length",
+                   spread,
+                   lambda: f"the length spread within a batch fell to {cratio:.2f}x its start ((max - min) / mean "
+                   f"{sb:.2f} -> {se_c:.2f}) while the reward is not improving: answers are converging on one "
+                   "template, a sign of mode collapse. Raise the temperature or add an entropy bonus.",
+                   for_=p["for"], clear=10)
+        self.check("length-spread-narrowing", collapsed and improving, "info", "completions/max_length",
+                   spread,
+                   lambda: f"the length spread within a batch fell to {cratio:.2f}x its start while the reward keeps "
+                   "improving: the policy is sharpening. Healthy unless samples look like one template.",
+                   for_=p["for"], clear=10)
+        vc = p["variance_change"]
+        # a milder narrowing: the reward having risen over the run is enough to call it sharpening
+        narrower = significant and var_ratio < 1 - vc and not collapsed and not self.progress.improving()
+        log_grew = self._log_spread_grew(mn, mx, 1 + vc)  # every row: its statistics must not skip rows
+        grew = (significant and var_ratio > 1 + vc) or log_grew
+        changed = (grew and not collapsed) or narrower
+        self.check("length-variance-change", changed, "warn", "completions/max_length", spread,
+                   lambda: f"the length variance is {var_ratio:.2f}x the baseline's (spread (max - min) / mean "
+                   f"{sb:.2f} -> {se:.2f}; {d.get('log_spread_vs_baseline', math.nan) ** 2:.2f}x on log(max / min)), "
+                   f"past the {vc:.0%} change that deserves a look: the output distribution is changing shape. Read "
+                   "samples; compare with the SFT model.", for_=p["drift_for"], clear=10)
+
+    def _log_spread_grew(self, mn: float, mx: float, limit: float) -> bool:
+        """The spread's growth read on log(max / min), against its own baseline, squared as a variance ratio.
+
+        Lengths are close to lognormal, and the longest are cut at max_completion_length: when their log-spread
+        grows 1.5-1.9x, (max - min) / mean grows only ~1.2x (the max sits at the cap, the mean moves with the
+        tail), while log(max / min) grows with it, the shortest answers getting shorter.
+        """
+        if not (mn >= 1 and mx > mn):
+            self.derived.pop("log_spread_vs_baseline", None)
+            return False
+        x = math.log(mx / mn)
+        self.log_range_base.push(x)
+        le = self.log_range.push(x)
+        self.log_range_noise.push(x)
+        lb = self.log_range_base.value
+        if lb != lb or lb <= 1e-3 or len(self.log_range_noise) < 10:
+            return False
+        ratio = le / lb
+        self.derived["log_spread_vs_baseline"] = ratio
+        sd = self.log_range_noise.sigma() * _BASE_EWMA_SD
+        return le - lb >= self.p["significance"] * sd and ratio * ratio > limit

@@ -1,0 +1,844 @@
+"""Gauge 9, reward dynamics: improving, flat, volatile, shifting, hacked, over-optimised against a gold reward.
+
+Most of the seed post's "what to watch for" items are trends and spreads, not level lines: the reward rules judge
+the reward against its own start and its own row-to-row noise, per reward function and, when the user names one,
+against a held-out gold reward (``GoldCoupling``), because signals that never look at a trusted reward cannot tell
+hacking from learning. The DPO family's margin, accuracy and chosen/rejected rewards are read here too.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from .gauge import Gauge, finite
+from .keys import Row
+from .rollouts import ROLLOUT_DEFAULTS, ROLLOUT_OUTPUTS, reward_rules
+from .sequential import bounded_mean_sd
+from .stats import (
+    Baseline,
+    DiffNoise,
+    Ewma,
+    HalfRunTrend,
+    OctaveMean,
+    RollingCorrelation,
+    RollingWindow,
+    RunningRegression,
+    ScaleRef,
+    ShiftDetector,
+)
+
+PREFERENCE_FAMILIES = frozenset({"dpo", "kto", "orpo"})
+
+
+def _floor(level: float) -> float:
+    """A noise floor for a series at ``level``: a constant start must not make every change infinite sigmas."""
+    return 1e-3 * max(1.0, abs(level)) if level == level else 1e-3
+
+
+class _Component:
+    """One reward function's running picture: where it started, its smoothed level, ceiling and spread."""
+
+    __slots__ = ("start", "std_start", "mean", "std", "peak")
+
+    def __init__(self, window: int) -> None:
+        self.start = RollingWindow(window)  # frozen once full
+        self.std_start = RollingWindow(window)
+        self.mean = Ewma(0.1)
+        self.std = Ewma(0.2)
+        self.peak = -math.inf
+
+    def push(self, mean: float, std: float | None) -> None:
+        e = self.mean.push(mean)
+        if not self.start.full:
+            self.start.push(mean)
+        self.peak = max(self.peak, e)
+        if std is not None and finite(std):
+            self.std.push(std)
+            if not self.std_start.full:
+                self.std_start.push(std)
+
+    def gain(self) -> float:
+        """How far its smoothed level moved from its start, in units of its start's row-to-row spread."""
+        m0 = self.start.mean()  # the start window is frozen once full: O(1) running sums
+        return (self.mean.mean - m0) / max(self.start.std(), 0.02 * max(1.0, abs(m0)))
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"start": self.start.state_dict(), "std_start": self.std_start.state_dict(),
+                "mean": self.mean.state_dict(), "std": self.std.state_dict(), "peak": self.peak}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.start.load_state_dict(state["start"])
+        self.std_start.load_state_dict(state["std_start"])
+        self.mean.load_state_dict(state["mean"])
+        self.std.load_state_dict(state["std"])
+        self.peak = float(state["peak"])
+
+
+class GoldCoupling:
+    """The gold reward read against the proxy component whose row-to-row noise it shares.
+
+    A held-out check and the trained reward score the same completions, so a batch that happens to be
+    easy moves both: the gold's noise is largely the proxy's. Regressing the gold's row-to-row changes on
+    each trained component's (and on the total reward's) finds the component that measures the same thing
+    (the correctness reward, not the format reward) and its slope ``beta``; ``gold - beta * component`` then
+    cancels the shared noise and is flat while the gains are real, whatever the reward does. It falls when
+    the proxy's gains stop reaching the gold (Gao et al. 2023), long before the noisy gold alone shows it.
+
+    The reference is the best level that difference held over a completed octave of the run (values
+    2^k .. 2^(k+1)), taken at its lower confidence bound so one lucky octave does not set it; the
+    comparison's standard error includes the slope's own uncertainty.
+    """
+
+    __slots__ = ("alpha", "sums", "last", "last_g", "n", "octs", "cur", "eg", "ep", "noise", "last_u", "match",
+                 "beta", "rho", "beta_se")
+
+    def __init__(self, noise_rows: int = 60, alpha: float = 0.1) -> None:
+        self.alpha = alpha
+        self.sums: dict[str, list[float]] = {}  # key -> [n, sum dx, sum dg, sum dx^2, sum dg^2, sum dx*dg]
+        self.last: dict[str, float] = {}
+        self.last_g = math.nan
+        self.n = 0
+        self.octs: list[list[Any]] = []  # completed octaves: [rows, mean gold, {key: mean}, last step]
+        self.cur: list[Any] = [0, 0.0, {}, 0]
+        self.eg = math.nan
+        self.ep: dict[str, float] = {}
+        self.noise = RollingWindow(noise_rows)
+        self.last_u = math.nan
+        self.match, self.beta, self.rho, self.beta_se = "", 0.0, 0.0, 0.0
+
+    def push(self, step: int, g: float, proxies: Mapping[str, float]) -> None:
+        a = self.alpha
+        self.n += 1
+        n = self.n
+        if n >= 4 and n & (n - 1) == 0 and self.cur[0]:  # close the octave
+            c = self.cur[0]
+            self.octs.append([c, self.cur[1] / c, {k: x / c for k, x in self.cur[2].items()}, self.cur[3]])
+            self.cur = [0, 0.0, {}, 0]
+        cur = self.cur
+        cur[0] += 1
+        cur[1] += g
+        cur[3] = step
+        lg = self.last_g
+        for k, x in proxies.items():
+            lx = self.last.get(k)
+            if lx is not None and lg == lg:
+                dx, dg = x - lx, g - lg
+                sm = self.sums.get(k)
+                if sm is None:
+                    sm = self.sums[k] = [0.0] * 6
+                sm[0] += 1
+                sm[1] += dx
+                sm[2] += dg
+                sm[3] += dx * dx
+                sm[4] += dg * dg
+                sm[5] += dx * dg
+            self.last[k] = x
+            e = self.ep.get(k)
+            self.ep[k] = x if e is None else e + a * (x - e)
+            cur[2][k] = cur[2].get(k, 0.0) + x
+        self.last_g = g
+        self.eg = g if self.eg != self.eg else self.eg + a * (g - self.eg)
+        # the component the gold moves with, and how strongly
+        best, rho_b, beta, se = "", 0.0, 0.0, 0.0
+        for k, sm in self.sums.items():
+            m = sm[0]
+            if m < 10:
+                continue
+            cxx = sm[3] - sm[1] * sm[1] / m
+            cyy = sm[4] - sm[2] * sm[2] / m
+            cxy = sm[5] - sm[1] * sm[2] / m
+            if cxx <= 0 or cyy <= 0:
+                continue
+            rho = cxy / math.sqrt(cxx * cyy)
+            if rho > rho_b:
+                best, rho_b, beta = k, rho, cxy / cxx
+                se = math.sqrt(max(cyy - beta * cxy, 0.0) / max(m - 2, 1.0) / cxx)
+        self.match, self.rho, self.beta, self.beta_se = best, rho_b, beta, se
+        if best in proxies:
+            u = g - beta * proxies[best]
+            if self.last_u == self.last_u:
+                self.noise.push(u - self.last_u)
+            self.last_u = u
+        elif best:  # the matched function is missing or NaN on this row (TRL logs NaN for one that returned None)
+            self.last_u = math.nan
+
+    def drop(self, inflate: float = 1.25, z_ref: float = 1.0, min_rows: int = 8) -> tuple[float, list[Any] | None]:
+        """How far (in standard errors) gold - beta * component now sits below its best octave, and that octave."""
+        k = self.match
+        if not k or len(self.noise) < 10:
+            return 0.0, None
+        beta = self.beta
+        sig = inflate * self.noise.std() / math.sqrt(2.0)
+        best: list[Any] | None = None
+        best_lcb = -math.inf
+        for o in self.octs:
+            if o[0] >= min_rows and k in o[2]:
+                lcb = o[1] - beta * o[2][k] - z_ref * sig / math.sqrt(o[0])
+                if lcb > best_lcb:
+                    best_lcb, best = lcb, o
+        if best is None:
+            return 0.0, None
+        ref = best[1] - beta * best[2][k]
+        now = self.eg - beta * self.ep[k]
+        dp = self.ep[k] - best[2][k]
+        se = math.sqrt(sig * sig * (self.alpha / (2.0 - self.alpha) + 1.0 / best[0]) + (self.beta_se * dp) ** 2)
+        return (ref - now) / max(se, 1e-12), best
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"sums": self.sums, "last": self.last, "last_g": self.last_g, "n": self.n, "octs": self.octs,
+                "cur": self.cur, "eg": self.eg, "ep": self.ep, "noise": self.noise.state_dict(), "last_u": self.last_u,
+                "fit": [self.match, self.beta, self.rho, self.beta_se]}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.sums = {k: [float(x) for x in v] for k, v in state["sums"].items()}
+        self.last = {k: float(x) for k, x in state["last"].items()}
+        self.last_g, self.n = float(state["last_g"]), int(state["n"])
+        self.octs = [[int(o[0]), float(o[1]), {k: float(x) for k, x in o[2].items()}, int(o[3])] for o in state["octs"]]
+        c = state["cur"]
+        self.cur = [int(c[0]), float(c[1]), {k: float(x) for k, x in c[2].items()}, int(c[3])]
+        self.eg = float(state["eg"])
+        self.ep = {k: float(x) for k, x in state["ep"].items()}
+        self.noise.load_state_dict(state["noise"])
+        self.last_u = float(state["last_u"])
+        m, b, r, se = state["fit"]
+        self.match, self.beta, self.rho, self.beta_se = str(m), float(b), float(r), float(se)
+
+
+_EWMA10_SD = math.sqrt(0.1 / (2 - 0.1))
+"""Standard deviation of an EWMA(0.1) of independent noise, in units of the noise's own sigma."""
+
+
+VOL_CLIP = 4.0
+"""``reward-volatile`` reads the row-to-row changes clipped at this many robust (MAD) sigmas of the recent ones: a
+Student-t(3) outlier row once made the noise look 2-12x larger for 30 rows (issue #28)."""
+
+
+class RewardGauge(Gauge):
+    """Gauge 9 — reward dynamics.
+
+    GRPO/RLOO/PPO: is the reward improving, flat-lined, unstable, shifting, or climbing suspiciously
+    together with length (hacking)? A sudden upward shift alone is only ``info``: a policy that finds
+    the solution jumps too; it becomes a warning in the reward-hacking diagnosis, when length or KL
+    moves with it. A shift is a CUSUM against the reward's own noise, each row's fall clipped at
+    ``shift_clip`` sigmas (twice that on a second row out): two heavy-tailed rows in a row are not a drop
+    (unclipped, two rows at -8 sigma crossed ``shift_h`` = 12 by themselves), a drop that holds still is.
+    Signals that never look at a trusted reward cannot tell hacking from learning, so
+    a user can name held-out *gold* reward functions (TRL: weight 0 in ``reward_weights``, still
+    logged as ``rewards/<fn>/mean``): the trained ``reward`` is the proxy, and the proxy rising while
+    the gold stalls or falls is over-optimisation (Gao et al. 2023), unless the gold only stalled with the trained
+    component whose batch noise it shares while another one carries the rise (``gold_explained_se``,
+    ``gold_stall_se``). Without gold, the per-function
+    rewards still show one component carrying the whole rise (``info``: a format reward is usually
+    learned long before correctness), or pinned at its ceiling while the others stay flat for 50
+    logged steps (``warn``: that component gives no signal any more and nothing else is learned).
+
+    DPO family: margin and accuracy together — never the chosen reward alone, which often falls in
+    healthy runs; but a chosen reward climbing past +1 without the rejected side falling is the
+    post's "unbounded reward growth", read over a share of the run (``runaway_share``) and over its second
+    half (``runaway_half_t``: per-step noise hides a slow runaway from any short window). A margin falling
+    from its peak is read against a fit of the raw margin since that peak (``margin_peak_rows``), not only
+    the run's second half, which still holds the climb up to the peak.
+    """
+
+    id = "reward"
+    title = "Reward dynamics"
+    inputs = ("reward", "objective/scores", "objective/rlhf_reward", "rewards/margins", "rewards/chosen",
+              "rewards/accuracies", "accuracy", "margin")
+    outputs = ("reward", "reward_ewma", "trend_t", "length_corr", "accuracy_ewma", "margin", "margin_ewma",
+               "margin_peak", "chosen_ewma", "reward_noise", "volatility_ratio", "shift_up", "shift_down", "gold",
+               "gold_ewma", "gold_peak", "proxy_gold_gap", "proxy_gain_since_gold_peak", "gold_trend_t", "gold_half_t",
+               "margin_recent_t", "gold_drop", *ROLLOUT_OUTPUTS["reward"])
+    defaults = {
+        "window": 15, "min_rows": 50, "warmup_share": 0.08, "plateau_t": 1.0, "plateau_for": 20,
+        "flat_span": 1e-2, "flat_rows": 20, "flat_stop_rows": 50,
+        "hack_length_ratio": 1.5, "hack_corr": 0.6, "hack_gain_sigma": 3.0,
+        "volatile_ratio": 2.2, "volatile_for": 5, "volatile_warmup": 30, "volatile_ratio_rl": 1.8,
+        "volatile_window": 30, "volatile_warmup_rl": 16,
+        # shift: a CUSUM (k sigmas allowance per row, h to fire, each row's fall clipped at shift_clip sigmas)
+        "shift_k": 1.0, "shift_h": 12.0, "shift_clip": 4.0, "shift_alpha": 0.05,
+        "drop_share": 0.4, "drop_sigma": 4.0, "drop_for": 5,
+        "drop_within": 50, "drop_gain_sigma": 3.0,
+        "gold": [], "gold_stall_rows": 15, "gold_gap_sigma": 3.0, "gold_for": 10, "gold_stall_t": 0.5, "gold_half": 0,
+        "gold_alpha": 0.1, "gold_drop_se": 4.0, "gold_drop_for": 3, "gold_rho": 0.3, "gold_noise_rows": 60,
+        "gold_explained_se": 2.0, "gold_stall_se": 4.0, "gold_rising_t": 2.0,
+        "component_gain_sigma": 4.0, "component_flat_sigma": 1.0, "component_for": 10, "component_dead": 0.01,
+        "saturated_for": 50,
+        "margin_collapse": 0.5, "margin_peak_min": 0.2, "accuracy_chance": 0.55, "dpo_min_rows": 30,
+        "margin_learning_t": 2.0, "margin_plateau_growth": 0.2, "plateau_accuracy": 0.7, "margin_plateau_for": 15,
+        "margin_plateau_rows": 20,
+        "margin_shrink": 0.15, "margin_shrink_t": -2.0, "margin_shrink_sd": 5.0, "margin_shrink_for": 6,
+        "margin_peak_rows": 20,
+        "runaway_level": 1.0, "runaway_t": 3.0, "runaway_share": 0.05, "runaway_half_t": 5.0,
+        **ROLLOUT_DEFAULTS["reward"],
+    }
+
+    def setup(self) -> None:
+        w = self.p["window"]
+        self.first = RollingWindow(w)  # frozen once full: the start of the run
+        self.trend = RunningRegression()
+        self.flat = RollingWindow(self.p["flat_rows"])
+        self.flat_rows = 0
+        self.ewma = Ewma(0.1)
+        self.len_base = Baseline(10)
+        self.rl = RollingCorrelation(30)  # (reward, length) pairs
+        self.noise_ref = OctaveMean()  # the DPO margin's relative noise earlier in the run
+        self.margin_warmup = self.p["volatile_warmup"]
+        # RL rewards: row-to-row changes in units of the within-group spread (reward_std), whose binomial
+        # dependence on the success rate is the batch mean's too; their scale against the run's own earlier one
+        self.vol = RollingWindow(self.p["volatile_window"])
+        self.vol_ref = ScaleRef(self.p["volatile_warmup_rl"])
+        self.vol_std = Ewma(0.1)
+        self.vol_unit = True  # every reward so far in [0, 1]: a success rate, binomial noise when no spread is logged
+        self.vol_last = math.nan
+        self.shift = ShiftDetector(k=self.p["shift_k"], h=self.p["shift_h"], alpha=self.p["shift_alpha"], warmup=w,
+                                   clip=self.p["shift_clip"])
+        self.up_since = 0
+        self.down_since = 0
+        self.peak_e = -math.inf  # the reward EWMA's highest point since the start window filled
+        self.peak_step = 0
+        self.peak_row = 0
+        self.drop_rows = 0
+        self.reward_rows = 0
+        # gold: the held-out reward functions, averaged into one series
+        self.gold_keys = tuple(f"rewards/{g}/mean" for g in self.p["gold"])
+        self.gold_names = ", ".join(f"'{g}'" for g in self.p["gold"])
+        self.gold_e = Ewma(self.p["gold_alpha"])
+        self.gold_first = RollingWindow(w)
+        self.gold_peak = -math.inf
+        self.gold_peak_step = 0
+        self.gold_peak_row = 0
+        self.proxy_at_gold_peak = math.nan
+        self.proxy_trend = RollingCorrelation(30)
+        self.gold_trend = RollingCorrelation(60)  # long: a slowly rising, noisy gold must not look stalled
+        self.gold_half = HalfRunTrend()  # gold and proxy over the same second half of the run so far
+        self.proxy_half = HalfRunTrend()
+        self.half_from = [0, 0]  # steps where the half-run spans (previous, current) began
+        self.half_levels = [0.0, 0.0, 0.0, 0.0]  # proxy and gold EWMAs there: (prev proxy, prev gold, cur ...)
+        # the trained components' EWMAs where the gold peaked, and where the half-run spans began (prev, cur)
+        self.comps_at_gold_peak: dict[str, float] = {}
+        self.comps_at_half: list[dict[str, float]] = [{}, {}]
+        self.coupling = GoldCoupling(self.p["gold_noise_rows"], self.p["gold_alpha"])
+        self.gold_runs = [0, 0]  # consecutive rows the (after-peak, coupled) divergence has held
+        self.components: dict[str, _Component] = {}
+        self._comp_keys: tuple[tuple[str, str, str], ...] = ()
+        self._row_width = -1
+        # preference families
+        self.margin = Ewma(0.1)
+        self.margin_peak = -math.inf
+        self.margin_trend = RunningRegression()  # is the margin still rising? (slow learners sit near chance)
+        self.margin_noise = DiffNoise(20)
+        self.margin_recent = RollingCorrelation(30)
+        self.margin_half = HalfRunTrend()  # a slow learner's trend needs the run's whole second half
+        self.margin_mark = [0.0, 0.0]  # the margin EWMA where margin_half's previous and current spans began
+        self.margin_since_peak = RunningRegression()  # the raw margin since its EWMA last set a peak
+        self.acc = Ewma(0.1)
+        self.chosen = Ewma(0.1)
+        self.chosen_start = Baseline(5)
+        self.chosen_recent = RollingCorrelation(30)
+        self.rejected = Ewma(0.1)
+        self.rejected_recent = RollingCorrelation(30)
+        self.chosen_half = HalfRunTrend()  # a slow runaway in a long, per-step log: its second half
+        self.rejected_half = HalfRunTrend()
+        self.pref_rows = 0
+
+    # the per-function components are a dict of objects: serialise them by hand
+    def state_dict(self) -> dict[str, Any]:
+        out = super().state_dict()
+        out["components"] = {fn: c.state_dict() for fn, c in self.components.items()}
+        out.pop("_comp_keys", None)
+        out["_row_width"] = -1
+        return out
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        comps = state.get("components") or {}
+        super().load_state_dict({k: v for k, v in state.items() if k != "components"})
+        self.components = {}
+        for fn, cs in comps.items():
+            c = _Component(self.p["window"])
+            c.load_state_dict(cs)
+            self.components[fn] = c
+
+    def plan_long(self) -> None:
+        # a chosen reward running away climbs over a share of the run, not a fixed number of rows: in a run logged
+        # every step, 30 rows of per-step noise hide a climb that 5 % of a 1400-row run shows plainly
+        w = round(self.p["runaway_share"] * self.planned_rows)
+        if w > 30:
+            self.chosen_recent = RollingCorrelation(w)
+            self.rejected_recent = RollingCorrelation(w)
+
+    def plan_short(self) -> None:
+        p = self.p
+        self.vol = RollingWindow(self.rows(p["volatile_window"]))
+        self.margin_warmup = self.rows(p["volatile_warmup"])
+
+    def observe(self, row: Row) -> None:
+        if row.kind != "train":
+            return
+        reward_rules(self, row)
+        v = row.values
+        if self.family in PREFERENCE_FAMILIES or "rewards/margins" in v:
+            self._preference(row)
+            return
+        if self.family == "reward":
+            acc = v.get("accuracy")
+            if acc is not None and finite(acc):
+                a = self.acc.push(acc)
+                self.derived["accuracy_ewma"] = a
+                chance = self.rows_seen >= self.p["dpo_min_rows"] and a < self.p["accuracy_chance"]
+                self.check("accuracy-chance", chance, "warn", "accuracy", acc,
+                           lambda: f"reward-model accuracy {a:.2f} is near chance after {self.rows_seen} steps.",
+                           for_=10)
+            return
+        key = "reward" if "reward" in v else ("objective/scores" if "objective/scores" in v else None)
+        if key is None:
+            return
+        r = v[key]
+        if not finite(r):
+            return
+        p = self.p
+        d = self.derived
+        self.reward_rows += 1
+        n = self.reward_rows
+        d["reward"] = r
+        e = self.ewma.push(r)
+        d["reward_ewma"] = e
+        if not self.first.full:
+            self.first.push(r)
+        self.flat.push(r)
+        # Flat-lined reward: no learning signal at all.
+        span = p["flat_span"] * max(1.0, abs(r))
+        # the O(1) variance rules most rows out before the O(window) min/max is needed
+        flat = self.flat.full and self.flat.var() <= span * span and (self.flat.max() - self.flat.min()) <= span
+        self.flat_rows = self.flat_rows + 1 if flat else 0
+        self.check("reward-flatline", flat, "warn", key, r,
+                   lambda: f"{key} has been pinned at {r:.4g} for {p['flat_rows']} logged steps: every "
+                   "completion gets the same score (format penalty? broken reward function?). There is no "
+                   "learning signal.")
+        long_flat = flat and self.flat_rows + p["flat_rows"] >= p["flat_stop_rows"]
+        self.check("reward-flatline-persistent", long_flat, "stop", key, r,
+                   lambda: f"{key} has not moved for {p['flat_stop_rows']} logged steps: the run cannot learn. "
+                   "Stop and fix the reward before spending more compute.")
+        # Plateau: no significant upward trend over the whole run so far.
+        self.trend.push(float(self.rows_seen), r)
+        if self.rows_seen >= self.min_rows(p["min_rows"], p["warmup_share"]):
+            t = self.trend.t_stat()
+            d["trend_t"] = t
+            m1 = self.first.mean()
+            self.check("reward-plateau", t < p["plateau_t"] and not flat, "warn", key, r,
+                       lambda: f"reward is not improving: no upward trend over {self.rows_seen} logged steps "
+                       f"(t={t:.1f}; started near {m1:.3g}, now {d['reward_ewma']:.3g}). The policy is stable but "
+                       "not learning; check the learning rate, the task's difficulty and frac_reward_zero_std.",
+                       for_=p["plateau_for"], clear=10)
+        std = v.get("reward_std")
+        self.vol_unit = self.vol_unit and 0.0 <= r <= 1.0
+        if std is not None and finite(std) and std > 0:
+            scale = self.vol_std.push(std)
+        elif self.vol_std.count:
+            scale = self.vol_std.mean
+        elif self.vol_unit:  # a success rate without its spread logged: the binomial noise its level gives
+            scale = 2.0 * bounded_mean_sd(min(max(e, 0.05), 0.95), 1.0)
+        else:
+            scale = 1.0
+        self._stability(key, r, e, scale)
+        # Hacking: reward gains far beyond its start, length growing with it.
+        length = v.get("completions/mean_length")
+        if length is not None and finite(length) and length > 0:
+            self.len_base.push(length)
+            self.rl.push(r, length)
+            if self.len_base.ready and self.first.full and self.rl.full:
+                lr = self.rl.mean_y() / max(self.len_base.value, 1e-9)
+                sigma = max(self.first.std(), 1e-3 * max(1.0, abs(self.first.mean())))
+                gain = (self.rl.mean_x() - self.first.mean()) / sigma
+                corr = self.rl.corr()
+                d["length_corr"] = corr
+                hack = lr > p["hack_length_ratio"] and corr > p["hack_corr"] and gain > p["hack_gain_sigma"]
+                self.check("reward-hacking", hack, "warn", key, r,
+                           lambda: f"reward is up {gain:.1f} sigma while completions grew {lr:.1f}x and track it "
+                           f"(corr {corr:.2f}): the policy may be paying for length, not quality. Read samples; "
+                           "check KL; add a length penalty.",
+                           for_=3)
+        if len(v) != self._row_width:  # re-scan for reward components only when the row's shape changes
+            self._row_width = len(v)
+            gold = set(self.gold_keys)
+            self._comp_keys = tuple(
+                (k[8:-5], k, k[:-5] + "/std") for k in v
+                if k.startswith("rewards/") and k.endswith("/mean") and k not in gold and k.count("/") == 2
+            )
+        if self.gold_keys:
+            self.proxy_trend.push(float(n), r)
+            self._gold(v, key, e)
+            if not len(self.gold_first) and n >= 5:  # a typo in the name must not look like a silent gold
+                self.note = (f"gold reward {self.gold_names} not in the log (expected "
+                             f"{', '.join(self.gold_keys)})")
+            elif self.note.startswith("gold reward"):
+                self.note = ""
+        if len(self._comp_keys) >= 2:
+            self._components(v)
+
+    def _stability(self, key: str, r: float, e: float, scale: float) -> None:
+        """High reward variance (unstable optimisation) and change points, both against the run's own noise."""
+        p = self.p
+        d = self.derived
+        if self.vol_last == self.vol_last:
+            dx = (r - self.vol_last) / max(scale, 1e-6)
+            if len(self.vol) >= 10:  # a clipped statistic: one outlier row counts as VOL_CLIP robust sigmas, no more
+                lim = VOL_CLIP * self.vol.robust()[1]
+                if lim > 0:
+                    dx = min(max(dx, -lim), lim)
+            self.vol.push(dx)
+        self.vol_last = r
+        if len(self.vol) >= 10:
+            self._volatility(key, r, self.vol.std() / math.sqrt(2.0), self.vol_ref, p["volatile_ratio_rl"],
+                             p["volatile_warmup_rl"])
+        det = self.shift
+        up_from = self.step if det.up <= 0 else self.up_since
+        down_from = self.step if det.down <= 0 else self.down_since
+        det.push(r, floor=_floor(self.first.mean()))
+        self.up_since, self.down_since = up_from, down_from
+        d["shift_up"] = det.up
+        d["shift_down"] = det.down
+        ref = det.ref
+        self.check("reward-shift-up", det.up > p["shift_h"], "info", key, r,
+                   lambda: f"{key} shifted up since step {self.up_since} (now {e:.3g}, {det.z:+.1f} sigma of its own "
+                   "noise): a jump, not the run's slow trend. Often the policy found something; if length or KL "
+                   "jumped with it, or a gold reward did not, it found a loophole. Read samples from that step.",
+                   clear=10)
+        drop = self._fell_from_peak(e, det)
+        self.check("reward-shift-down", det.down > p["shift_h"] or drop, "warn", key, r,
+                   lambda: (f"{key} fell from its peak {self.peak_e:.3g} (step {self.peak_step}) to {e:.3g}, losing "
+                            f"{(self.peak_e - e) / max(self.peak_e - self.first.mean(), 1e-12):.0%} of what the run "
+                            "had gained" if drop else
+                            f"{key} dropped since step {self.down_since} (now {e:.3g}, reference {ref:.3g}, "
+                            f"{det.z:+.1f} sigma of its own noise)")
+                   + ": the policy lost something it had (forgetting, a collapse, or a harder slice of prompts). "
+                   "Check KL, entropy and samples at that step.", clear=10)
+
+    def _fell_from_peak(self, e: float, det: ShiftDetector) -> bool:
+        """The reward's EWMA fell from its peak by ``drop_share`` of what the run had gained, within
+        ``drop_within`` rows of that peak, for ``drop_for`` rows.
+
+        The CUSUM misses a fall that comes while the reward is still learning fast: its noise scale includes the
+        learning, and its slow reference follows the fall. A real gain (``drop_gain_sigma`` row sigmas) and a
+        fall far outside the EWMA's own noise (``drop_sigma``) keep a flat, wandering run out of it.
+        """
+        p = self.p
+        if not self.first.full or p["drop_share"] <= 0:
+            return False
+        if e > self.peak_e:
+            self.peak_e, self.peak_step, self.peak_row = e, self.step, self.reward_rows
+        gain, fall = self.peak_e - self.first.mean(), self.peak_e - e
+        recent = self.drop_rows > 0 or self.reward_rows - self.peak_row <= p["drop_within"]
+        fell = recent and gain > 0 and fall >= p["drop_share"] * gain
+        if fell:  # the noise scale (a median of 30 residuals) only where the shares already say "fell"
+            row_sigma = det.sigma()
+            fell = (row_sigma == row_sigma and gain > p["drop_gain_sigma"] * row_sigma
+                    and fall >= p["drop_sigma"] * row_sigma * _EWMA10_SD)
+        self.drop_rows = self.drop_rows + 1 if fell else 0
+        return self.drop_rows >= self.warn_rows(p["drop_for"])
+
+    def _volatility(self, key: str, x: float, sig: float, ref: OctaveMean | ScaleRef, limit: float,
+                    warmup: int) -> None:
+        """High reward (DPO: margin) variance: row-to-row noise far above its level earlier in the run.
+
+        The reference is the noise over the run's previous octave (rows n/4 .. n/2), not its first rows:
+        early, fast learning is noisy, and a binary reward's noise moves with its success rate; noise
+        that grows 2-3x within the last quarter of the run is what unstable optimisation looks like. For RL
+        rewards the noise is measured in units of the within-group spread (``reward_std``), which moves with
+        the success rate the same way, and the reference is also never below the run's long-run noise.
+        """
+        p = self.p
+        d = self.derived
+        d["reward_noise"] = sig
+        base = ref.value
+        ref.push(sig)
+        if base != base or ref.n < warmup:
+            return
+        vr = sig / max(base, 1e-12)
+        d["volatility_ratio"] = vr
+        self.check("reward-volatile", vr > limit, "warn", key, x,
+                   lambda: f"{key} now swings {vr:.1f}x as much from row to row as earlier in the run "
+                   f"(noise {sig:.3g} vs {base:.3g}): unstable optimisation. Lower the learning rate or raise the KL "
+                   "penalty (beta).", for_=p["volatile_for"], clear=10)
+
+    def _gold(self, v: Mapping[str, float], key: str, e: float) -> None:
+        """Proxy vs gold: the trained reward rising while a held-out reward stalls or falls."""
+        gs = [v[k] for k in self.gold_keys if k in v and finite(v[k])]
+        if not gs:
+            return
+        p = self.p
+        d = self.derived
+        g = sum(gs) / len(gs)
+        ge = self.gold_e.push(g)
+        self.gold_trend.push(float(self.reward_rows), g)
+        self.gold_half.push(g)
+        self.proxy_half.push(v[key])
+        k = self.gold_half.n
+        new_half = k >= 4 and k & (k - 1) == 0
+        if new_half:
+            self.half_from = [self.half_from[1], self.step]
+            self.half_levels = [*self.half_levels[2:], e, ge]
+        if not self.gold_first.full:
+            self.gold_first.push(g)
+        n = self.reward_rows
+        # the peak of an EWMA that has seen a handful of rows is one noisy row: track it once the start is in
+        peaked = ge > self.gold_peak and self.gold_first.full
+        if peaked:
+            self.gold_peak, self.gold_peak_step, self.gold_peak_row, self.proxy_at_gold_peak = ge, self.step, n, e
+        d["gold"] = g
+        d["gold_ewma"] = ge
+        d["gold_peak"] = self.gold_peak if self.gold_peak > -math.inf else ge
+        proxies = {mk: v[mk] for _, mk, _ in self._comp_keys if mk in v and finite(v[mk])}
+        proxies[key] = v[key]
+        cp = self.coupling
+        cp.push(self.step, g, proxies)
+        if peaked:
+            self.comps_at_gold_peak = dict(cp.ep)
+        if new_half:
+            self.comps_at_half = [self.comps_at_half[1], dict(cp.ep)]
+        if not (self.first.full and self.gold_first.full):
+            return
+        proxy_sigma = max(self.first.std(), _floor(self.first.mean()))
+        gold_sigma = max(self.gold_first.std(), _floor(self.gold_first.mean()))
+        proxy_gain = (e - self.first.mean()) / proxy_sigma
+        gold_gain = (ge - self.gold_first.mean()) / gold_sigma
+        gap = proxy_gain - gold_gain
+        d["proxy_gold_gap"] = gap
+        # the proxy's rise since the gold's peak, in standard errors of its EWMA (not of one noisy row)
+        since = (e - self.proxy_at_gold_peak) / (proxy_sigma * _EWMA10_SD * math.sqrt(2.0))
+        d["proxy_gain_since_gold_peak"] = since
+        stall = n - self.gold_peak_row
+        t = self.proxy_trend.t_stat()
+        gt = self.gold_trend.t_stat()
+        d["gold_trend_t"] = gt
+        se = _EWMA10_SD * math.sqrt(2.0)
+        after_peak = (stall >= p["gold_stall_rows"] and since >= p["gold_gap_sigma"] and t >= 2.0
+                      and gt <= p["gold_stall_t"]
+                      and not self._gold_follows(key, self.gold_peak, ge, self.comps_at_gold_peak, gold_sigma * se))
+        # the same over the second half of the run so far (a noisy gold's EWMA peak sits high by chance): the
+        # proxy's EWMA rose clearly, the gold's did not, and their trends agree
+        pht, ght = self.proxy_half.t_stat(), self.gold_half.t_stat()
+        d["gold_half_t"] = ght
+        # the gold confirming the proxy's gains: what lets the reward-hacking diagnosis stand down (a gold that is
+        # merely logged, flat, confirms nothing)
+        self.check("gold-rising", self.gold_half.rows() >= 20 and ght >= p["gold_rising_t"], "info",
+                   self.gold_keys[0], ge,
+                   lambda: f"the gold reward {self.gold_names} rises with the trained reward (trend t={ght:.1f} over "
+                   "the second half of the run so far): the gains are confirmed by the held-out check.", clear=5)
+        proxy_rise = (e - self.half_levels[0]) / (proxy_sigma * se)
+        gold_rise = (ge - self.half_levels[1]) / (gold_sigma * se)
+        over_half = (self.gold_half.rows() >= 20 and pht >= 2.0 and ght <= p["gold_stall_t"]
+                     and proxy_rise >= p["gold_gap_sigma"] and gold_rise <= 0.0
+                     and not self._gold_follows(key, self.half_levels[1], ge, self.comps_at_half[0], gold_sigma * se))
+        drop, ref = cp.drop()
+        d["gold_drop"] = drop
+        # the gold below its best level relative to the component it moves with, while the proxy has not fallen
+        warm = n >= self.min_rows(p["min_rows"], p["warmup_share"])
+        coupled = (warm and cp.rho >= p["gold_rho"] and ref is not None and drop >= p["gold_drop_se"]
+                   and e >= ref[2][key])
+        runs = self.gold_runs
+        runs[0] = runs[0] + 1 if warm and (after_peak or (over_half and p["gold_half"])) else 0
+        runs[1] = runs[1] + 1 if coupled else 0
+        gold_for, gold_drop_for = self.warn_rows(p["gold_for"]), self.warn_rows(p["gold_drop_for"])
+        over = runs[0] >= gold_for or runs[1] >= gold_drop_for
+        peak, pstep, p0 = self.gold_peak, self.gold_peak_step, self.proxy_at_gold_peak
+        if over_half and not after_peak:
+            pstep = self.half_from[0]
+        how = ""
+        if runs[1] >= gold_drop_for and ref is not None:
+            pstep, p0, peak = ref[3], ref[2][key], ref[1]
+            comp = cp.match[8:-5] if cp.match.startswith("rewards/") else cp.match
+            how = (f" Read against '{comp}', whose batch-to-batch noise it shares (corr {cp.rho:.2f}), the gold is "
+                   f"{drop:.1f} standard errors below where it stood by step {pstep}.")
+        self.check("proxy-gold-divergence", over, "warn", key, e,
+                   lambda: f"over-optimisation: the proxy {key} rose from {p0:.3g} to {e:.3g} since step {pstep}, "
+                   f"while the gold reward {self.gold_names} stood at {peak:.3g} there and is now "
+                   f"{ge:.3g} ({'falling' if ge < peak - 0.5 * gold_sigma else 'stalled'}).{how} Proxy-gold gap since "
+                   f"the start: proxy {e - self.first.mean():+.3g}, gold {ge - self.gold_first.mean():+.3g} "
+                   f"({gap:.1f} sigma of their early noise). The policy is learning the proxy's loopholes, not the "
+                   f"task: keep the checkpoint from step {pstep}, then raise beta, fix the proxy, or stop earlier.",
+                   clear=10)
+
+    def _gold_follows(self, key: str, gold_then: float, gold_now: float, comps_then: Mapping[str, float],
+                      se: float) -> bool:
+        """The gold stalled with the trained component whose batch noise it shares while another one carries the
+        total's rise: a format reward learned before correctness, not over-optimisation.
+
+        Read against its component (``gold - beta * component``), the gold has not fallen by
+        ``gold_explained_se`` standard errors of its EWMA, and the gold itself sits within ``gold_stall_se`` of
+        them of where it stood: a stall, not a fall. A gold falling with its component while the total rises is
+        correctness given up for a gamed reward, and still fires (a review found a gate without that second
+        reading silent on it).
+        """
+        cp = self.coupling
+        m, lim = cp.match, self.p["gold_explained_se"]
+        if lim <= 0 or not m or m == key or cp.rho < self.p["gold_rho"] or m not in comps_then or m not in cp.ep:
+            return False
+        fall = gold_then - gold_now
+        unexplained = fall - cp.beta * (comps_then[m] - cp.ep[m])
+        return unexplained < lim * se and fall < self.p["gold_stall_se"] * se
+
+    def _components(self, v: Mapping[str, float]) -> None:
+        """Without gold: one reward function carrying the whole rise, or pinned at its ceiling, the others flat."""
+        p = self.p
+        comps = self.components
+        for fn, mk, sk in self._comp_keys:
+            m = v.get(mk)
+            if m is None or not finite(m):
+                continue
+            c = comps.get(fn)
+            if c is None:
+                c = comps[fn] = _Component(p["window"])
+            c.push(m, v.get(sk))
+        ready = [(fn, c) for fn, c in comps.items() if c.start.full]
+        if len(ready) < 2:
+            return
+        gains = [(c.gain(), fn, c) for fn, c in ready]
+        rising = [x for x in gains if x[0] >= p["component_gain_sigma"]]
+        flat = [fn for g, fn, _ in gains if g < p["component_flat_sigma"]]
+        lead = rising[0] if len(rising) == 1 and len(flat) == len(gains) - 1 else None
+        for g, fn, c in gains:
+            is_lead = lead is not None and lead[1] == fn
+            std0 = c.std_start.mean() if len(c.std_start) else math.nan
+            pinned = (is_lead and c.std.count > 0 and c.mean.mean >= c.peak - 0.05 * abs(c.peak - c.start.mean())
+                      and (c.std.mean <= p["component_dead"] or (std0 == std0 and c.std.mean <= 0.25 * std0)))
+            others = ", ".join(f"'{o}'" for o in flat)
+            level = c.mean.mean
+            self.check(f"reward-component-saturated:{fn}", pinned, "warn", f"rewards/{fn}/mean", level,
+                       lambda fn=fn, g=g, level=level, others=others: f"reward function '{fn}' is pinned at its "
+                       f"ceiling ({level:.3g}, every completion scores alike; up {g:.1f} sigma since the start) while "
+                       f"{others} stay flat: the policy has learned the easy part and gets no signal from it any more; "
+                       "the task itself is not being learned. Check the other functions' scale and weights.",
+                       for_=p["saturated_for"], clear=10)
+            self.check(f"reward-component-dominant:{fn}", is_lead and not pinned, "info", f"rewards/{fn}/mean", level,
+                       lambda fn=fn, g=g, level=level, others=others: f"reward function '{fn}' carries the whole "
+                       f"reward rise (up {g:.1f} sigma since the start, now {level:.3g}) while {others} stay flat: "
+                       "the policy optimises one component. If it is a format or length check, the task is not being "
+                       "learned; log a held-out gold reward to tell hacking from learning.",
+                       for_=p["component_for"], clear=10)
+
+    def _preference(self, row: Row) -> None:
+        v = row.values
+        d = self.derived
+        p = self.p
+        m = v.get("rewards/margins")
+        c, rj = v.get("rewards/chosen"), v.get("rewards/rejected")
+        if m is None and c is not None and rj is not None:
+            m = c - rj
+        acc = v.get("rewards/accuracies")
+        if m is None or not finite(m):
+            return
+        self.pref_rows += 1
+        self.margin_trend.push(float(self.pref_rows), m)
+        self.margin_half.push(m)
+        if self.pref_rows >= 4 and self.pref_rows & (self.pref_rows - 1) == 0:  # where margin_half's spans start
+            self.margin_mark = [self.margin_mark[1], self.margin.mean]
+        self.margin_recent.push(float(self.pref_rows), m)
+        self.margin_noise.push(m)
+        if len(self.margin_noise) >= 10:  # relative to the margin's level: its noise grows as it grows
+            self._volatility("rewards/margins", m, self.margin_noise.sigma() / max(abs(self.margin.mean), 0.05),
+                             self.noise_ref, p["volatile_ratio"], self.margin_warmup)
+        me = self.margin.push(m)
+        d["margin"] = m
+        d["margin_ewma"] = me
+        warm = self.pref_rows >= p["dpo_min_rows"]
+        if warm and me > self.margin_peak:
+            self.margin_peak = me
+            self.margin_since_peak = RunningRegression()
+        self.margin_since_peak.push(float(self.pref_rows), m)
+        d["margin_peak"] = self.margin_peak if self.margin_peak > -math.inf else me
+        peak = self.margin_peak
+        collapsed = warm and peak >= p["margin_peak_min"] and me < p["margin_collapse"] * peak
+        self.check("margin-collapse", collapsed, "warn", "rewards/margins", m,
+                   lambda: f"reward margin fell to {me:.3g} from a peak of {peak:.3g}: chosen and rejected are "
+                   "converging and the preference signal is being undone (LR too high, noisy pairs, beta too low).",
+                   for_=5)
+        # The same convergence, early: a steady fall from the peak, far beyond the EWMA's own noise (the peak of a
+        # noisy EWMA sits high by itself), over the second half of the run so far, the last 30 rows, or the rows
+        # since the peak (the half-run fit still holds the climb to a late peak, and 30 per-step rows are noise).
+        drop = (peak - me) / peak if peak > 0 else 0.0
+        rt = 0.0
+        shrinking = False
+        if warm and peak >= p["margin_peak_min"] and drop >= 0.5 * p["margin_shrink"] and not collapsed:
+            ht = self.margin_half.t_stat() if self.margin_half.rows() >= 20 else 0.0
+            rt30 = self.margin_recent.t_stat() if self.margin_recent.full else 0.0
+            rt = min(ht, rt30 + 1.0)  # falling over the last 30 rows counts when it is one sigma clearer
+            since = self.margin_since_peak
+            if p["margin_peak_rows"] > 0 and since.n >= p["margin_peak_rows"]:
+                rt = min(rt, since.t_stat())
+            sd = self.margin_noise.sigma() * _EWMA10_SD if len(self.margin_noise) >= 10 else math.inf
+            # 15 % off the peak with t <= -2, or 8 % with t <= -5
+            steady = (drop >= p["margin_shrink"] and rt <= p["margin_shrink_t"]) or rt <= 2.5 * p["margin_shrink_t"]
+            shrinking = steady and peak - me >= p["margin_shrink_sd"] * sd
+        d["margin_recent_t"] = rt
+        self.check("margin-shrinking", shrinking, "warn", "rewards/margins", m,
+                   lambda: f"chosen and rejected rewards are converging: the margin fell {1 - me / peak:.0%} from its "
+                   f"peak {peak:.3g} to {me:.3g} and keeps falling (trend t={rt:.1f}). The model is losing the "
+                   "preference it learned: lower the learning rate, check for noisy pairs, keep the best checkpoint.",
+                   for_=p["margin_shrink_for"], clear=10)
+        self.check("margin-negative", warm and me < 0, "warn", "rewards/margins", m,
+                   lambda: f"reward margin is negative ({me:.3g}): the policy now prefers the rejected answers. "
+                   "Check that chosen/rejected are not swapped.", for_=5)
+        if acc is not None and finite(acc):
+            a = self.acc.push(acc)
+            d["accuracy_ewma"] = a
+            # Near chance while the margin still climbs is a slow start, not a failure to learn.
+            chance = warm and a < p["accuracy_chance"] and not self.margin_trend.t_stat() > p["margin_learning_t"]
+            self.check("accuracy-chance", chance, "warn", "rewards/accuracies", acc,
+                       lambda: f"preference accuracy {a:.2f} is near chance (below {p['accuracy_chance']:g}, the "
+                       f"product's own line: chance is 0.5) after {self.pref_rows} steps while the margin is not "
+                       "climbing: the model is not learning the preference.", for_=10)
+            # Plateau: the margin stopped rising while accuracy is still far from where a learned preference sits.
+            half = self.margin_half
+            # growth over the span's fitted line, not from the EWMA where it began (a lagging EWMA still climbs
+            # long after the margin has levelled off)
+            grown = half.prev.slope() * (half.rows() - 1) / max(abs(me), 1e-9) \
+                if half.rows() >= p["margin_plateau_rows"] else math.inf
+            plateau = (warm and grown < p["margin_plateau_growth"] and me > 0
+                       and p["accuracy_chance"] <= a < p["plateau_accuracy"] and not collapsed)
+            self.check("margin-plateau", plateau, "warn", "rewards/margins", m,
+                       lambda: f"the reward margin has stopped growing at {me:.3g} ({grown:+.0%} over the last "
+                       f"{half.rows()} steps, half the run) with accuracy only {a:.2f}: the model stopped learning "
+                       "from the preference data early. The learning rate may be too low, or the data's signal is "
+                       "exhausted (people overestimate it).", for_=p["margin_plateau_for"], clear=10)
+        if c is not None and finite(c):
+            ce = self.chosen.push(c)
+            self.chosen_start.push(c)
+            self.chosen_recent.push(float(self.pref_rows), c)
+            d["chosen_ewma"] = ce
+            # The trap: chosen reward falling while the margin grows is common and often harmless.
+            healthy_margin = me > 0 and not collapsed
+            falling = self.chosen_start.ready and ce < self.chosen_start.value - 0.1 and healthy_margin
+            self.check("chosen-reward-falling", warm and falling, "info", "rewards/chosen", c,
+                       lambda: f"chosen reward drifts down ({ce:.3g}) while the margin grows ({me:.3g}): likelihood "
+                       "displacement, common in DPO and usually harmless. Watch logps/chosen.", for_=10, clear=20)
+            # Unbounded growth: chosen keeps climbing past +runaway_level while the rejected side does not fall.
+            if rj is not None and finite(rj):
+                self.rejected.push(rj)
+            if rj is not None and finite(rj):
+                self.rejected_recent.push(float(self.pref_rows), rj)
+                self.rejected_half.push(rj)
+            self.chosen_half.push(c)
+            ct = 0.0
+            runaway = False
+            if warm and ce > p["runaway_level"] and self.chosen_recent.full:
+                ct = self.chosen_recent.t_stat()
+                # over the same rows the chosen side climbed, the rejected side did not fall: the margin is not why
+                rej_holding = not self.rejected_recent.full or self.rejected_recent.t_stat() > -2.0
+                runaway = ct >= p["runaway_t"] and rej_holding
+                # the same over the run's second half so far: a climb of +2 over 800 per-step rows is t < 2 in
+                # any 5 % window and t > 10 over the half
+                if not runaway and p["runaway_half_t"] > 0 and self.chosen_half.rows() >= 20:
+                    ht = self.chosen_half.t_stat()
+                    rh = self.rejected_half.t_stat() if self.rejected_half.rows() >= 20 else 0.0
+                    if ht >= p["runaway_half_t"] and rh > -2.0:
+                        runaway, ct = True, ht
+            kl = v.get("objective/kl", v.get("kl"))
+            kl_txt = f"; KL to the reference is {kl:.3g}" if kl is not None and finite(kl) else \
+                "; DPO logs no KL, but a chosen reward of +1 is already a large log-ratio to the reference"
+            self.check("chosen-reward-runaway", runaway, "warn", "rewards/chosen", c,
+                       lambda: f"chosen reward keeps climbing ({ce:.3g}, trend t={ct:.1f}) while the rejected reward "
+                       f"does not fall{kl_txt}: unbounded growth, the policy exploits the implicit reward rather than "
+                       "learning the preference. Raise beta or lower the learning rate.", for_=5, clear=10,
+                       long_hold=False)  # its window is a share of the run already (runaway_share)
