@@ -156,3 +156,59 @@ def test_cusum_checkpoint_round_trip() -> None:
     for v in z[30:]:
         assert a.push(v, 0.4) == b.push(v, 0.4)
     assert a.s == b.s and a.since == b.since
+
+
+def test_noise_rise_threshold_keeps_its_budget_by_simulation() -> None:
+    """NoiseRiseCusum's threshold comes from the Brook-Evans Markov chain: on N(0, 1) rows its simulated ARL0 is
+    within 25 % of the budget, and a noise 3x as large is found within a dozen rows."""
+    from wandb_rlcluster.core.sequential import NoiseRiseCusum, noise_rise_arl
+
+    rng = np.random.default_rng(7)
+    arl = 500.0
+    lengths = []
+    for _ in range(300):
+        c = NoiseRiseCusum(2.0, arl)
+        z = rng.standard_normal(20 * int(arl))
+        lengths.append(next((i + 1 for i, v in enumerate(z.tolist()) if c.push(v)), len(z)))
+    assert 0.75 * arl <= float(np.mean(lengths)) <= 1.25 * arl
+    assert abs(noise_rise_arl(c.h, 2.0, 9.0) - arl) / arl < 0.01
+    delays = []
+    for _ in range(100):
+        c = NoiseRiseCusum(2.0, arl)
+        z = 3.0 * rng.standard_normal(200)
+        delays.append(next(i + 1 for i, v in enumerate(z.tolist()) if c.push(v)))
+    assert float(np.median(delays)) <= 12
+
+
+def test_one_outlier_adds_bounded_evidence_to_the_noise_test() -> None:
+    """A 30-sigma row counts as a 3-sigma one (z^2 clipped at 9): it cannot cross the threshold alone."""
+    from wandb_rlcluster.core.sequential import NoiseRiseCusum
+
+    c = NoiseRiseCusum(1.8, 20000.0)
+    assert not c.push(30.0)
+    assert c.s <= c.a * 9.0
+
+
+def test_diff_noise_reads_autocorrelation_and_widens_its_level_error() -> None:
+    """DiffNoise under AR(1) noise (rho 0.6, 1 % Student-t outliers): rho is read near its value, and the standard
+    error of a smoothed level is wider than the independent-rows formula by about the theory's factor."""
+    from wandb_rlcluster.core.stats import DiffNoise, ewma_var_factor
+
+    rng = np.random.default_rng(3)
+    rhos, ratios = [], []
+    for _ in range(40):
+        x = _ar1_noise(rng, 300, 0.6)
+        out = rng.random(300) < 0.01
+        x[out] += 3.0 * rng.standard_t(3, out.sum())
+        dn = DiffNoise(20)
+        for v in x.tolist():
+            dn.push(v)
+        rhos.append(dn.rho)
+        iid = dn.sigma() * math.sqrt(ewma_var_factor(0.2))
+        ratios.append(dn.level_se(0.2) / iid)
+    assert 0.35 <= float(np.median(rhos)) <= 0.7
+    assert float(np.median(ratios)) > 1.8  # sqrt(1 / 0.5) * sqrt(1.4 / 0.6) ~ 2.2 at rho 0.5
+    white = DiffNoise(20)
+    for v in rng.standard_normal(300).tolist():
+        white.push(v)
+    assert white.rho < 0.2

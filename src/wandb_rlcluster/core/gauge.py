@@ -19,6 +19,7 @@ from .keys import Row
 from .sanity import RANGES, ranges_for
 from .sanity import RULE as RANGE_RULE
 from .sanity import message as range_message
+from .sequential import arl_for
 from .text import clean_text, did_you_mean
 
 Message = str | Callable[[], str]
@@ -260,6 +261,11 @@ class Gauge:
         """A warn rule's own row count (one a gauge keeps by hand and then checks with ``for_=1``), ``warn_sooner``
         rows shorter like every other warn hold, never under one row."""
         return max(1, n - self.warn_sooner) if self.warn_sooner else n
+
+    def budget(self, arl: float) -> float:
+        """A warn test's ARL0 (rows to a false alarm on healthy noise) under the user's ``warn_sooner`` dial: the rule's
+        declared budget divided by ``SOONER_FACTOR`` per step (``core.sequential.arl_for``)."""
+        return arl_for(self.warn_sooner, arl)
 
     def held(self, rule: str) -> int:
         """How many rows ``rule`` has been active (its hold count): for a message that says how long it held."""

@@ -91,11 +91,13 @@ class Ar1:
     so that a chance high reading early does not mute a test (a white-noise run must keep its full power).
     """
 
-    __slots__ = ("size", "prior", "n", "last", "prev_d", "sd", "sdd", "sd1", "sdd1", "value")
+    __slots__ = ("size", "prior", "n", "last", "prev_d", "sd", "sdd", "sd1", "sdd1", "value", "clip", "sabs")
 
-    def __init__(self, size: int = 200, prior: float = 40.0) -> None:
+    def __init__(self, size: int = 200, prior: float = 40.0, clip: float = 0.0) -> None:
         self.size = max(8, int(size))
         self.prior = max(float(prior), 0.0)
+        self.clip = float(clip)  # > 0: each difference clipped at this many sigmas of the differences so far
+        self.sabs = 0.0  # sum of |d|: a scale one outlier moves little
         self.n = 0
         self.last = math.nan
         self.prev_d = math.nan
@@ -106,17 +108,28 @@ class Ar1:
         if self.n >= self.size:
             return
         if self.last == self.last:
-            d = x - self.last
-            if self.prev_d == self.prev_d:
-                self.n += 1
-                self.sd += d
-                self.sdd += d * d
-                self.sd1 += d * self.prev_d
-                self.sdd1 += self.prev_d
-                if self.n >= 8:
-                    self.value = self._estimate()
-            self.prev_d = d
+            self.push_diff(x - self.last)
         self.last = x
+
+    def push_diff(self, d: float) -> None:
+        """One first difference (a caller that already differences, and may clip, its series)."""
+        if self.n >= self.size:
+            return
+        if self.clip > 0.0 and self.n >= 8:
+            # one outlier row makes two large differences of opposite sign: unclipped, they read as
+            # anti-correlation and hide the real correlation (sigma of d ~ sqrt(pi / 2) mean |d|)
+            lim = self.clip * 1.2533 * self.sabs / self.n
+            d = min(max(d, -lim), lim)
+        if self.prev_d == self.prev_d:
+            self.n += 1
+            self.sabs += abs(d)
+            self.sd += d
+            self.sdd += d * d
+            self.sd1 += d * self.prev_d
+            self.sdd1 += self.prev_d
+            if self.n >= 8:
+                self.value = self._estimate()
+        self.prev_d = d
 
     def _estimate(self) -> float:
         n = self.n
@@ -251,3 +264,128 @@ class MultiCusum:
     def load_state_dict(self, state: dict[str, object]) -> None:
         for c, s in zip(self.charts, state.get("charts", []), strict=False):  # type: ignore[arg-type]
             c.load_state_dict(s)
+
+
+def _solve_arl(q: list[list[float]]) -> float:
+    """Expected steps to absorption from state 0 of a chain whose transient transitions are ``q``: solve
+    (I - q) L = 1 by Gaussian elimination (a few dozen states; pure Python)."""
+    m = len(q)
+    a = [[(1.0 if i == j else 0.0) - q[i][j] for j in range(m)] + [1.0] for i in range(m)]
+    for c in range(m):
+        piv = max(range(c, m), key=lambda r: abs(a[r][c]))
+        a[c], a[piv] = a[piv], a[c]
+        pv = a[c][c]
+        if abs(pv) < 1e-300:
+            return math.inf
+        row_c = a[c]
+        for r in range(c + 1, m):
+            f = a[r][c] / pv
+            if f:
+                row_r = a[r]
+                for j in range(c, m + 1):
+                    row_r[j] -= f * row_c[j]
+    x = [0.0] * m
+    for i in range(m - 1, -1, -1):
+        s = a[i][m] - sum(a[i][j] * x[j] for j in range(i + 1, m))
+        x[i] = s / a[i][i]
+    return x[0]
+
+
+def _chi2_cdf(x: float) -> float:
+    """P(Z^2 <= x) for a standard normal Z."""
+    return math.erf(math.sqrt(x / 2.0)) if x > 0 else 0.0
+
+
+def noise_rise_arl(h: float, ratio: float, clip: float, cells: int = 40) -> float:
+    """ARL0 (rows) of ``NoiseRiseCusum`` with threshold ``h`` on independent N(0, 1) rows, by the Markov-chain
+    approximation of Brook and Evans (1972): the CUSUM's range [0, h] cut into ``cells`` states."""
+    a, b = 0.5 * (1.0 - 1.0 / (ratio * ratio)), math.log(ratio)
+
+    def cdf(y: float) -> float:  # P(increment <= y), increment = a min(z^2, clip) - b
+        x = (y + b) / a
+        return 1.0 if x >= clip else _chi2_cdf(x)
+
+    w = h / cells
+    values = [0.0] + [(j - 0.5) * w for j in range(1, cells + 1)]
+    q = []
+    for s in values:
+        row = [cdf(-s)]
+        prev = row[0]
+        for j in range(1, cells + 1):
+            cur = cdf(j * w - s)
+            row.append(cur - prev)
+            prev = cur
+        q.append(row)
+    return _solve_arl(q)
+
+
+_NOISE_RISE_H: dict[tuple[float, float, float], float] = {}
+
+
+def noise_rise_threshold(arl: float, ratio: float, clip: float) -> float:
+    """The threshold at which ``NoiseRiseCusum`` has ARL0 ``arl`` (bisection on ``noise_rise_arl``; cached: a few
+    dozen milliseconds the first time a configuration is asked for)."""
+    key = (round(arl, 3), round(ratio, 4), round(clip, 4))
+    h = _NOISE_RISE_H.get(key)
+    if h is None:
+        lo, hi = 0.0, 4.0
+        while noise_rise_arl(hi, ratio, clip) < arl and hi < 1e4:
+            lo, hi = hi, hi * 2.0
+        for _ in range(16):
+            mid = 0.5 * (lo + hi)
+            if noise_rise_arl(mid, ratio, clip) < arl:
+                lo = mid
+            else:
+                hi = mid
+        h = _NOISE_RISE_H[key] = hi
+    return h
+
+
+class NoiseRiseCusum:
+    """Page's CUSUM for a series' noise growing ``ratio`` times (in sd), on rows standardised by the noise it had.
+
+    Each row adds the log-likelihood ratio of N(0, ratio^2) against N(0, 1) at its standardised value z,
+    0.5 (1 - 1 / ratio^2) min(z^2, ``clip``) - log(ratio): a calm row takes evidence away, a wild one adds it, and
+    one outlier row adds at most what ``clip`` allows (a clipped z^2 of 9 counts a 10-sigma row as a 3-sigma one),
+    so a single outlier is one outlier and a noise that stays doubled crosses within a few dozen rows. The
+    threshold comes from the ARL0 budget by the Markov-chain approximation (``noise_rise_arl``); ``since`` is the
+    row at which the current excursion began.
+    """
+
+    __slots__ = ("ratio", "clip", "arl", "a", "b", "h", "s", "n", "since")
+
+    def __init__(self, ratio: float = 2.0, arl: float = BASE_ARL, clip: float = 9.0) -> None:
+        self.ratio = float(ratio)
+        self.clip = float(clip)
+        self.arl = float(arl)
+        self.a = 0.5 * (1.0 - 1.0 / (self.ratio * self.ratio))
+        self.b = math.log(self.ratio)
+        self.h = noise_rise_threshold(self.arl, self.ratio, self.clip)
+        self.s = 0.0
+        self.n = 0
+        self.since = 0
+
+    def push(self, z: float) -> bool:
+        """One standardised row; True while past the threshold."""
+        self.n += 1
+        if self.s <= 0.0:
+            self.since = self.n
+        zz = z * z
+        self.s = max(0.0, self.s + self.a * (zz if zz < self.clip else self.clip) - self.b)
+        return self.s > self.h
+
+    @property
+    def alarm(self) -> bool:
+        return self.s > self.h
+
+    def score(self) -> float:
+        """s / h: 1 at the threshold."""
+        return self.s / self.h
+
+    def state_dict(self) -> dict[str, float]:
+        return {"s": self.s, "n": self.n, "since": self.since}
+
+    def load_state_dict(self, state: dict[str, float]) -> None:
+        self.s = float(state.get("s", 0.0))
+        self.n = int(state.get("n", 0))
+        self.since = int(state.get("since", 0))

@@ -14,6 +14,8 @@ from collections import deque
 from collections.abc import Iterable
 from operator import mul
 
+from .sequential import MAX_RHO, Ar1
+
 MAD_TO_SIGMA = 1.4826
 
 
@@ -350,17 +352,28 @@ class DiffNoise:
 
     Differencing removes a trend and a level, so this is the noise a rule should compare a change
     against, whatever the series is doing; one outlier moves it little over 20 rows.
+
+    Autocorrelated noise (issue #28): the differences of an AR(1) noise with coefficient rho have variance
+    2 sigma^2 (1 - rho), so they under-read the noise a level or a mean carries by sqrt(1 - rho), and a smoothed
+    level of such noise wanders further than independent rows would let it. ``rho`` is estimated on the run's
+    warm-up (``sequential.Ar1``, each difference clipped at 4 sigmas of those before it, so that one outlier row,
+    which makes the differences look anti-correlated, does not hide the correlation), and ``level_se`` gives the
+    standard error a rule compares a moved level against, with both effects in it.
     """
 
-    __slots__ = ("last", "win")
+    __slots__ = ("last", "win", "ar1")
 
     def __init__(self, size: int = 20) -> None:
         self.last = math.nan
         self.win = RollingWindow(size)
+        self.ar1 = Ar1(clip=4.0)
 
     def push(self, x: float) -> None:
         if self.last == self.last:
-            self.win.push(x - self.last)
+            d = x - self.last
+            self.win.push(d)
+            if self.ar1.n < self.ar1.size:
+                self.ar1.push_diff(d)
         self.last = x
 
     def sigma(self, robust: bool = False) -> float:
@@ -368,6 +381,23 @@ class DiffNoise:
         if len(self.win) < 2:
             return math.nan
         return (self.win.robust()[1] if robust else self.win.std()) / math.sqrt(2.0)
+
+    @property
+    def rho(self) -> float:
+        """The noise's AR(1) coefficient, from the warm-up (0 until a few dozen rows have been seen)."""
+        return self.ar1.value
+
+    def level_se(self, alpha: float, base_rows: int = 0, robust: bool = False) -> float:
+        """The standard error of an EWMA(``alpha``) of the series minus the median of ``base_rows`` earlier rows
+        (0: the EWMA alone), under AR(1) noise with the warm-up's ``rho``: the noise a moved level must stand out
+        of. With rho = 0 it is sigma sqrt(alpha / (2 - alpha) + (pi / 2) / base_rows), as for independent rows."""
+        sig = self.sigma(robust)
+        if sig != sig:
+            return math.nan
+        rho = self.ar1.value
+        return sig / math.sqrt(1.0 - rho) * math.sqrt(ewma_var_factor(alpha, rho)
+                                                      + (_MEDIAN_VAR * ar1_var_factor(rho) / base_rows
+                                                         if base_rows > 0 else 0.0))
 
     def cached_sigma(self) -> float:
         """The robust sigma as last computed by ``sigma(robust=True)`` (NaN before): a second reader that must not
@@ -378,11 +408,31 @@ class DiffNoise:
         return len(self.win)
 
     def state_dict(self) -> dict[str, object]:
-        return {"last": self.last, "win": self.win.state_dict()}
+        return {"last": self.last, "win": self.win.state_dict(), "ar1": self.ar1.state_dict()}
 
     def load_state_dict(self, state: dict[str, object]) -> None:
         self.last = float(state.get("last", math.nan))  # type: ignore[arg-type]
         self.win.load_state_dict(state.get("win", {}))  # type: ignore[arg-type]
+        self.ar1 = Ar1(clip=4.0)
+        if "ar1" in state:
+            self.ar1.load_state_dict(state["ar1"])  # type: ignore[arg-type]
+
+
+_MEDIAN_VAR = math.pi / 2.0
+"""A median's variance over n independent normal rows, times n."""
+
+
+def ewma_var_factor(alpha: float, rho: float = 0.0) -> float:
+    """The stationary variance of an EWMA(``alpha``) of AR(1) noise (coefficient ``rho``), in units of the noise's
+    variance: alpha / (2 - alpha) (1 + rho (1 - alpha)) / (1 - rho (1 - alpha))."""
+    lam = (1.0 - alpha) * min(max(rho, 0.0), MAX_RHO)
+    return alpha / (2.0 - alpha) * (1.0 + lam) / (1.0 - lam)
+
+
+def ar1_var_factor(rho: float) -> float:
+    """How much AR(1) noise inflates the variance of a mean over many rows: (1 + rho) / (1 - rho)."""
+    r = min(max(rho, 0.0), MAX_RHO)
+    return (1.0 + r) / (1.0 - r)
 
 
 class ShiftDetector:
