@@ -123,3 +123,40 @@ def test_entropy_falling_at_a_saturated_reward_is_sharpening_but_at_a_flat_low_o
         assert not [f for f in high.findings if f.rule.startswith("entropy-collapse")], seed
         low = analyze_rows(_entropy_run(0.3, seed), trainer="grpo")
         assert [f for f in low.findings if f.rule == "entropy-collapse" and f.severity == "warn"], seed
+
+
+def _ar1_rows(make_row, rho: float, sd: float, key: str, seed: int, outliers: float = 0.01):
+    """Rows from ``make_row`` with ``key``'s noise replaced by AR(1) noise (coefficient ``rho``, sd ``sd``) plus
+    Student-t(3) outliers three times as large on ``outliers`` of the rows: the benchmark's ar1_t3 model."""
+    state = [0.0]
+
+    def make(i: int, g: random.Random) -> dict[str, float]:
+        row = make_row(i, g)
+        state[0] = rho * state[0] + math.sqrt(1 - rho * rho) * g.gauss(0, sd)
+        t3 = g.gauss(0, 1) / math.sqrt(g.gammavariate(1.5, 2.0) / 3.0)
+        row[key] = row[key] * (1.0 + state[0] + (3 * sd * t3 if g.random() < outliers else 0.0))
+        return row
+
+    return build(make, seed=seed)
+
+
+def test_autocorrelated_length_noise_is_not_a_length_change():
+    """Completion length under AR(1) noise (rho 0.6, 12 % sd) with outliers: the smoothed level wanders further than
+    independent rows would let it, and the level tests read that (DiffNoise.level_se): no length warning."""
+    for seed in range(4):
+        rows = _ar1_rows(grpo, 0.6, 0.2, "completions/mean_length", seed)
+        assert _warns(rows, "grpo", "length-grew") == [], seed
+        assert _warns(rows, "grpo", "length-trend-up") == [], seed
+
+
+def test_a_length_that_really_grows_under_autocorrelated_noise_still_warns():
+    """The same noise with the length growing 2.5x over the second half: length-grew (or its trend) still fires."""
+    for seed in range(3):
+        def make(i: int, g: random.Random) -> dict[str, float]:
+            row = grpo(i, g)
+            row["completions/mean_length"] *= 1.0 + 1.5 * max(0.0, (i - N / 2) / (N / 2))
+            return row
+
+        rows = _ar1_rows(make, 0.6, 0.2, "completions/mean_length", seed)
+        fired = _warns(rows, "grpo", "length-grew") + _warns(rows, "grpo", "length-trend-up")
+        assert fired and min(fired) > N / 2, (seed, fired)

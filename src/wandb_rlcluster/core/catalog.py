@@ -53,6 +53,8 @@ class Rule:
     #: The rule decides by a sequential test whose threshold comes from the false-alarm budget
     #: (``core.sequential.arl_for``): its budget is shown in the reference.
     budgeted: bool = False
+    #: The gauge parameter holding the rule's own ARL0 budget (empty: the engine's ``BASE_ARL``).
+    budget_param: str = ""
 
     def budget(self) -> str:
         """The false-alarm budget as the reference shows it: '-' for a rule held k rows (no budget declared)."""
@@ -60,7 +62,8 @@ class Rule:
             return "-"
         from .sequential import SOONER_FACTOR, arl_for
 
-        return f"ARL0 {arl_for(0):,.0f} rows (÷{SOONER_FACTOR:g} per warn_sooner)"
+        arl = float(gauge_class(self.gauge).defaults[self.budget_param]) if self.budget_param else arl_for(0)
+        return f"ARL0 {arl:,.0f} rows (÷{SOONER_FACTOR:g} per warn_sooner)"
 
     @property
     def key(self) -> tuple[str, str]:
@@ -327,11 +330,13 @@ CATALOG: tuple[Rule, ...] = (
     _r("reward", "reward-volatile",
        "row-to-row reward changes clipped at 4 robust sigmas, in reward_std units (a [0, 1] reward without it: its "
        "binomial noise; DPO: margin noise / level)",
-       "noise / its previous octave above a line, held `volatile_for` rows",
-       ("volatile_ratio_rl", "volatile_ratio", "volatile_for", "volatile_warmup_rl"),
+       "a CUSUM for the noise rising `volatile_ratio(_rl)` x over `volatile_tol` x its previous octave (each row's "
+       "z^2 clipped at 9), threshold from `volatile_arl`, while the windowed noise ratio is past the same line",
+       ("volatile_ratio_rl", "volatile_ratio", "volatile_tol", "volatile_arl", "volatile_warmup_rl"),
        "unstable optimisation", "lower the learning rate or raise beta",
        "High reward variance: Unstable rewards suggest unstable optimisation.", POST,
-       origin="RL rewards use volatile_ratio_rl, DPO margins volatile_ratio"),
+       origin="RL rewards use volatile_ratio_rl, DPO margins volatile_ratio", budgeted=True,
+       budget_param="volatile_arl"),
     _r("reward", "gold-rising", "the gold reward (params reward.gold): trend over the second half of the run",
        "half-run t at least `gold_rising_t` over 20+ rows (info)", ("gold_rising_t",),
        "the held-out check confirms the gains", "nothing: this lets the reward-hacking diagnosis stand down",
@@ -356,8 +361,11 @@ CATALOG: tuple[Rule, ...] = (
        ("accuracy_chance", "dpo_min_rows", "margin_learning_t"), "the model is not learning the preference",
        "check the learning rate, beta and that chosen/rejected are right", "none", "",
        origin="no seed line: 0.55 is the product's own (chance is 0.5)"),
-    _r("reward", "margin-collapse", "EWMA of rewards/margins vs its peak", "below `margin_collapse` x peak, held 5",
-       ("margin_collapse", "margin_peak_min", "dpo_min_rows"), "the preference signal is being undone",
+    _r("reward", "margin-collapse", "EWMA of rewards/margins (rows clipped at 5 robust sigmas) vs its peak",
+       "below `margin_collapse` x peak and `margin_collapse_se` standard errors of the EWMA (AR(1)-aware) under it, "
+       "held 5",
+       ("margin_collapse", "margin_collapse_se", "margin_peak_min", "dpo_min_rows"),
+       "the preference signal is being undone",
        "lower the LR, check for noisy pairs, raise beta", _CONVERGE, POST),
     _r("reward", "margin-shrinking", "rewards/margins: fall from its peak and its trend",
        "`margin_shrink` off the peak with t <= `margin_shrink_t`, past `margin_shrink_sd` noise, held",

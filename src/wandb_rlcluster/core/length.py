@@ -13,10 +13,8 @@ from .gauge import Gauge, finite
 from .keys import Row
 from .reward_progress import RewardProgress
 from .rollouts import ROLLOUT_DEFAULTS, ROLLOUT_OUTPUTS, length_rules
+from .sequential import ar1_inflation
 from .stats import Baseline, DiffNoise, Ewma, RollingCorrelation
-
-_BASE_EWMA_SD = math.sqrt(0.2 / (2 - 0.2) + 1.57 / 10)
-"""Standard error of an EWMA(0.2) minus the median of 10 earlier rows (pi/2 / n: a median's variance)."""
 
 
 def _as_fall(rise: float) -> float:
@@ -163,11 +161,12 @@ class LengthGauge(Gauge):
         lo = min(p["trend_now"], p["drift"])
         moved = abs(pct) >= (_as_fall(lo) if pct < 0 else lo)  # a fall's lines are read on a log scale (below)
         improving = self.progress.improving(now=True) if moved and pct < 0 else True
-        t = self.trend.t_stat() if moved and self.trend.full else 0.0
+        # a slope's t-statistic over autocorrelated rows overstates itself by ar1_inflation(rho): deflated
+        t = self.trend.t_stat() / ar1_inflation(self.len_noise.rho) if moved and self.trend.full else 0.0
         d["length_trend_t"] = t
         # the smoothed level and the 10-row baseline are both noisy estimates: only a move that stands
         # `significance` of their combined standard errors away from the baseline counts
-        sd = self.len_noise.sigma() * _BASE_EWMA_SD if len(self.len_noise) >= 10 else math.inf
+        sd = self.len_noise.level_se(0.2, 10) if len(self.len_noise) >= 10 else math.inf
         if abs(slow - b) < p["significance"] * sd:
             pct = 0.0
         # past the line by the smoothed level's own noise: a healthy drift of 20-25 % plus one noisy stretch is not
@@ -239,7 +238,7 @@ class LengthGauge(Gauge):
         se_c = min(se, sl)
         cratio = se_c / sb
         # the range of a small batch is a noisy estimate of its spread: only a change that stands out counts
-        sd = self.spread_noise.sigma() * _BASE_EWMA_SD if len(self.spread_noise) >= 10 else math.inf
+        sd = self.spread_noise.level_se(0.2, 10) if len(self.spread_noise) >= 10 else math.inf
         significant = abs(se - sb) >= p["significance"] * sd
         var_ratio = sratio * sratio
         d["spread_vs_start"] = sratio
@@ -291,5 +290,5 @@ class LengthGauge(Gauge):
             return False
         ratio = le / lb
         self.derived["log_spread_vs_baseline"] = ratio
-        sd = self.log_range_noise.sigma() * _BASE_EWMA_SD
+        sd = self.log_range_noise.level_se(0.2, 10)
         return le - lb >= self.p["significance"] * sd and ratio * ratio > limit

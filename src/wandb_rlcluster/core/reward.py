@@ -15,7 +15,7 @@ from typing import Any
 from .gauge import Gauge, finite
 from .keys import Row
 from .rollouts import ROLLOUT_DEFAULTS, ROLLOUT_OUTPUTS, reward_rules
-from .sequential import bounded_mean_sd
+from .sequential import Ar1, NoiseRiseCusum, bounded_mean_sd
 from .stats import (
     Baseline,
     DiffNoise,
@@ -27,6 +27,8 @@ from .stats import (
     RunningRegression,
     ScaleRef,
     ShiftDetector,
+    ar1_var_factor,
+    ewma_var_factor,
 )
 
 PREFERENCE_FAMILIES = frozenset({"dpo", "kto", "orpo"})
@@ -92,7 +94,7 @@ class GoldCoupling:
     """
 
     __slots__ = ("alpha", "sums", "last", "last_g", "n", "octs", "cur", "eg", "ep", "noise", "last_u", "match",
-                 "beta", "rho", "beta_se")
+                 "beta", "rho", "beta_se", "ar")
 
     def __init__(self, noise_rows: int = 60, alpha: float = 0.1) -> None:
         self.alpha = alpha
@@ -107,6 +109,7 @@ class GoldCoupling:
         self.noise = RollingWindow(noise_rows)
         self.last_u = math.nan
         self.match, self.beta, self.rho, self.beta_se = "", 0.0, 0.0, 0.0
+        self.ar = Ar1(clip=4.0)  # the difference's own autocorrelation (issue #28): its standard errors grow with it
 
     def push(self, step: int, g: float, proxies: Mapping[str, float]) -> None:
         a = self.alpha
@@ -160,6 +163,7 @@ class GoldCoupling:
             u = g - beta * proxies[best]
             if self.last_u == self.last_u:
                 self.noise.push(u - self.last_u)
+                self.ar.push_diff(u - self.last_u)
             self.last_u = u
         elif best:  # the matched function is missing or NaN on this row (TRL logs NaN for one that returned None)
             self.last_u = math.nan
@@ -170,12 +174,16 @@ class GoldCoupling:
         if not k or len(self.noise) < 10:
             return 0.0, None
         beta = self.beta
-        sig = inflate * self.noise.std() / math.sqrt(2.0)
+        # the row noise of the difference: its changes under-read it by sqrt(1 - rho) where it is autocorrelated,
+        # and a mean over m rows of it varies (1 + rho) / (1 - rho) times more than over m independent ones
+        rho = self.ar.value
+        sig = inflate * self.noise.std() / math.sqrt(2.0 * (1.0 - rho))
+        vf = ar1_var_factor(rho)
         best: list[Any] | None = None
         best_lcb = -math.inf
         for o in self.octs:
             if o[0] >= min_rows and k in o[2]:
-                lcb = o[1] - beta * o[2][k] - z_ref * sig / math.sqrt(o[0])
+                lcb = o[1] - beta * o[2][k] - z_ref * sig * math.sqrt(vf / o[0])
                 if lcb > best_lcb:
                     best_lcb, best = lcb, o
         if best is None:
@@ -183,13 +191,13 @@ class GoldCoupling:
         ref = best[1] - beta * best[2][k]
         now = self.eg - beta * self.ep[k]
         dp = self.ep[k] - best[2][k]
-        se = math.sqrt(sig * sig * (self.alpha / (2.0 - self.alpha) + 1.0 / best[0]) + (self.beta_se * dp) ** 2)
+        se = math.sqrt(sig * sig * (ewma_var_factor(self.alpha, rho) + vf / best[0]) + (self.beta_se * dp) ** 2)
         return (ref - now) / max(se, 1e-12), best
 
     def state_dict(self) -> dict[str, Any]:
         return {"sums": self.sums, "last": self.last, "last_g": self.last_g, "n": self.n, "octs": self.octs,
                 "cur": self.cur, "eg": self.eg, "ep": self.ep, "noise": self.noise.state_dict(), "last_u": self.last_u,
-                "fit": [self.match, self.beta, self.rho, self.beta_se]}
+                "fit": [self.match, self.beta, self.rho, self.beta_se], "ar": self.ar.state_dict()}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.sums = {k: [float(x) for x in v] for k, v in state["sums"].items()}
@@ -204,6 +212,9 @@ class GoldCoupling:
         self.last_u = float(state["last_u"])
         m, b, r, se = state["fit"]
         self.match, self.beta, self.rho, self.beta_se = str(m), float(b), float(r), float(se)
+        self.ar = Ar1(clip=4.0)
+        if "ar" in state:
+            self.ar.load_state_dict(state["ar"])
 
 
 _EWMA10_SD = math.sqrt(0.1 / (2 - 0.1))
@@ -247,15 +258,15 @@ class RewardGauge(Gauge):
     inputs = ("reward", "objective/scores", "objective/rlhf_reward", "rewards/margins", "rewards/chosen",
               "rewards/accuracies", "accuracy", "margin")
     outputs = ("reward", "reward_ewma", "trend_t", "length_corr", "accuracy_ewma", "margin", "margin_ewma",
-               "margin_peak", "chosen_ewma", "reward_noise", "volatility_ratio", "shift_up", "shift_down", "gold",
-               "gold_ewma", "gold_peak", "proxy_gold_gap", "proxy_gain_since_gold_peak", "gold_trend_t", "gold_half_t",
-               "margin_recent_t", "gold_drop", *ROLLOUT_OUTPUTS["reward"])
+               "margin_peak", "chosen_ewma", "reward_noise", "volatility_ratio", "volatile_evidence", "shift_up",
+               "shift_down", "gold", "gold_ewma", "gold_peak", "proxy_gold_gap", "proxy_gain_since_gold_peak",
+               "gold_trend_t", "gold_half_t", "margin_recent_t", "gold_drop", *ROLLOUT_OUTPUTS["reward"])
     defaults = {
         "window": 15, "min_rows": 50, "warmup_share": 0.08, "plateau_t": 1.0, "plateau_for": 20,
         "flat_span": 1e-2, "flat_rows": 20, "flat_stop_rows": 50,
         "hack_length_ratio": 1.5, "hack_corr": 0.6, "hack_gain_sigma": 3.0,
-        "volatile_ratio": 2.2, "volatile_for": 5, "volatile_warmup": 30, "volatile_ratio_rl": 1.8,
-        "volatile_window": 30, "volatile_warmup_rl": 16,
+        "volatile_ratio": 2.2, "volatile_warmup": 30, "volatile_ratio_rl": 1.8,
+        "volatile_window": 30, "volatile_warmup_rl": 16, "volatile_arl": 20000.0, "volatile_tol": 1.25,
         # shift: a CUSUM (k sigmas allowance per row, h to fire, each row's fall clipped at shift_clip sigmas)
         "shift_k": 1.0, "shift_h": 12.0, "shift_clip": 4.0, "shift_alpha": 0.05,
         "drop_share": 0.4, "drop_sigma": 4.0, "drop_for": 5,
@@ -265,7 +276,8 @@ class RewardGauge(Gauge):
         "gold_explained_se": 2.0, "gold_stall_se": 4.0, "gold_rising_t": 2.0,
         "component_gain_sigma": 4.0, "component_flat_sigma": 1.0, "component_for": 10, "component_dead": 0.01,
         "saturated_for": 50,
-        "margin_collapse": 0.5, "margin_peak_min": 0.2, "accuracy_chance": 0.55, "dpo_min_rows": 30,
+        "margin_collapse": 0.5, "margin_collapse_se": 3.0, "margin_peak_min": 0.2, "accuracy_chance": 0.55,
+        "dpo_min_rows": 30,
         "margin_learning_t": 2.0, "margin_plateau_growth": 0.2, "plateau_accuracy": 0.7, "margin_plateau_for": 15,
         "margin_plateau_rows": 20,
         "margin_shrink": 0.15, "margin_shrink_t": -2.0, "margin_shrink_sd": 5.0, "margin_shrink_for": 6,
@@ -289,6 +301,9 @@ class RewardGauge(Gauge):
         # dependence on the success rate is the batch mean's too; their scale against the run's own earlier one
         self.vol = RollingWindow(self.p["volatile_window"])
         self.vol_ref = ScaleRef(self.p["volatile_warmup_rl"])
+        # reward-volatile's test: RL rewards and DPO margins test different rises
+        vr = self.p["volatile_ratio"] if self.family in PREFERENCE_FAMILIES else self.p["volatile_ratio_rl"]
+        self.vol_test = NoiseRiseCusum(vr, self.budget(self.p["volatile_arl"]))
         self.vol_std = Ewma(0.1)
         self.vol_unit = True  # every reward so far in [0, 1]: a success rate, binomial noise when no spread is logged
         self.vol_last = math.nan
@@ -481,6 +496,7 @@ class RewardGauge(Gauge):
         """High reward variance (unstable optimisation) and change points, both against the run's own noise."""
         p = self.p
         d = self.derived
+        dx = math.nan
         if self.vol_last == self.vol_last:
             dx = (r - self.vol_last) / max(scale, 1e-6)
             if len(self.vol) >= 10:  # a clipped statistic: one outlier row counts as VOL_CLIP robust sigmas, no more
@@ -491,7 +507,7 @@ class RewardGauge(Gauge):
         self.vol_last = r
         if len(self.vol) >= 10:
             self._volatility(key, r, self.vol.std() / math.sqrt(2.0), self.vol_ref, p["volatile_ratio_rl"],
-                             p["volatile_warmup_rl"])
+                             p["volatile_warmup_rl"], dx)
         det = self.shift
         up_from = self.step if det.up <= 0 else self.up_since
         down_from = self.step if det.down <= 0 else self.down_since
@@ -539,14 +555,19 @@ class RewardGauge(Gauge):
         return self.drop_rows >= self.warn_rows(p["drop_for"])
 
     def _volatility(self, key: str, x: float, sig: float, ref: OctaveMean | ScaleRef, limit: float,
-                    warmup: int) -> None:
-        """High reward (DPO: margin) variance: row-to-row noise far above its level earlier in the run.
+                    warmup: int, dz: float) -> None:
+        """High reward (DPO: margin) variance: row-to-row noise grown ``limit`` times over its level earlier in the
+        run, decided by a CUSUM for a noise rise (``NoiseRiseCusum``) with its threshold from ``volatile_arl``.
 
-        The reference is the noise over the run's previous octave (rows n/4 .. n/2), not its first rows:
-        early, fast learning is noisy, and a binary reward's noise moves with its success rate; noise
-        that grows 2-3x within the last quarter of the run is what unstable optimisation looks like. For RL
-        rewards the noise is measured in units of the within-group spread (``reward_std``), which moves with
-        the success rate the same way, and the reference is also never below the run's long-run noise.
+        Each row's change ``dz`` is standardised by the reference noise: the noise over the run's previous octave
+        (rows n/4 .. n/2), not its first rows: early, fast learning is noisy, and a binary reward's noise moves with
+        its success rate. For RL rewards the changes are in units of the within-group spread (``reward_std``), which
+        moves with the success rate the same way, and the reference is also never below the run's long-run noise.
+        A healthy run's noise drifts with its level and schedule up to ``volatile_tol`` times the reference: the test
+        asks whether the noise is ``limit`` times *that* (N(0, (tol limit)^2) against N(0, tol^2) per row).
+        It adds each row's evidence (a calm row takes some away), an outlier row counts as 3 sigmas at most:
+        a ratio of two windowed noise estimates held 5 rows warned on 20 % of healthy runs under autocorrelated
+        noise with Student-t outliers (issue #28).
         """
         p = self.p
         d = self.derived
@@ -557,10 +578,18 @@ class RewardGauge(Gauge):
             return
         vr = sig / max(base, 1e-12)
         d["volatility_ratio"] = vr
-        self.check("reward-volatile", vr > limit, "warn", key, x,
+        test = self.vol_test
+        arl = self.budget(p["volatile_arl"])
+        if test.ratio != limit or test.arl != arl:  # warn_sooner set after setup, or margins in an RL family
+            test = self.vol_test = NoiseRiseCusum(limit, arl)
+        if dz == dz and base > 0 and ref.n >= 2 * warmup:  # a reference of a few rows is not the run's noise yet
+            test.push(dz / (math.sqrt(2.0) * base * p["volatile_tol"]))
+        d["volatile_evidence"] = test.score()
+        self.check("reward-volatile", test.alarm and vr > limit, "warn", key, x,
                    lambda: f"{key} now swings {vr:.1f}x as much from row to row as earlier in the run "
-                   f"(noise {sig:.3g} vs {base:.3g}): unstable optimisation. Lower the learning rate or raise the KL "
-                   "penalty (beta).", for_=p["volatile_for"], clear=10)
+                   f"(noise {sig:.3g} vs {base:.3g}; the noise test has crossed its line since row {test.since} of "
+                   f"its {test.n}): unstable optimisation. Lower the learning rate or raise the KL penalty (beta).",
+                   clear=10)
 
     def _gold(self, v: Mapping[str, float], key: str, e: float) -> None:
         """Proxy vs gold: the trained reward rising while a held-out reward stalls or falls."""
@@ -735,10 +764,12 @@ class RewardGauge(Gauge):
         if self.pref_rows >= 4 and self.pref_rows & (self.pref_rows - 1) == 0:  # where margin_half's spans start
             self.margin_mark = [self.margin_mark[1], self.margin.mean]
         self.margin_recent.push(float(self.pref_rows), m)
+        m_prev = self.margin_noise.last
         self.margin_noise.push(m)
         if len(self.margin_noise) >= 10:  # relative to the margin's level: its noise grows as it grows
-            self._volatility("rewards/margins", m, self.margin_noise.sigma() / max(abs(self.margin.mean), 0.05),
-                             self.noise_ref, p["volatile_ratio"], self.margin_warmup)
+            level = max(abs(self.margin.mean), 0.05)
+            self._volatility("rewards/margins", m, self.margin_noise.sigma() / level, self.noise_ref,
+                             p["volatile_ratio"], self.margin_warmup, (m - m_prev) / level)
         me = self.margin.push(m)
         d["margin"] = m
         d["margin_ewma"] = me
@@ -750,6 +781,9 @@ class RewardGauge(Gauge):
         d["margin_peak"] = self.margin_peak if self.margin_peak > -math.inf else me
         peak = self.margin_peak
         collapsed = warm and peak >= p["margin_peak_min"] and me < p["margin_collapse"] * peak
+        if collapsed:  # a fall the EWMA's own noise cannot make: the peak of a noisy EWMA sits high by chance
+            se = self.margin_noise.level_se(0.1) if len(self.margin_noise) >= 10 else math.inf
+            collapsed = peak - me >= p["margin_collapse_se"] * math.sqrt(2.0) * se
         self.check("margin-collapse", collapsed, "warn", "rewards/margins", m,
                    lambda: f"reward margin fell to {me:.3g} from a peak of {peak:.3g}: chosen and rejected are "
                    "converging and the preference signal is being undone (LR too high, noisy pairs, beta too low).",
