@@ -390,8 +390,9 @@ class DiffNoise:
         self.win = RollingWindow(size)
 
     def push(self, x: float) -> None:
-        if self.last == self.last:
-            self.win.push(x - self.last)
+        last = self.last
+        if last == last:
+            self.win.push(x - last)
         self.last = x
 
     def sigma(self, robust: bool = False) -> float:
@@ -445,26 +446,29 @@ class ShiftDetector:
         self.z = 0.0
 
     def push(self, x: float, floor: float = 1e-12) -> None:
-        self.n += 1
-        if self.ref != self.ref:
+        n = self.n = self.n + 1
+        ref = self.ref
+        if ref != ref:
             self.ref = x
             return
-        r = x - self.ref
-        if self.n > self.warmup:
+        r = x - ref
+        warm = n > self.warmup
+        if warm:
             sigma = max(self.resid.robust()[1], floor)
             z = r / sigma
             prev, self.z = self.z, z
             if self.up <= 0.0:
-                self.since_up = self.n
+                self.since_up = n
             if self.down <= 0.0:
-                self.since_down = self.n
+                self.since_down = n
             # a row out below the clip adds at most clip - k to the fall, twice that where the row before it was out
             # too: no burst of two rows crosses h = 4 (clip - k) by itself, a collapse that holds a third row does
-            cap = 2.0 * self.clip if prev < -self.clip else self.clip
-            self.up = max(0.0, self.up + z - self.k)
-            self.down = max(0.0, self.down - max(z, -cap) - self.k)
+            clip, k = self.clip, self.k
+            cap = 2.0 * clip if prev < -clip else clip
+            self.up = max(0.0, self.up + z - k)
+            self.down = max(0.0, self.down - max(z, -cap) - k)
         self.resid.push(r)
-        self.ref += self.alpha * r if self.n > self.warmup else (x - self.ref) / self.n
+        self.ref = ref + (self.alpha * r if warm else (x - ref) / n)
 
     def sigma(self) -> float:
         return self.resid.robust()[1] if len(self.resid) >= 2 else math.nan
@@ -498,11 +502,12 @@ class HalfRunTrend:
         self.prev = RunningRegression()
 
     def push(self, y: float) -> None:
-        self.n += 1
-        if self.n >= 4 and self.n & (self.n - 1) == 0:  # a power of two: the current span becomes the previous
+        n = self.n = self.n + 1
+        if n >= 4 and n & (n - 1) == 0:  # a power of two: the current span becomes the previous
             self.prev, self.cur = self.cur, RunningRegression()
-        self.cur.push(float(self.n), y)
-        self.prev.push(float(self.n), y)
+        x = float(n)
+        self.cur.push(x, y)
+        self.prev.push(x, y)
 
     def t_stat(self) -> float:
         return self.prev.t_stat()
@@ -535,8 +540,8 @@ class OctaveMean:
         self.value = math.nan
 
     def push(self, x: float) -> None:
-        self.n += 1
-        if self.n >= 4 and self.n & (self.n - 1) == 0:  # a power of two closes the octave
+        n = self.n = self.n + 1
+        if n >= 4 and n & (n - 1) == 0:  # a power of two closes the octave
             if self._count:
                 self.value = self._sum / self._count
             self._sum, self._count = 0.0, 0
