@@ -82,9 +82,63 @@ class Downsampler:
                 self.vals = [(v[i] + v[i + 1]) / 2 for i in range(0, len(v) - 1, 2)]
                 self.weight *= 2
 
+    def extend(self, xs: list[float]) -> None:
+        """``push`` each of ``xs`` in turn (one call for a chunk of rows)."""
+        acc, n, weight = self._acc, self._n, self.weight
+        for x in xs:
+            acc += x
+            n += 1
+            if n >= weight:
+                self.vals.append(acc / n)
+                acc, n = 0.0, 0
+                if len(self.vals) >= 2 * self.size:
+                    v = self.vals
+                    self.vals = [(v[i] + v[i + 1]) / 2 for i in range(0, len(v) - 1, 2)]
+                    self.weight = weight = weight * 2
+        self._acc, self._n = acc, n
+
     def series(self) -> list[float]:
         tail = [self._acc / self._n] if self._n else []
         return self.vals + tail
+
+
+class SparkSeries:
+    """Each gauge's sparkline series (``SPARK_KEYS``: the first key a row has), collected row by row and handed to
+    the downsamplers a chunk at a time. Which key each gauge takes is worked out once per row shape."""
+
+    __slots__ = ("samplers", "pending", "_keys", "_picks", "_rows")
+
+    def __init__(self, samplers: dict[str, Downsampler]) -> None:
+        self.samplers = samplers
+        self.pending: dict[str, list[float]] = {gid: [] for gid in samplers}
+        self._keys: tuple[str, ...] = ()
+        self._picks: list[tuple[Callable[[float], None], str]] = []
+        self._rows = 0
+
+    def add(self, vals: dict[str, float]) -> None:
+        keys = tuple(vals)
+        if keys != self._keys:
+            self._keys = keys
+            self._picks = []
+            for gid, ks in SPARK_KEYS.items():
+                for k in ks:
+                    if k in vals:
+                        self._picks.append((self.pending[gid].append, k))
+                        break
+        for append, k in self._picks:
+            x = vals[k]
+            if x - x == 0.0:  # finite (row values are floats)
+                append(x)
+        self._rows += 1
+        if self._rows >= CHUNK:  # bounded memory on the row-by-row path too
+            self.flush()
+
+    def flush(self) -> None:
+        self._rows = 0
+        for gid, xs in self.pending.items():
+            if xs:
+                self.samplers[gid].extend(xs)
+                xs.clear()
 
 
 def sparkline(values: list[float], width: int = 24) -> str:
@@ -184,12 +238,12 @@ def analyze_stream(rows: Iterable[Mapping[str, object]], trainer: str | None = N
 
         engine = AlertEngine(alerts, clock=None, warn_sooner=cluster.warn_sooner)
     samplers = {gid: Downsampler() for gid in GAUGE_IDS}
-    spark_keys = list(SPARK_KEYS.items())
+    spark = SparkSeries(samplers)
     norm = cluster.normalizer
     first = None
     chunk: list[Row] = []
     for raw in rows:
-        if not isinstance(raw, Mapping):
+        if type(raw) is not dict and not isinstance(raw, Mapping):
             continue
         row = norm.normalize(raw)
         if row is None:
@@ -207,17 +261,10 @@ def analyze_stream(rows: Iterable[Mapping[str, object]], trainer: str | None = N
             if len(chunk) >= CHUNK:
                 cluster.update_batch(chunk)
                 chunk = []
-        if row.kind == "summary":
-            continue
-        vals = row.values
-        for gid, keys in spark_keys:
-            for k in keys:
-                x = vals.get(k)
-                if x is not None:
-                    if x == x and x not in (math.inf, -math.inf):
-                        samplers[gid].push(x)
-                    break
+        if row.kind != "summary":
+            spark.add(row.values)
     cluster.update_batch(chunk)
+    spark.flush()
     final = cluster.finalize()
     if engine is not None and final:  # as the callback's on_train_end: end-of-log findings through the rules
         events += engine.evaluate(cluster.last_step, {}, cluster, final, findings_only=True)

@@ -44,10 +44,17 @@ class RewardLevel:
         self.n += 1
         self.same = self.same + 1 if r == self.last else 0
         self.last = r
-        self.lo = min(self.lo, r)
-        self.hi = max(self.hi, r)
-        p = self.level(r)
-        self.smooth = p if self.smooth != self.smooth else self.smooth + self.alpha * (p - self.smooth)
+        lo = self.lo = min(self.lo, r)
+        hi = self.hi = max(self.hi, r)
+        # level(r), inline: it is read on every row of three gauges
+        if lo < 0.0:
+            p = math.nan
+        elif hi <= 1.0:
+            p = min(max(r, 0.0), 1.0)
+        else:
+            p = min(max(r, 0.0), hi) / hi
+        smooth = self.smooth
+        self.smooth = p if smooth != smooth else smooth + self.alpha * (p - smooth)
         return p
 
     def level(self, r: float) -> float:

@@ -257,11 +257,7 @@ class InstrumentCluster:
         order = {gid: n for n, gid in enumerate(self.gauges)}
         batch: list[Finding] = []
         for g in self.gauges.values():
-            upd = g.update
-            for r in rest:
-                fs = upd(r)
-                if fs:
-                    batch.extend(fs)
+            batch.extend(g.update_many(rest))
         batch.sort(key=lambda f: (f.step, order[f.gauge]))
         self.findings.extend(batch)
         return out + batch

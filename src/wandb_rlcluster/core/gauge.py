@@ -145,18 +145,50 @@ class Gauge:
     def update(self, row: Row) -> list[Finding]:
         """Feed one row; returns the findings that fired on it."""
         self._out = []
-        self.step = row.step
+        self.step = step = row.step
         self.row_index = row.index
-        if not self._inputs or not self._inputs.isdisjoint(row.values):
-            self.rows_seen += 1
+        inputs = self._inputs
+        if not inputs or not row.values.keys().isdisjoint(inputs):  # iterates the few inputs, not the row
+            self.rows_seen = n = self.rows_seen + 1
             # the planned length is steady once the logging interval shows: re-read it on the first rows, then
             # every 16th (it is read on every row of every gauge, and this is the live path)
-            if self.max_steps > 0 and row.step > 0 and (self.rows_seen <= 4 or not self.rows_seen & 15):
-                self._read_plan(row.step)
+            if self.max_steps > 0 and step > 0 and (n <= 4 or not n & 15):
+                self._read_plan(step)
             self.observe(row)
             if self._ranges:
                 self._check_ranges(row.values)
         return self._out
+
+    def update_many(self, rows: list[Row]) -> list[Finding]:
+        """Feed many rows in order (the analyzer's batch path); returns the findings that fired on them.
+
+        The same as ``update`` row by row, in one loop: a row none of whose keys this gauge reads is skipped
+        without a call, and its step and index are only kept for the last row (nothing reads them in between)."""
+        out: list[Finding] = []
+        if not rows:
+            return out
+        inputs = self._inputs
+        observe = self.observe
+        plan = self.max_steps > 0
+        for row in rows:
+            if inputs and row.values.keys().isdisjoint(inputs):
+                continue
+            self._out = []
+            self.step = step = row.step
+            self.row_index = row.index
+            self.rows_seen = n = self.rows_seen + 1
+            if plan and step > 0 and (n <= 4 or not n & 15):
+                self._read_plan(step)
+            observe(row)
+            if self._ranges:
+                self._check_ranges(row.values)
+            if self._out:
+                out.extend(self._out)
+        last = rows[-1]
+        self._out = []
+        self.step = last.step
+        self.row_index = last.index
+        return out
 
     def _check_ranges(self, values: Mapping[str, float]) -> None:
         """``value-out-of-range``: a value this gauge reads outside its mathematical range, once per key."""
@@ -220,9 +252,10 @@ class Gauge:
         count instead of resetting it (k of n, not n in a row). ``long_hold=False`` for rules whose statistic
         already spans a share of the run (it does not test more often in a longer run)."""
         st = self._rules.get(rule)
-        if st is None:
-            if not active:
+        if not active:  # most calls: a quiet rule that was quiet on its last row too has nothing to update
+            if st is None or not (st[0] or st[1]):
                 return False
+        elif st is None:
             st = self._rules[rule] = [0, 0, 0, SEVERITY_RANK[severity]]
         longer = self._long > 1.0 and long_hold and for_ >= PERSIST_MIN_FOR and severity == "warn"
         if active:
@@ -390,7 +423,14 @@ def persistence_factor(planned_rows: float) -> float:
 
 
 def finite(x: float | None) -> bool:
-    return x is not None and x == x and x != math.inf and x != -math.inf
+    """A number that is neither NaN nor infinite (None: False). Called dozens of times a row: in C for a number."""
+    try:
+        return _isfinite(x)  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):  # None, an int past float range, not a number
+        return x is not None and x == x and x != math.inf and x != -math.inf
+
+
+_isfinite = math.isfinite
 
 
 POSITIVE_PARAMS = {

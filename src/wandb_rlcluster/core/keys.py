@@ -227,6 +227,14 @@ class Normalizer:
     count: int = 0
     restarts: list[int] = field(default_factory=list)
     _raw_last: float | None = None
+    #: the last row shape's keys, and its plan: (raw key, canonical key) for every key read, None where the shape
+    #: needs the general path (a key that is not a string, two raw keys for one canonical name)
+    _shape: tuple[object, ...] = field(default=(), repr=False, compare=False)
+    _plan: tuple[tuple[str, str], ...] | None = field(default=None, repr=False, compare=False)
+    _plan_kind: str = field(default="", repr=False, compare=False)
+    #: plans of the shapes seen (a live run alternates train, eval and end-of-training rows), bounded
+    _plans: dict[tuple[object, ...], tuple[tuple[tuple[str, str], ...] | None, str]] = field(
+        default_factory=dict, repr=False, compare=False)
 
     def key(self, raw: str) -> str | None:
         try:
@@ -240,6 +248,75 @@ class Normalizer:
 
     def normalize(self, raw: Mapping[str, object]) -> Row | None:
         """A Row, or None if the mapping holds nothing usable."""
+        shape = tuple(raw)
+        try:
+            same = shape == self._shape
+        except Exception:  # noqa: BLE001 - a hostile key's __eq__: such a row takes the general path
+            same, self._shape, self._plan = True, (), None
+        if not same:
+            self._set_shape(shape)
+        plan = self._plan
+        if plan is None:
+            values = self._values(raw)
+            kind = ""
+        else:  # the rows of a log mostly share one shape: its keys are resolved once
+            values = {}
+            kind = self._plan_kind
+            for k, canon in plan:
+                v = raw[k]
+                if type(v) is float:
+                    values[canon] = v
+                else:
+                    f = to_float(v)
+                    if f is None:
+                        kind = ""  # one odd value is skipped: the row's keys are not the shape's
+                        continue
+                    values[canon] = f
+        raw_step = values.pop("step", None)
+        if "train/global_step" in raw:  # W&B rows carry both _step and the trainer's step: the trainer's wins
+            raw_step = to_float(raw["train/global_step"])
+        if not values:
+            return None
+        self.count += 1
+        step = self._step_for(raw_step)
+        if not kind:
+            kind = _row_kind(values)
+        return Row(step, kind, values, self.count - 1)
+
+    def _set_shape(self, shape: tuple[object, ...]) -> None:
+        """Switch to another row shape's plan, resolving its keys the first time it is seen."""
+        try:
+            known = self._plans.get(shape)
+        except Exception:  # noqa: BLE001 - a key that cannot be hashed or compared (a hostile mapping)
+            known = (None, "")
+        if known is None:
+            known = self._new_plan(shape)
+            if len(self._plans) >= 64:  # a log whose every row has new keys: bounded memory
+                self._plans.clear()
+            self._plans[shape] = known
+        self._shape = shape
+        self._plan, self._plan_kind = known
+
+    def _new_plan(self, shape: tuple[object, ...]) -> tuple[tuple[tuple[str, str], ...] | None, str]:
+        """A row shape's plan: (raw key, canonical key) for every key read, and the row kind those keys give;
+        None where the shape needs the general path (a key that is not a string, two raw keys for one name)."""
+        plan: list[tuple[str, str]] = []
+        canons: set[str] = set()
+        for k in shape:
+            if type(k) is not str:
+                return None, ""
+            canon = self.key(k)
+            if canon is None:
+                continue
+            if canon in canons:
+                return None, ""  # an alias and its canonical spelling in one row: the general path decides
+            canons.add(canon)
+            plan.append((k, canon))
+        canons.discard("step")
+        return tuple(plan), (_row_kind(canons) if canons else "")
+
+    def _values(self, raw: Mapping[str, object]) -> dict[str, float]:
+        """The general path: every key resolved and every value converted on its own."""
         values: dict[str, float] = {}
         cache = self._key_cache
         for k, v in raw.items():
@@ -255,20 +332,7 @@ class Normalizer:
             if canon in values and canon != k:
                 continue  # the canonical spelling wins over an alias in the same row
             values[canon] = f  # type: ignore[assignment]
-        raw_step = values.pop("step", None)
-        if "train/global_step" in raw:  # W&B rows carry both _step and the trainer's step: the trainer's wins
-            raw_step = to_float(raw["train/global_step"])
-        if not values:
-            return None
-        self.count += 1
-        step = self._step_for(raw_step)
-        if SUMMARY_KEYS.intersection(values) and "loss" not in values:
-            kind = "summary"
-        elif "loss" not in values and any(k.startswith("eval_") for k in values):
-            kind = "eval"
-        else:
-            kind = "train"
-        return Row(step=step, kind=kind, values=values, index=self.count - 1)
+        return values
 
     def _step_for(self, raw_step: float | None) -> int:
         if raw_step is None or not math.isfinite(raw_step) or not -(2**53) < raw_step < 2**53:
@@ -295,6 +359,15 @@ class Normalizer:
         self.restarts = [int(x) for x in state.get("restarts", [])]  # type: ignore[union-attr]
         raw_last = state.get("raw_last")
         self._raw_last = float(raw_last) if raw_last is not None else None  # type: ignore[arg-type]
+
+
+def _row_kind(keys: Iterable[str]) -> str:
+    """``summary`` (the trainer's end-of-training row), ``eval`` or ``train``, from a row's canonical keys."""
+    if not SUMMARY_KEYS.isdisjoint(keys) and "loss" not in keys:
+        return "summary"
+    if "loss" not in keys and any(k.startswith("eval_") for k in keys):
+        return "eval"
+    return "train"
 
 
 def detect_family(keys: Iterable[str]) -> str:

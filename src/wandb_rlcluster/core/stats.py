@@ -20,17 +20,25 @@ MAD_TO_SIGMA = 1.4826
 
 
 def is_finite(x: float | None) -> bool:
-    return x is not None and x == x and x not in (math.inf, -math.inf)
+    try:  # in C for a number; anything else as the comparisons below read it
+        return _isfinite(x)  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):
+        return x is not None and x == x and x not in (math.inf, -math.inf)
+
+
+_isfinite = math.isfinite
 
 
 class RollingWindow:
     """The last ``size`` finite values, with running sum and sum of squares."""
 
-    __slots__ = ("size", "buf", "_sum", "_sumsq", "_pushes", "_robust", "_robust_at")
+    __slots__ = ("size", "buf", "_sum", "_sumsq", "_pushes", "_robust", "_robust_at", "full")
 
     def __init__(self, size: int) -> None:
         self.size = max(1, int(size))
         self.buf: deque[float] = deque(maxlen=self.size)
+        #: the window holds ``size`` values (kept by ``push``: it is read on most rows, and stays True once set)
+        self.full = False
         self._sum = 0.0
         self._sumsq = 0.0
         self._pushes = 0
@@ -38,24 +46,24 @@ class RollingWindow:
         self._robust_at = -1
 
     def push(self, x: float) -> None:
-        if len(self.buf) == self.size:
-            old = self.buf[0]
-            self._sum -= old
-            self._sumsq -= old * old
-        self.buf.append(x)
-        self._sum += x
-        self._sumsq += x * x
-        self._pushes += 1
-        if self._pushes % 4096 == 0:  # wash out floating-point drift of the running sums
-            self._sum = math.fsum(self.buf)
-            self._sumsq = math.fsum(v * v for v in self.buf)
+        buf = self.buf
+        if len(buf) == self.size:
+            old = buf[0]
+            # the same operations in the same order as "-= old" then "+= x": bit for bit the same sums
+            self._sum = self._sum - old + x
+            self._sumsq = self._sumsq - old * old + x * x
+        else:
+            self._sum += x
+            self._sumsq += x * x
+            self.full = len(buf) + 1 == self.size
+        buf.append(x)
+        n = self._pushes = self._pushes + 1
+        if not n & 4095:  # every 4096 pushes: wash out floating-point drift of the running sums
+            self._sum = math.fsum(buf)
+            self._sumsq = math.fsum(v * v for v in buf)
 
     def __len__(self) -> int:
         return len(self.buf)
-
-    @property
-    def full(self) -> bool:
-        return len(self.buf) == self.size
 
     def mean(self) -> float:
         n = len(self.buf)
@@ -66,10 +74,16 @@ class RollingWindow:
         if n < 2:
             return 0.0
         m = self._sum / n
-        return max(0.0, (self._sumsq - n * m * m) / (n - 1))
+        v = (self._sumsq - n * m * m) / (n - 1)
+        return v if v > 0.0 else 0.0
 
     def std(self) -> float:
-        return math.sqrt(self.var())
+        n = len(self.buf)
+        if n < 2:
+            return 0.0
+        m = self._sum / n
+        v = (self._sumsq - n * m * m) / (n - 1)
+        return math.sqrt(v) if v > 0.0 else 0.0
 
     def median(self) -> float:
         return median(self.buf)
@@ -80,9 +94,20 @@ class RollingWindow:
         Sorting the window on every row is the core's most expensive step;
         a median a few rows stale is just as good a reference for a spike.
         """
-        if self._robust_at < 0 or self._pushes - self._robust_at >= refresh or len(self.buf) < 2 * refresh:
-            med = median(self.buf)
-            mad = MAD_TO_SIGMA * median([abs(v - med) for v in self.buf]) if len(self.buf) >= 2 else 0.0
+        at = self._robust_at
+        buf = self.buf
+        if at < 0 or self._pushes - at >= refresh or len(buf) < 2 * refresh:
+            s = sorted(buf)
+            n = len(s)
+            if n >= 2:
+                mid = n // 2
+                med = s[mid] if n % 2 else 0.5 * (s[mid - 1] + s[mid])
+                # |v - med| in sorted order is a falling run then a rising one: the sort merges two runs
+                dev = sorted(map(abs, map(med.__rsub__, s)))
+                mad = MAD_TO_SIGMA * (dev[mid] if n % 2 else 0.5 * (dev[mid - 1] + dev[mid]))
+            else:
+                med = s[0] if n else math.nan
+                mad = 0.0
             self._robust = (med, mad)
             self._robust_at = self._pushes
         return self._robust
@@ -161,11 +186,12 @@ class Ewma:
         if self.count == 1:
             self.mean = x
             return x
+        alpha = self.alpha
         diff = x - self.mean
-        incr = self.alpha * diff
-        self.mean += incr
-        self.var = (1.0 - self.alpha) * (self.var + diff * incr)
-        return self.mean
+        incr = alpha * diff
+        self.mean = mean = self.mean + incr
+        self.var = (1.0 - alpha) * (self.var + diff * incr)
+        return mean
 
     def state_dict(self) -> dict[str, float]:
         return {"alpha": self.alpha, "mean": self.mean, "var": self.var, "count": self.count}
@@ -193,11 +219,12 @@ class Baseline:
         self.value = math.nan
 
     def push(self, x: float) -> None:
-        if self.ready:
+        if self.value == self.value:  # ready: frozen
             return
-        self._vals.append(x)
-        if len(self._vals) >= self.size:
-            self.value = median(self._vals)
+        vals = self._vals
+        vals.append(x)
+        if len(vals) >= self.size:
+            self.value = median(vals)
             self._vals = []
 
     @property
@@ -267,42 +294,46 @@ class RunningRegression:
 class RollingCorrelation:
     """Slope and Pearson correlation of the last ``size`` (x, y) pairs, with running sums: O(1) per pair."""
 
-    __slots__ = ("size", "pts", "sx", "sy", "sxx", "syy", "sxy")
+    __slots__ = ("size", "pts", "sx", "sy", "sxx", "syy", "sxy", "full")
 
     def __init__(self, size: int) -> None:
         self.size = max(2, int(size))
         self.pts: deque[tuple[float, float]] = deque(maxlen=self.size)
+        self.full = False  # holds ``size`` pairs (kept by ``push``)
         self.sx = self.sy = self.sxx = self.syy = self.sxy = 0.0
 
     def push(self, x: float, y: float) -> None:
-        if len(self.pts) == self.size:
-            ox, oy = self.pts[0]
-            self.sx -= ox
-            self.sy -= oy
-            self.sxx -= ox * ox
-            self.syy -= oy * oy
-            self.sxy -= ox * oy
-        self.pts.append((x, y))
-        self.sx += x
-        self.sy += y
-        self.sxx += x * x
-        self.syy += y * y
-        self.sxy += x * y
-
-    @property
-    def full(self) -> bool:
-        return len(self.pts) == self.size
+        pts = self.pts
+        if len(pts) == self.size:
+            ox, oy = pts[0]
+            # "-= old" then "+= new" as one expression: the same operations in the same order
+            self.sx = self.sx - ox + x
+            self.sy = self.sy - oy + y
+            self.sxx = self.sxx - ox * ox + x * x
+            self.syy = self.syy - oy * oy + y * y
+            self.sxy = self.sxy - ox * oy + x * y
+        else:
+            self.sx += x
+            self.sy += y
+            self.sxx += x * x
+            self.syy += y * y
+            self.sxy += x * y
+            self.full = len(pts) + 1 == self.size
+        pts.append((x, y))
 
     def corr(self) -> float:
         n = len(self.pts)
         if n < 3:
             return 0.0
-        cxx = self.sxx - self.sx * self.sx / n
-        cyy = self.syy - self.sy * self.sy / n
-        cxy = self.sxy - self.sx * self.sy / n
-        if cxx <= 1e-12 * max(1.0, self.sxx) or cyy <= 1e-12 * max(1.0, self.syy):
+        sx, sy, sxx, syy = self.sx, self.sy, self.sxx, self.syy
+        cxx = sxx - sx * sx / n
+        cyy = syy - sy * sy / n
+        cxy = self.sxy - sx * sy / n
+        if cxx <= 1e-12 * (sxx if sxx > 1.0 else 1.0) or cyy <= 1e-12 * (syy if syy > 1.0 else 1.0):
             return 0.0
-        return max(-1.0, min(1.0, cxy / math.sqrt(cxx * cyy)))
+        r = cxy / math.sqrt(cxx * cyy)
+        r = r if r < 1.0 else 1.0  # max(-1, min(1, r)), NaN to 1 as min/max take it
+        return r if r > -1.0 else -1.0
 
     def __len__(self) -> int:
         return len(self.pts)
@@ -369,8 +400,9 @@ class DiffNoise:
         self.ar1 = Ar1(clip=4.0)
 
     def push(self, x: float) -> None:
-        if self.last == self.last:
-            d = x - self.last
+        last = self.last
+        if last == last:
+            d = x - last
             self.win.push(d)
             if self.ar1.n < self.ar1.size:
                 self.ar1.push_diff(d)
@@ -464,26 +496,29 @@ class ShiftDetector:
         self.z = 0.0
 
     def push(self, x: float, floor: float = 1e-12) -> None:
-        self.n += 1
-        if self.ref != self.ref:
+        n = self.n = self.n + 1
+        ref = self.ref
+        if ref != ref:
             self.ref = x
             return
-        r = x - self.ref
-        if self.n > self.warmup:
+        r = x - ref
+        warm = n > self.warmup
+        if warm:
             sigma = max(self.resid.robust()[1], floor)
             z = r / sigma
             prev, self.z = self.z, z
             if self.up <= 0.0:
-                self.since_up = self.n
+                self.since_up = n
             if self.down <= 0.0:
-                self.since_down = self.n
+                self.since_down = n
             # a row out below the clip adds at most clip - k to the fall, twice that where the row before it was out
             # too: no burst of two rows crosses h = 4 (clip - k) by itself, a collapse that holds a third row does
-            cap = 2.0 * self.clip if prev < -self.clip else self.clip
-            self.up = max(0.0, self.up + z - self.k)
-            self.down = max(0.0, self.down - max(z, -cap) - self.k)
+            clip, k = self.clip, self.k
+            cap = 2.0 * clip if prev < -clip else clip
+            self.up = max(0.0, self.up + z - k)
+            self.down = max(0.0, self.down - max(z, -cap) - k)
         self.resid.push(r)
-        self.ref += self.alpha * r if self.n > self.warmup else (x - self.ref) / self.n
+        self.ref = ref + (self.alpha * r if warm else (x - ref) / n)
 
     def sigma(self) -> float:
         return self.resid.robust()[1] if len(self.resid) >= 2 else math.nan
@@ -517,11 +552,12 @@ class HalfRunTrend:
         self.prev = RunningRegression()
 
     def push(self, y: float) -> None:
-        self.n += 1
-        if self.n >= 4 and self.n & (self.n - 1) == 0:  # a power of two: the current span becomes the previous
+        n = self.n = self.n + 1
+        if n >= 4 and n & (n - 1) == 0:  # a power of two: the current span becomes the previous
             self.prev, self.cur = self.cur, RunningRegression()
-        self.cur.push(float(self.n), y)
-        self.prev.push(float(self.n), y)
+        x = float(n)
+        self.cur.push(x, y)
+        self.prev.push(x, y)
 
     def t_stat(self) -> float:
         return self.prev.t_stat()
@@ -554,8 +590,8 @@ class OctaveMean:
         self.value = math.nan
 
     def push(self, x: float) -> None:
-        self.n += 1
-        if self.n >= 4 and self.n & (self.n - 1) == 0:  # a power of two closes the octave
+        n = self.n = self.n + 1
+        if n >= 4 and n & (n - 1) == 0:  # a power of two closes the octave
             if self._count:
                 self.value = self._sum / self._count
             self._sum, self._count = 0.0, 0
