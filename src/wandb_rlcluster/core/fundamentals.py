@@ -20,8 +20,6 @@ class NonFiniteTracker:
     logs its NaN/Inf norm, then carries on), a second within ``nonfinite_window`` logged rows a warning, a run of
     them a stop."""
 
-    _rules: dict[str, tuple[str, str, str]] = {}  # prefix -> its three rule names (read on every row)
-
     @staticmethod
     def check(gauge: LossGauge | GradientGauge, key: str, value: float, prefix: str) -> bool:
         bad = not finite(value)
@@ -29,23 +27,19 @@ class NonFiniteTracker:
         repeated = last is not None and gauge.rows_seen - last <= gauge.p["nonfinite_window"]
         if bad:
             gauge.nonfinite_rows[prefix] = gauge.rows_seen
-        names = NonFiniteTracker._rules.get(prefix)
-        if names is None:
-            names = NonFiniteTracker._rules[prefix] = (f"{prefix}-nonfinite", f"{prefix}-nonfinite-repeated",
-                                                       f"{prefix}-nonfinite-persistent")
         gauge.check(
-            names[0], bad, "info", key, value,
+            f"{prefix}-nonfinite", bad, "info", key, value,
             lambda: f"{key} is {value} at step {gauge.step}. One bad step is usually a skipped fp16 "
             "loss-scale step; if it repeats, the run has diverged.",
         )
         gauge.check(
-            names[1], repeated, "warn", key, value,
+            f"{prefix}-nonfinite-repeated", repeated, "warn", key, value,
             lambda: f"{key} is {value} at step {gauge.step}, again within {gauge.p['nonfinite_window']} logged "
             "steps of the last one: more than a skipped loss-scale step. Watch for divergence; lower the LR or "
             "enable gradient clipping.", clear=gauge.p["nonfinite_window"],
         )
         gauge.check(
-            names[2], bad, "stop", key, value,
+            f"{prefix}-nonfinite-persistent", bad, "stop", key, value,
             lambda: f"{key} has been NaN/Inf for {gauge.p['nonfinite_for']} logged steps: the weights are "
             "probably corrupted. Stop, lower the learning rate or enable gradient clipping, and resume "
             "from the last good checkpoint.",
