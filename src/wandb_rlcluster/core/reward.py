@@ -582,7 +582,10 @@ class RewardGauge(Gauge):
         arl = self.budget(p["volatile_arl"])
         if test.ratio != limit or test.arl != arl:  # warn_sooner set after setup, or margins in an RL family
             test = self.vol_test = NoiseRiseCusum(limit, arl)
-        if dz == dz and base > 0 and ref.n >= 2 * warmup:  # a reference of a few rows is not the run's noise yet
+        # an RL reward's reference of 16 rows is not the run's noise yet (a real healthy GRPO run warned at step 40 on
+        # one): its test reads from twice that; a DPO margin's warm-up is already 30 rows (shortened in a short run)
+        settle = warmup if isinstance(ref, OctaveMean) else 2 * warmup
+        if dz == dz and base > 0 and ref.n >= settle:
             test.push(dz / (math.sqrt(2.0) * base * p["volatile_tol"]))
         d["volatile_evidence"] = test.score()
         self.check("reward-volatile", test.alarm and vr > limit, "warn", key, x,
