@@ -160,3 +160,25 @@ def test_a_length_that_really_grows_under_autocorrelated_noise_still_warns():
         rows = _ar1_rows(make, 0.6, 0.2, "completions/mean_length", seed)
         fired = _warns(rows, "grpo", "length-grew") + _warns(rows, "grpo", "length-trend-up")
         assert fired and min(fired) > N / 2, (seed, fired)
+
+
+def test_a_slow_verifier_reward_early_in_a_long_run_is_not_a_plateau():
+    """A verifier reward climbing 0.15 -> 0.45 over a planned 700 rows, 16 completions a step (binomial noise ~0.1):
+    at row 80 its whole-run t is often under 1, but the slope's upper bound still adds several noise sigmas by the
+    end of the run: no plateau while it learns. The same reward flat at 0.15 for 700 rows is one."""
+    n = 700
+
+    def verifier(p_of_i) -> list[dict[str, float]]:
+        def make(i: int, g: random.Random) -> dict[str, float]:
+            row = grpo(i, g)
+            row.pop("reward_std")
+            row["reward"] = sum(g.random() < p_of_i(i) for _ in range(16)) / 16
+            return row
+
+        return build(make, n=n, seed=seed)
+
+    for seed in range(4):
+        learning = verifier(lambda i: 0.15 + 0.3 * (1 - math.exp(-i / 500)) / (1 - math.exp(-n / 500)))
+        assert _warns(learning, "grpo", "reward-plateau", max_steps=n) == [], seed
+        flat = verifier(lambda i: 0.15)
+        assert _warns(flat, "grpo", "reward-plateau", max_steps=n), seed

@@ -311,8 +311,10 @@ CATALOG: tuple[Rule, ...] = (
     _r("reward", "reward-flatline-persistent", "reward / objective/scores", "flat for `flat_stop_rows` rows (stop)",
        ("flat_span", "flat_stop_rows"), "the run cannot learn", "stop and fix the reward", "none", ""),
     _r("reward", "reward-plateau", "reward / objective/scores: trend over the whole run so far",
-       "regression t below `plateau_t` after `min_rows`, held `plateau_for` rows",
-       ("plateau_t", "plateau_for", "min_rows", "warmup_share"), "the policy is stable but not learning",
+       "regression t below `plateau_t` after `min_rows`, and the slope's upper bound (`plateau_z` AR(1)-widened "
+       "standard errors) adding under `plateau_gain` row-noise sigmas over the planned run; held `plateau_for` rows",
+       ("plateau_t", "plateau_gain", "plateau_z", "plateau_for", "min_rows", "warmup_share"),
+       "the policy is stable but not learning",
        "check the learning rate, the task's difficulty and frac_reward_zero_std", "none", ""),
     _r("reward", "reward-hacking",
        "reward gain in its early sigmas, completions/mean_length ratio and their correlation",

@@ -266,6 +266,18 @@ class RunningRegression:
         cxx = self.sxx - self.sx * self.sx / n if n else 0.0
         return (self.sxy - self.sx * self.sy / n) / cxx if n > 2 and cxx > 0 else 0.0
 
+    def slope_se(self) -> float:
+        """The slope's standard error with independent residuals (inf with fewer than 4 points)."""
+        n = self.n
+        if n < 4:
+            return math.inf
+        cxx = self.sxx - self.sx * self.sx / n
+        if cxx <= 0:
+            return math.inf
+        cxy = self.sxy - self.sx * self.sy / n
+        cyy = self.syy - self.sy * self.sy / n
+        return math.sqrt(max(cyy - cxy / cxx * cxy, 0.0) / (n - 2) / cxx)
+
     def t_stat(self) -> float:
         """Slope divided by its standard error (0 when undefined; capped at ±1e6)."""
         n = self.n
