@@ -182,3 +182,21 @@ def test_a_slow_verifier_reward_early_in_a_long_run_is_not_a_plateau():
         assert _warns(learning, "grpo", "reward-plateau", max_steps=n) == [], seed
         flat = verifier(lambda i: 0.15)
         assert _warns(flat, "grpo", "reward-plateau", max_steps=n), seed
+
+
+def test_a_noisy_small_entropy_is_not_a_collapse_until_its_fall_stands_out():
+    """A per-step entropy of 0.04 measured on a small batch swings +-25 % from row to row. Drifting down to 0.8x its
+    start while the reward has not risen yet, its smoothed value dips under the 0.7x line by chance: the fall must
+    stand `collapse_se` standard errors of the smoothed level (DiffNoise.level_se) out of that noise first. The same
+    entropy falling to 0.3x is a collapse."""
+    def run(end: float, seed: int) -> list[dict[str, float]]:
+        def make(i: int, g: random.Random) -> dict[str, float]:
+            row = grpo(i, g, reward=0.3)
+            row["entropy"] = 0.04 * (1.0 - (1.0 - end) * i / N) * (1.0 + g.gauss(0, 0.25))
+            return row
+
+        return build(make, seed=seed)
+
+    for seed in range(4):
+        assert _warns(run(0.8, seed), "grpo", "entropy-collapse") == [], seed
+        assert _warns(run(0.3, seed), "grpo", "entropy-collapse"), seed

@@ -1,8 +1,8 @@
 """The real-healthy corpus (benchmarks/real-healthy) is readable and described: every file parses, has the rows its
 manifest promises, and is detected as the trainer family the manifest names.
 
-The false-alarm figures are NOT asserted here: the detection logic is being redesigned (issue #28) and
-benchmarks/real_healthy.py reports them. This test guards the corpus itself, so the benchmark stays meaningful.
+It also holds the product to the issue's target on it (issue #28): at most 5 % of the healthy runs warn (1 of 22),
+none stops. benchmarks/real_healthy.py reports the figures per rule.
 """
 
 from __future__ import annotations
@@ -60,3 +60,20 @@ def test_file_parses_with_its_rows_and_family(entry):
     family, replay = detect_trainer(rows)
     assert family == entry["family"]
     assert sum(1 for _ in replay) == len(rows)  # detection hands every row back for the analysis
+
+
+def test_at_most_one_real_healthy_run_warns_and_none_stops():
+    """`rlcluster analyze` on each healthy corpus run, as a new user runs it: no stop anywhere, and at most 5 % of the
+    runs (1 of 22) with a warning. The one left is `grpo_qwen35_9b_gsm8k_sun_gate2_rho300_s42`'s reward-plateau:
+    its twin in shared/real-logs (gate2_rho1_s42, the same slow 0.33 -> 0.44 climb) is read as slow learning, a
+    warning, and keeping that reading keeps this one."""
+    import sys
+
+    sys.path.insert(0, str(CORPUS.parent))
+    from real_healthy import analyze_run
+
+    healthy = [e for e in MANIFEST if e["set"] == "healthy"]
+    results = [analyze_run(e) for e in healthy]
+    assert not [r.id for r in results if any(a.severity == "stop" for a in r.alarms)]
+    warned = [(r.id, [a.rule for a in r.alarms]) for r in results if r.alarms]
+    assert len(warned) <= 0.05 * len(healthy), warned

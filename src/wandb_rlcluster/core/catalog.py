@@ -532,9 +532,10 @@ CATALOG: tuple[Rule, ...] = (
        INSTRUMENTS),
     # -- entropy ------------------------------------------------------------------------------------------------------
     _r("entropy", "entropy-collapse", "EWMA of entropy / its first `baseline_rows`, with the reward's progress",
-       "below `collapse_ratio` with a collapse sign (reward flat and not near its ceiling: smoothed level under "
+       "below `collapse_ratio`, the fall `collapse_se` standard errors of the smoothed level (AR(1)-aware) out of "
+       "the row noise, with a collapse sign (reward flat and not near its ceiling: smoothed level under "
        "`saturated_level`; zero-std up) or below `deep_ratio`; held `for`",
-       ("collapse_ratio", "deep_ratio", "zero_std_rise", "saturated_level", "for"),
+       ("collapse_ratio", "collapse_se", "deep_ratio", "zero_std_rise", "saturated_level", "for"),
        "mode collapse: the policy stopped exploring",
        "raise the temperature, clip-higher, an entropy bonus, or filter prompts",
        "Collapse is entropy falling *with* the reward signal drying up", INSTRUMENTS),

@@ -12,7 +12,7 @@ from .bounded import RewardLevel
 from .gauge import Gauge, finite
 from .keys import Row
 from .reward_progress import RewardProgress
-from .stats import Baseline, Ewma, RollingWindow, robust_z
+from .stats import Baseline, DiffNoise, Ewma, RollingWindow, robust_z
 
 
 class EntropyGauge(Gauge):
@@ -40,13 +40,14 @@ class EntropyGauge(Gauge):
     defaults = {"collapse_ratio": 0.7, "sharpening_ratio": 0.5, "deep_ratio": 0.2, "stop_ratio": 0.2, "stop_for": 20,
                 "for": 8,
                 "smooth": 0.2, "spike_z": 8.0, "baseline_rows": 10, "zero_std_rise": 0.3, "zero_std_alone": 0.9,
-                "saturated_level": 0.8, "gold": []}
+                "saturated_level": 0.8, "collapse_se": 3.0, "gold": []}
 
     def setup(self) -> None:
         self.level = RewardLevel()
         self.base = Baseline(self.p["baseline_rows"])
         self.ewma = Ewma(self.p["smooth"])
         self.win = RollingWindow(30)
+        self.noise = DiffNoise(20)  # the entropy's row noise and its AR(1): how far a smoothed fall can wander
         self.progress = RewardProgress(self.p["gold"])
         self.zero = Ewma(0.3)
         self.zero_base = Baseline(self.p["baseline_rows"])
@@ -112,11 +113,16 @@ class EntropyGauge(Gauge):
         e = self.ewma.push(h)
         d["entropy_ewma"] = e
         self.base.push(h)
+        self.noise.push(h)
         b = self.base.value
         if b == b and b > 0:
             rel = e / b
             d["vs_start"] = rel
             falling = rel < p["collapse_ratio"]
+            if falling and p["collapse_se"] > 0 and len(self.noise) >= 10:
+                # a fall the smoothed level's own noise could make is not one yet: a per-step entropy of 0.04 over
+                # a small batch swings 0.55-0.75x its start from row to row (issue #28: a real healthy run warned)
+                falling = b - e >= p["collapse_se"] * self.noise.level_se(p["smooth"], p["baseline_rows"])
             context = self._why_collapse() if falling else []
             if not self.progress.known():  # no reward logged at all: no context, only a halving counts
                 halved = rel < p["sharpening_ratio"]
