@@ -527,7 +527,7 @@ class RewardGauge(Gauge):
         det = self.shift
         up_from = self.step if det.up <= 0 else self.up_since
         down_from = self.step if det.down <= 0 else self.down_since
-        det.push(r, floor=_floor(self.first.mean()))
+        det.push(r, floor=_floor(self.first.mean()), deflate=ar1_inflation(self.r_noise.rho))
         self.up_since, self.down_since = up_from, down_from
         d["shift_up"] = det.up
         d["shift_down"] = det.down
@@ -565,8 +565,11 @@ class RewardGauge(Gauge):
         fell = recent and gain > 0 and fall >= p["drop_share"] * gain
         if fell:  # the noise scale (a median of 30 residuals) only where the shares already say "fell"
             row_sigma = det.sigma()
+            # the EWMA's own noise under the reward's AR(1) (issue #28): its peak wanders further than independent
+            # rows would let it
+            ewma_sd = row_sigma * math.sqrt(ewma_var_factor(0.1, self.r_noise.rho))
             fell = (row_sigma == row_sigma and gain > p["drop_gain_sigma"] * row_sigma
-                    and fall >= p["drop_sigma"] * row_sigma * _EWMA10_SD)
+                    and fall >= p["drop_sigma"] * ewma_sd)
         self.drop_rows = self.drop_rows + 1 if fell else 0
         return self.drop_rows >= self.warn_rows(p["drop_for"])
 

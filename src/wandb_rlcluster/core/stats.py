@@ -507,7 +507,9 @@ class ShiftDetector:
         self.since_up = self.since_down = 0
         self.z = 0.0
 
-    def push(self, x: float, floor: float = 1e-12) -> None:
+    def push(self, x: float, floor: float = 1e-12, deflate: float = 1.0) -> None:
+        """One value; ``deflate`` (>= 1, ``sequential.ar1_inflation`` of the noise's rho) divides each row's z: rows of
+        autocorrelated noise carry less independent evidence each, and a CUSUM of them crosses h too soon."""
         n = self.n = self.n + 1
         ref = self.ref
         if ref != ref:
@@ -517,7 +519,7 @@ class ShiftDetector:
         warm = n > self.warmup
         if warm:
             sigma = max(self.resid.robust()[1], floor)
-            z = r / sigma
+            z = r / sigma / deflate
             prev, self.z = self.z, z
             if self.up <= 0.0:
                 self.since_up = n
