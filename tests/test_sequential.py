@@ -212,3 +212,21 @@ def test_diff_noise_reads_autocorrelation_and_widens_its_level_error() -> None:
     for v in rng.standard_normal(300).tolist():
         white.push(v)
     assert white.rho < 0.2
+
+
+def test_ar1_lower_bound_reads_zero_on_white_noise_and_most_of_a_real_rho() -> None:
+    """Ar1.lower: white noise gives 0 (a test does not spend delay on a chance rho); rho 0.6 gives a clear part of it,
+    never more than the shrunk estimate."""
+    rng = np.random.default_rng(11)
+    white, red = [], []
+    for _ in range(40):
+        a, b = Ar1(), Ar1()
+        for v in rng.standard_normal(300).tolist():
+            a.push(v)
+        for v in _ar1_noise(rng, 300, 0.6).tolist():
+            b.push(v)
+        white.append(a.lower())
+        red.append((b.lower(), b.rho))
+    assert float(np.median(white)) == 0.0
+    assert float(np.median([lo for lo, _ in red])) > 0.25
+    assert all(lo <= rho for lo, rho in red)

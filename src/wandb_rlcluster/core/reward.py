@@ -527,7 +527,7 @@ class RewardGauge(Gauge):
         det = self.shift
         up_from = self.step if det.up <= 0 else self.up_since
         down_from = self.step if det.down <= 0 else self.down_since
-        det.push(r, floor=_floor(self.first.mean()), deflate=ar1_inflation(self.r_noise.rho))
+        det.push(r, floor=_floor(self.first.mean()), deflate=ar1_inflation(self.r_noise.ar1.lower()))
         self.up_since, self.down_since = up_from, down_from
         d["shift_up"] = det.up
         d["shift_down"] = det.down

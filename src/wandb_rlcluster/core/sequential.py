@@ -156,6 +156,15 @@ class Ar1:
         raw = self.value * (self.n + self.prior) / self.n
         return min(raw + z * 2.0 / math.sqrt(self.n), MAX_RHO)
 
+    def lower(self, z: float = 1.0) -> float:
+        """A lower confidence bound on rho (the raw estimate minus ``z`` standard errors, at least 0, at most the
+        shrunk estimate): what a test may take off its evidence for sure. White noise reads 0 here, so its delay is
+        not spent on a chance rho."""
+        if self.n < 8:
+            return 0.0
+        raw = self.value * (self.n + self.prior) / self.n
+        return min(max(raw - z * 2.0 / math.sqrt(self.n), 0.0), self.value)  # never above the shrunk estimate
+
     def state_dict(self) -> dict[str, float]:
         return {k: getattr(self, k) for k in self.__slots__}
 
