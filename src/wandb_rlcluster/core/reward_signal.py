@@ -115,14 +115,15 @@ class RewardSignalGauge(Gauge):
                        "impossible for this model: change the prompts or the reward.", for_=p["stop_for"])
             # groups losing their spread are mostly prompts being solved when the (smoothed) reward sits on the
             # success side of its range, or has been rising over the run (the entropy gauge's test of progress)
-            solved = self.level.success_side(smoothed=True) or self.progress.improving()
+            high = ze > p["zero_std_warn"]  # only then do the two rules below read `solved`
+            solved = high and (self.level.success_side(smoothed=True) or self.progress.improving())
             # ... and mostly failed prompts when the level leaves no other reading: a reward p >= the all-correct
             # share a (p = a + the mixed groups' mean x their share), so at least f - p of the groups failed every
             # completion, whatever the mix of prompt difficulties; p <= f / 2 makes those at least half the uniform
             # groups. Without a reward level the fixed line alone decides, as before.
             lv = self.level.smooth
             failing = lv != lv or lv <= ze / 2
-            self.check("zero-std-high", ze > p["zero_std_warn"] and failing and not solved, "warn",
+            self.check("zero-std-high", high and failing and not solved, "warn",
                        "frac_reward_zero_std", f,
                        lambda: f"{ze:.0%} of groups have zero reward variance"
                        + (f" at a success rate near {lv:.0%}: most of them fail every completion, so the learning "
@@ -130,7 +131,7 @@ class RewardSignalGauge(Gauge):
                           ": the learning signal is vanishing (prompts too easy or too hard)")
                        + ". Filter prompts by difficulty or raise num_generations.",
                        for_=p["for"], clear=5)
-            self.check("zero-std-solved", ze > p["zero_std_warn"] and solved, "info", "frac_reward_zero_std", f,
+            self.check("zero-std-solved", solved, "info", "frac_reward_zero_std", f,
                        lambda: f"{ze:.0%} of groups have zero reward variance while the reward "
                        + ("keeps climbing" if lv != lv or lv <= 0.5 else f"sits near {lv:.0%} of its range")
                        + ": prompts are being solved and stop teaching anything. Add harder prompts when it nears "
