@@ -47,7 +47,7 @@ def _names(fns: list[str]) -> str:
 class _Component:
     """One reward function's running picture: where it started, its smoothed level, ceiling and spread."""
 
-    __slots__ = ("start", "std_start", "mean", "std", "peak", "names")
+    __slots__ = ("start", "std_start", "mean", "std", "peak", "metric")
 
     def __init__(self, window: int, fn: str = "") -> None:
         self.start = RollingWindow(window)  # frozen once full
@@ -55,8 +55,7 @@ class _Component:
         self.mean = Ewma(0.1)
         self.std = Ewma(0.2)
         self.peak = -math.inf
-        # its two rules' names and its metric, formatted once (not state: rebuilt from the function's name)
-        self.names = (f"reward-component-saturated:{fn}", f"reward-component-dominant:{fn}", f"rewards/{fn}/mean")
+        self.metric = f"rewards/{fn}/mean"  # formatted once (not state: rebuilt from the function's name)
 
     def push(self, mean: float, std: float | None) -> None:
         e = self.mean.push(mean)
@@ -746,15 +745,16 @@ class RewardGauge(Gauge):
                 std0 = c.std_start.mean() if len(c.std_start) else math.nan
                 pinned = c.std.mean <= p["component_dead"] or (std0 == std0 and c.std.mean <= 0.25 * std0)
             level = c.mean.mean
-            saturated, dominant, metric = c.names
-            self.check(saturated, pinned, "warn", metric, level,
+            # the rule ids stay f-strings in the calls: the rule catalog reads them from the source
+            metric = c.metric
+            self.check(f"reward-component-saturated:{fn}", pinned, "warn", metric, level,
                        (lambda fn=fn, g=g, level=level: f"reward function '{fn}' is pinned at its "
                        f"ceiling ({level:.3g}, every completion scores alike; up {g:.1f} sigma since the start) while "
                        f"{_names(flat)} stay flat: the policy has learned the easy part and gets no signal from it any "
                        "more; the task itself is not being learned. Check the other functions' scale and weights.")
                        if pinned else "",
                        for_=p["saturated_for"], clear=10)
-            self.check(dominant, is_lead and not pinned, "info", metric, level,
+            self.check(f"reward-component-dominant:{fn}", is_lead and not pinned, "info", metric, level,
                        (lambda fn=fn, g=g, level=level: f"reward function '{fn}' carries the whole "
                        f"reward rise (up {g:.1f} sigma since the start, now {level:.3g}) while {_names(flat)} stay "
                        "flat: the policy optimises one component. If it is a format or length check, the task is not "

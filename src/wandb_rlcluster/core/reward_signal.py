@@ -55,7 +55,7 @@ class RewardSignalGauge(Gauge):
         self.std_rows = 0
         self.comp_fns: list[str] = []
         self.corr = RollingCorrelation(30)
-        self._components: tuple[tuple[str, str, str, str], ...] = ()
+        self._components: tuple[tuple[str, str, str], ...] = ()
         self._row_width = -1
 
     def applies(self) -> bool:
@@ -162,18 +162,17 @@ class RewardSignalGauge(Gauge):
         if len(v) != self._row_width:  # re-scan for reward components only when the row's shape changes
             self._row_width = len(v)
             self._components = tuple(
-                (k, k[8:-4], f"rewards/{k[8:-4]}/mean", f"reward-component-dead:{k[8:-4]}")
-                for k in v if k.startswith("rewards/") and k.endswith("/std")
+                (k, k[8:-4], f"rewards/{k[8:-4]}/mean") for k in v if k.startswith("rewards/") and k.endswith("/std")
             )
         dead = 0
-        for k, fn, mean_key, rule in self._components:
+        for k, fn, mean_key in self._components:
             val = v.get(k)
             if val is None or not finite(val):
                 continue
             is_dead = val < p["component_dead"]
             dead += is_dead
             mean = v.get(mean_key) if is_dead else None  # only its message reads it
-            self.check(rule, is_dead, "warn", k, val,
+            self.check(f"reward-component-dead:{fn}", is_dead, "warn", k, val,
                        (lambda fn=fn, mean=mean: f"reward function '{fn}' has had std < "
                         f"{p['component_dead']} (mean {mean if mean is None else round(mean, 4)}) for "
                         f"{self.held(f'reward-component-dead:{fn}')} logged steps: it scores every completion alike "
