@@ -27,16 +27,17 @@ class NonFiniteTracker:
         repeated = last is not None and gauge.rows_seen - last <= gauge.p["nonfinite_window"]
         if bad:
             gauge.nonfinite_rows[prefix] = gauge.rows_seen
+        # message closures only for a rule that holds this row (a quiet rule never reads one)
         gauge.check(
             f"{prefix}-nonfinite", bad, "info", key, value,
-            lambda: f"{key} is {value} at step {gauge.step}. One bad step is usually a skipped fp16 "
-            "loss-scale step; if it repeats, the run has diverged.",
+            (lambda: f"{key} is {value} at step {gauge.step}. One bad step is usually a skipped fp16 "
+             "loss-scale step; if it repeats, the run has diverged.") if bad else "",
         )
         gauge.check(
             f"{prefix}-nonfinite-repeated", repeated, "warn", key, value,
-            lambda: f"{key} is {value} at step {gauge.step}, again within {gauge.p['nonfinite_window']} logged "
-            "steps of the last one: more than a skipped loss-scale step. Watch for divergence; lower the LR or "
-            "enable gradient clipping.", clear=gauge.p["nonfinite_window"],
+            (lambda: f"{key} is {value} at step {gauge.step}, again within {gauge.p['nonfinite_window']} logged "
+             "steps of the last one: more than a skipped loss-scale step. Watch for divergence; lower the LR or "
+             "enable gradient clipping.") if repeated else "", clear=gauge.p["nonfinite_window"],
         )
         gauge.check(
             f"{prefix}-nonfinite-persistent", bad, "stop", key, value,
@@ -279,25 +280,26 @@ class GradientGauge(Gauge):
             d["grad_norm"] = g
             zero = g <= 1e-12
             saturated = zero and self._saturated()
+            # message closures only for a rule that holds this row (a quiet rule never reads one)
             self.check(
                 "grad-zero", zero and not saturated, "stop", "grad_norm", g,
-                lambda: f"grad_norm has been exactly 0 for {self.p['zero_for']} logged steps: nothing is "
-                "being learned (frozen parameters, all-zero advantages, or a broken loss). The run is "
-                "burning compute.",
+                (lambda: f"grad_norm has been exactly 0 for {self.p['zero_for']} logged steps: nothing is "
+                 "being learned (frozen parameters, all-zero advantages, or a broken loss). The run is "
+                 "burning compute.") if zero else "",
                 for_=self.p["zero_for"],
             )
             self.check(
                 "grad-zero-saturated", saturated, "info", "grad_norm", g,
-                lambda: f"grad_norm is exactly 0 while {self.zero_frac:.0%} of groups scored alike at a reward near "
-                "the top of its range: whole batches are solved, so their advantages are 0. Not a dead run; add "
-                "harder prompts if it persists.",
+                (lambda: f"grad_norm is exactly 0 while {self.zero_frac:.0%} of groups scored alike at a reward "
+                 "near the top of its range: whole batches are solved, so their advantages are 0. Not a dead run; "
+                 "add harder prompts if it persists.") if saturated else "",
                 for_=self.p["zero_for"], clear=self.p["zero_for"],
             )
             # Outside GRPO/RLOO (where a batch of all-equal groups legitimately gives 0) one exact zero is news.
             self.check(
                 "grad-zero-step", g <= 1e-12 and self.family not in ("grpo",), "warn", "grad_norm", g,
-                lambda: f"grad_norm is exactly 0 at step {self.step}: no parameter received a gradient "
-                "(frozen weights, a detached loss, or an empty batch).",
+                (lambda: f"grad_norm is exactly 0 at step {self.step}: no parameter received a gradient "
+                 "(frozen weights, a detached loss, or an empty batch).") if zero else "",
             )
             if g > 1e-12:
                 med = self.win.robust()[0] if len(self.win) >= self.p["min_history"] else math.nan
@@ -307,10 +309,11 @@ class GradientGauge(Gauge):
                     if ratio > self.p["spike_ratio"]:
                         self.spikes += 1
                     d["spikes"] = float(self.spikes)
+                    spiked = ratio > self.p["spike_ratio"]
                     self.check(
-                        "grad-spike", ratio > self.p["spike_ratio"], "info", "grad_norm", g,
-                        lambda: f"isolated grad_norm spike {g:.3g} ({ratio:.0f}x the running median). "
-                        "Isolated spikes are common; watch for them clustering.",
+                        "grad-spike", spiked, "info", "grad_norm", g,
+                        (lambda: f"isolated grad_norm spike {g:.3g} ({ratio:.0f}x the running median). "
+                         "Isolated spikes are common; watch for them clustering.") if spiked else "",
                         clear=1,
                     )
                     # A norm is positive and heavy-tailed, and GRPO batches whose groups all agree log norms 100x
@@ -322,10 +325,10 @@ class GradientGauge(Gauge):
                     exploding = ratio > self.p["explode_ratio"] and self._exploding(g)
                     self.check(
                         "grad-explosion", exploding, "warn", "grad_norm", g,
-                        lambda: f"grad_norm has stayed above {self.p['explode_ratio']:.0f}x the upper quartile of "
-                        f"the last {len(self.win)} logged norms, and above all of them, for {self.p['explode_for']} "
-                        f"logged steps (now {g:.3g}): gradients are exploding. Lower the LR or tighten "
-                        "max_grad_norm.",
+                        (lambda: f"grad_norm has stayed above {self.p['explode_ratio']:.0f}x the upper quartile of "
+                         f"the last {len(self.win)} logged norms, and above all of them, for "
+                         f"{self.p['explode_for']} logged steps (now {g:.3g}): gradients are exploding. Lower the LR "
+                         "or tighten max_grad_norm.") if exploding else "",
                         for_=self.p["explode_for"],
                     )
                     if not exploding:  # an exploding norm must not become its own reference
@@ -336,10 +339,11 @@ class GradientGauge(Gauge):
                 if self.base.ready and len(self.win) >= 10:
                     rel = self.win.robust()[0] / max(self.base.value, 1e-30)
                     d["norm_vs_start"] = rel
+                    vanishing = rel < self.p["vanish_ratio"]
                     self.check(
-                        "grad-vanishing", rel < self.p["vanish_ratio"], "warn", "grad_norm", g,
-                        lambda: f"grad_norm median has fallen to {rel:.2g}x its start: gradients are "
-                        "vanishing and the model has stopped moving.",
+                        "grad-vanishing", vanishing, "warn", "grad_norm", g,
+                        (lambda: f"grad_norm median has fallen to {rel:.2g}x its start: gradients are "
+                         "vanishing and the model has stopped moving.") if vanishing else "",
                         for_=self.p["vanish_for"],
                     )
         nf = v.get("gradients/nonfinite")

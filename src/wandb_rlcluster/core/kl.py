@@ -32,6 +32,10 @@ NEAR_ZERO_SPREAD = 10.0
 a KL estimate scattered around 0 is an estimator measuring a slowly moving policy, not a collapse (issue #28)."""
 
 
+_ARL: dict[int, float] = {}
+"""``arl_for(warn_sooner)`` by ``warn_sooner``: kl-warn's test reads it on every row."""
+
+
 class KLGauge(Gauge):
     """Gauge 10 — KL to the reference policy: level, growth, noise, spikes, sign.
 
@@ -128,19 +132,24 @@ class KLGauge(Gauge):
         d["kl_ewma"] = e
         self.slope.push(row.step, kl)
         d["kl_slope"] = self.slope.slope()
-        self.check("kl-stop", kl > p["stop"], "stop", key, kl,
-                   lambda: f"{key} {kl:.3g} has been above {p['stop']} for {self.held('kl-stop')} logged steps: the "
-                   "policy has run away from the reference and reward gains are likely over-optimisation. Stop, then "
-                   "raise beta or lower the learning rate and resume from an earlier checkpoint.",
+        # a message closure is built only for a rule that holds this row (a quiet rule never reads it)
+        above = kl > p["stop"]
+        self.check("kl-stop", above, "stop", key, kl,
+                   (lambda: f"{key} {kl:.3g} has been above {p['stop']} for {self.held('kl-stop')} logged steps: the "
+                    "policy has run away from the reference and reward gains are likely over-optimisation. Stop, then "
+                    "raise beta or lower the learning rate and resume from an earlier checkpoint.") if above else "",
                    for_=p["for"], clear=p["clear"])
-        self.check("kl-warn", kl > p["warn"], "warn", key, kl,
-                   lambda: f"{key} {kl:.3g} is above {p['warn']} for {self.held('kl-warn')} logged steps: drifting far "
-                   "from the reference. Watch whether reward still improves; consider a larger beta.",
-                   for_=1 if self._past_warn(kl) and kl > p["warn"] else p["for"], clear=p["clear"])
-        self.check("kl-negative", e < p["negative"], "warn", key, kl,
-                   lambda: f"{key} is negative on average ({e:.3g}): the estimator is being fed mismatched "
-                   "log-probs (sampling temperature/top-k differ from the training forward pass, or the "
-                   "reference model differs).", for_=5)
+        above = kl > p["warn"]
+        self.check("kl-warn", above, "warn", key, kl,
+                   (lambda: f"{key} {kl:.3g} is above {p['warn']} for {self.held('kl-warn')} logged steps: drifting "
+                    "far from the reference. Watch whether reward still improves; consider a larger beta.")
+                   if above else "",
+                   for_=1 if self._past_warn(kl) and above else p["for"], clear=p["clear"])
+        below = e < p["negative"]
+        self.check("kl-negative", below, "warn", key, kl,
+                   (lambda: f"{key} is negative on average ({e:.3g}): the estimator is being fed mismatched "
+                    "log-probs (sampling temperature/top-k differ from the training forward pass, or the "
+                    "reference model differs).") if below else "", for_=5)
         self._growth(key, kl, e, float(n))
         self._noise(key, kl)
         if len(self.win) >= 10:
@@ -149,20 +158,22 @@ class KLGauge(Gauge):
             spike = z > p["spike_z"] and kl > p["spike_min"]
             if self.spike_from < 0:
                 self.spike_from = n
-            if spike and (not self.spike_rows or self.spike_rows[-1] != n - 1):
-                self.spike_rows.append(n)  # one entry per spike, however many rows it lasts
+            rows = self.spike_rows  # ascending: the rows that left the window are at its front
+            if spike and (not rows or rows[-1] != n - 1):
+                rows.append(n)  # one entry per spike, however many rows it lasts
                 self.spikes_seen += 1
-            self.spike_rows = [r for r in self.spike_rows if r > n - p["spike_repeat_rows"]]
+            while rows and rows[0] <= n - p["spike_repeat_rows"]:
+                del rows[0]
             self.check("kl-spike", spike, "info", key, kl,
-                       lambda: f"{key} spiked to {kl:.3g} ({z:.0f} robust sigmas above its recent median): often one "
-                       "batch the model handles very differently from the reference; investigate that batch. One "
-                       "spike that is gone the next step is not a trend.", clear=3)
-            count = len(self.spike_rows)
+                       (lambda: f"{key} spiked to {kl:.3g} ({z:.0f} robust sigmas above its recent median): often "
+                        "one batch the model handles very differently from the reference; investigate that batch. One "
+                        "spike that is gone the next step is not a trend.") if spike else "", clear=3)
+            count = len(rows)
             repeated = count >= p["spike_repeat"] and self._spikes_stand_out(count, n)
             self.check("kl-spike-repeated", repeated, "warn", key, kl,
-                       lambda: f"{key} has spiked {count} times in the last {p['spike_repeat_rows']} logged steps "
-                       f"(now {kl:.3g}): the spikes repeat, so the updates are unstable, not one odd batch. Lower "
-                       "the learning rate or raise beta.", clear=p["spike_repeat_rows"] // 5)
+                       (lambda: f"{key} has spiked {count} times in the last {p['spike_repeat_rows']} logged steps "
+                        f"(now {kl:.3g}): the spikes repeat, so the updates are unstable, not one odd batch. Lower "
+                        "the learning rate or raise beta.") if repeated else "", clear=p["spike_repeat_rows"] // 5)
         self.win.push(kl)
         self.start.push(kl)
         if self.start.ready and not self.start_checked:
@@ -178,9 +189,9 @@ class KLGauge(Gauge):
             # time (RLOO, PPO) has a median near 0 while the policy moves slowly; its spread says it is measuring
             pinned = abs(med) < p["near_zero"] and spread < NEAR_ZERO_SPREAD * p["near_zero"]
             self.check("kl-near-zero", pinned, "warn", key, kl,
-                       lambda: f"{key} has stayed ~0 (median {med:.2g}) for {self.rows_seen} logged steps: the policy "
-                       "is not moving away from the reference (beta too high, LR too low, or the reference is "
-                       "updated with the policy).", for_=20, clear=10)
+                       (lambda: f"{key} has stayed ~0 (median {med:.2g}) for {self.rows_seen} logged steps: the "
+                        "policy is not moving away from the reference (beta too high, LR too low, or the reference is "
+                        "updated with the policy).") if pinned else "", for_=20, clear=10)
 
     def _spikes_stand_out(self, count: int, n: int) -> bool:
         """More spikes in the window than the run's own spike rate before it explains (Poisson tail below
@@ -200,7 +211,9 @@ class KLGauge(Gauge):
         (``arl_for(warn_sooner)``). True once it has crossed: a KL far past the line is warned on its second row,
         not its third; the ``for``-row hold still decides where the noise is not known yet or the CUSUM is slower."""
         p = self.p
-        arl = arl_for(self.warn_sooner)
+        arl = _ARL.get(self.warn_sooner)
+        if arl is None:
+            arl = _ARL[self.warn_sooner] = arl_for(self.warn_sooner)
         if self.warn_cusum.arl != arl:
             self.warn_cusum = Cusum(k=p["warn_k"], arl=arl)
         sd = self.noise.cached_sigma()  # as kl-noisy last read it (from row 20): reading it again moves nothing
@@ -271,9 +284,10 @@ class KLGauge(Gauge):
                     f"{line_end:.3g} {when} (about {left:.0f} logged steps left)")
 
         self.check("kl-growing", growing, "warn", key, kl,
-                   lambda: f"{key} is growing ({e:.3g} now, {s1:+.3g} per logged step, trend t={t:.0f}) and {why()}: "
-                   "runaway policy drift, caught before the level line. Raise beta or lower the learning rate now; "
-                   "in PPO check that clipping is working.", for_=p["grow_for"], clear=p["clear"])
+                   (lambda: f"{key} is growing ({e:.3g} now, {s1:+.3g} per logged step, trend t={t:.0f}) and "
+                    f"{why()}: runaway policy drift, caught before the level line. Raise beta or lower the learning "
+                    "rate now; in PPO check that clipping is working.") if growing else "",
+                   for_=p["grow_for"], clear=p["clear"])
 
     def _noise(self, key: str, kl: float) -> None:
         """KL noisy with high variance: row-to-row noise large against its own level and against the same ratio
@@ -316,14 +330,17 @@ class KLGauge(Gauge):
         noisy_cv = relevant and (neg == 0 or abs(level) > sig) and cv >= max(p["noisy_cv"], p["noisy_ratio"] * cb)
         # the share of negative estimates in 20 rows is binomial: an estimator scattered around 0 (a third to a half
         # negative) moves it by +-0.11 from window to window; a rise must stand 3 of those above its start
-        nb_se = math.sqrt(max(nb, 0.0) * max(1.0 - nb, 0.0) / max(len(self.negatives), 1))
-        # and an estimator negative that often from the start (nb >= noisy_negative) goes negative by its nature
+        # and an estimator negative that often from the start (nb >= noisy_negative) goes negative by its nature;
+        # the standard error only where the share crossed the line (most rows it is under it)
         noisy_neg = (nb < p["noisy_negative"] and neg >= p["noisy_negative"]
-                     and neg >= nb + max(p["noisy_negative"], 3.0 * nb_se))
+                     and neg >= nb + max(p["noisy_negative"], 3.0 * math.sqrt(
+                         max(nb, 0.0) * max(1.0 - nb, 0.0) / max(len(self.negatives), 1))))
         noisy_seq = self.cusum.s > p["noisy_h"]  # rows far outside its usual noise, too many of them lately
-        self.check("kl-noisy", noisy_cv or noisy_neg or noisy_seq, "warn", key, kl,
-                   lambda: f"{key} has turned noisy: row-to-row noise {sig:.3g} is {cv:.1f}x its level {level:.3g} "
-                   f"(earlier in the run {cb:.2f}x)" + (f", and {neg:.0%} of the recent estimates are negative"
-                                                      if neg > 0 else "")
-                   + ": unstable optimisation. The learning rate is probably too high for this KL penalty.",
+        noisy = noisy_cv or noisy_neg or noisy_seq
+        self.check("kl-noisy", noisy, "warn", key, kl,
+                   (lambda: f"{key} has turned noisy: row-to-row noise {sig:.3g} is {cv:.1f}x its level {level:.3g} "
+                    f"(earlier in the run {cb:.2f}x)" + (f", and {neg:.0%} of the recent estimates are negative"
+                                                       if neg > 0 else "")
+                    + ": unstable optimisation. The learning rate is probably too high for this KL penalty.")
+                   if noisy else "",
                    for_=p["noisy_for"], clear=p["clear"])

@@ -116,34 +116,41 @@ class LengthGauge(Gauge):
                 d["truncation_gap"] = gap
                 if L > 0 and (c is None or not finite(c)):
                     frac = gap / L
-                    self.check("truncation-gap", frac > p["gap"], "warn", "completions/mean_terminated_length", term,
-                               lambda: f"mean length {L:.0f} is {frac:.0%} above the mean length of completions that "
-                               f"ended with EOS ({term:.0f}): many answers are cut off at max_completion_length "
-                               "before they conclude. Raise the limit or find out why the model rambles.",
+                    gapped = frac > p["gap"]
+                    self.check("truncation-gap", gapped, "warn", "completions/mean_terminated_length", term,
+                               (lambda: f"mean length {L:.0f} is {frac:.0%} above the mean length of completions "
+                                f"that ended with EOS ({term:.0f}): many answers are cut off at max_completion_length "
+                                "before they conclude. Raise the limit or find out why the model rambles.")
+                               if gapped else "",
                                for_=p["truncation_for"], clear=5)
             if self.base.ready and self.base.value > 0:
                 b = self.base.value
                 ratio = e / b
                 d["vs_baseline"] = ratio
-                self.check("length-explosion", ratio > p["explode"], "warn", "completions/mean_length", L,
-                           lambda: f"completions are {ratio:.1f}x their starting length ({b:.0f} -> "
-                           f"{e:.0f} tokens; the line, {p['explode']:g}x, is the post's baseline ratio): length bias. "
-                           "If reward rose with it, the policy is being paid for "
-                           "verbosity; add a length penalty or check the reward.", for_=p["for"])
-                self.check("length-collapse", ratio < p["collapse"], "warn", "completions/mean_length", L,
-                           lambda: f"completions shrank to {ratio:.2f}x their starting length "
-                           f"({b:.0f} -> {e:.0f} tokens; the line, {p['collapse']:g}x, is the post's baseline ratio): "
-                           "terse collapse, often a reward that "
-                           "punishes length or rewards an empty answer.", for_=p["for"])
+                # message closures only for a rule that holds this row (a quiet rule never reads one)
+                over = ratio > p["explode"]
+                self.check("length-explosion", over, "warn", "completions/mean_length", L,
+                           (lambda: f"completions are {ratio:.1f}x their starting length ({b:.0f} -> "
+                            f"{e:.0f} tokens; the line, {p['explode']:g}x, is the post's baseline ratio): length bias. "
+                            "If reward rose with it, the policy is being paid for "
+                            "verbosity; add a length penalty or check the reward.") if over else "", for_=p["for"])
+                under = ratio < p["collapse"]
+                self.check("length-collapse", under, "warn", "completions/mean_length", L,
+                           (lambda: f"completions shrank to {ratio:.2f}x their starting length "
+                            f"({b:.0f} -> {e:.0f} tokens; the line, {p['collapse']:g}x, is the post's baseline "
+                            "ratio): terse collapse, often a reward that "
+                            "punishes length or rewards an empty answer.") if under else "", for_=p["for"])
                 self._drift(L, slow / b, b, slow)
         mn, mx = v.get("completions/min_length"), v.get("completions/max_length")
         if L is not None and mn is not None and mx is not None and finite(L) and finite(mn) and finite(mx) and L > 0:
             self._spread(L, mn, mx, c)
         if c is not None and finite(c):
             d["clipped_ratio"] = c
-            self.check("truncation", c > p["truncation"], "warn", "completions/clipped_ratio", c,
-                       lambda: f"{c:.0%} of completions hit max_completion_length: rewards are computed on cut-off "
-                       "answers. Raise max_completion_length, or penalise overlong answers (DAPO-style).",
+            cut = c > p["truncation"]
+            self.check("truncation", cut, "warn", "completions/clipped_ratio", c,
+                       (lambda: f"{c:.0%} of completions hit max_completion_length: rewards are computed on cut-off "
+                        "answers. Raise max_completion_length, or penalise overlong answers (DAPO-style).")
+                       if cut else "",
                        for_=p["truncation_for"], clear=5)
         eos = v.get("val/num_eos_tokens")
         if eos is not None and finite(eos):
@@ -172,18 +179,24 @@ class LengthGauge(Gauge):
         # past the line by the smoothed level's own noise: a healthy drift of 20-25 % plus one noisy stretch is not
         # a 30 % change
         past = abs(pct) - (p["drift_sd"] * sd / b if sd < math.inf else 0.0) > p["drift"]
-        self.check("length-grew", past and pct > 0, "warn", "completions/mean_length", L,
-                   lambda: f"mean length is {pct:+.0%} vs the baseline ({b:.0f} -> {slow:.0f} tokens), past the "
-                   f"{p['drift']:.0%} that deserves a look: the model is learning that verbosity pays. Check the "
-                   "reward for a length bias; consider length normalisation or a brevity penalty.",
+        # message closures only for a rule that holds this row (a quiet rule never reads one)
+        grew = past and pct > 0
+        self.check("length-grew", grew, "warn", "completions/mean_length", L,
+                   (lambda: f"mean length is {pct:+.0%} vs the baseline ({b:.0f} -> {slow:.0f} tokens), past the "
+                    f"{p['drift']:.0%} that deserves a look: the model is learning that verbosity pays. Check the "
+                    "reward for a length bias; consider length normalisation or a brevity penalty.") if grew else "",
                    for_=p["drift_for"], clear=10)
-        self.check("length-shrank", past and pct < 0 and not improving, "warn", "completions/mean_length", L,
-                   lambda: f"mean length is {pct:+.0%} vs the baseline ({b:.0f} -> {slow:.0f} tokens) and the reward "
-                   "is not improving: the model is learning that short answers are safer. Check the reward "
-                   "distribution for penalties it avoids by saying less.", for_=p["drift_for"], clear=10)
-        self.check("length-shorter-concise", past and pct < 0 and improving, "info", "completions/mean_length", L,
-                   lambda: f"mean length is {pct:+.0%} vs the baseline while the reward keeps improving: the model "
-                   "is getting more concise. Usually healthy; read a few samples to be sure nothing is cut.",
+        shrank = past and pct < 0 and not improving
+        self.check("length-shrank", shrank, "warn", "completions/mean_length", L,
+                   (lambda: f"mean length is {pct:+.0%} vs the baseline ({b:.0f} -> {slow:.0f} tokens) and the "
+                    "reward is not improving: the model is learning that short answers are safer. Check the reward "
+                    "distribution for penalties it avoids by saying less.") if shrank else "",
+                   for_=p["drift_for"], clear=10)
+        concise = past and pct < 0 and improving
+        self.check("length-shorter-concise", concise, "info", "completions/mean_length", L,
+                   (lambda: f"mean length is {pct:+.0%} vs the baseline while the reward keeps improving: the model "
+                    "is getting more concise. Usually healthy; read a few samples to be sure nothing is cut.")
+                   if concise else "",
                    for_=p["drift_for"], clear=10)
         # A steady trend, early: where the slope of the last `trend_rows` rows takes the mean by the end of the run
         # (the callback knows max_steps); without it, the change so far must reach `trend_min`.
@@ -205,16 +218,22 @@ class LengthGauge(Gauge):
             tgt, now, least = _as_fall(tgt), _as_fall(now), _as_fall(least)
         far = (abs(projected) >= tgt and abs(pct) >= now) or abs(pct) >= least
         steady = self.trend.full and abs(t) >= p["trend_t"] and far and pct * t > 0
-        course = f"{projected:+.0%}" if projected < 9.0 else "more than 10x the baseline"
-        where = f", on course for {course} by step {self.max_steps}" if abs(pct) < least else ""
-        self.check("length-trend-up", steady and t > 0, "warn", "completions/mean_length", L,
-                   lambda: f"length is steadily increasing ({pct:+.0%} vs the baseline{where}, trend t={t:.0f} over "
-                   f"the last {self.trend.size} logged steps): a length bias in the reward is being learned. Add "
-                   "length normalisation or a brevity penalty before it explodes.", for_=p["trend_for"], clear=10)
-        self.check("length-trend-down", steady and t < 0 and not improving, "warn",
+        up = steady and t > 0
+        down = steady and t < 0 and not improving
+        where = ""
+        if up or down:  # the projection's wording only for a message that may be read
+            course = f"{projected:+.0%}" if projected < 9.0 else "more than 10x the baseline"
+            where = f", on course for {course} by step {self.max_steps}" if abs(pct) < least else ""
+        self.check("length-trend-up", up, "warn", "completions/mean_length", L,
+                   (lambda: f"length is steadily increasing ({pct:+.0%} vs the baseline{where}, trend t={t:.0f} over "
+                    f"the last {self.trend.size} logged steps): a length bias in the reward is being learned. Add "
+                    "length normalisation or a brevity penalty before it explodes.") if up else "",
+                   for_=p["trend_for"], clear=10)
+        self.check("length-trend-down", down, "warn",
                    "completions/mean_length", L,
-                   lambda: f"length is steadily decreasing ({pct:+.0%} vs the baseline{where}, trend t={t:.0f}) while "
-                   "the reward does not improve: the model learns to say less. Check which penalty it avoids.",
+                   (lambda: f"length is steadily decreasing ({pct:+.0%} vs the baseline{where}, trend t={t:.0f}) "
+                    "while the reward does not improve: the model learns to say less. Check which penalty it avoids.")
+                   if down else "",
                    for_=p["trend_for"], clear=10)
 
     def _spread(self, L: float, mn: float, mx: float, clipped: float | None) -> None:
@@ -248,16 +267,19 @@ class LengthGauge(Gauge):
         # however deep, a narrowing while the reward still clearly rises is sharpening: a fixed answer format (short
         # arithmetic answers) gives small batches identical lengths while the policy keeps getting better (issue #28)
         improving = self.progress.improving(now=True) if collapsed else True
+        # message closures only for a rule that holds this row (a quiet rule never reads one)
         self.check("length-variance-collapse", collapsed and not improving, "warn", "completions/max_length",
                    spread,
-                   lambda: f"the length spread within a batch fell to {cratio:.2f}x its start ((max - min) / mean "
-                   f"{sb:.2f} -> {se_c:.2f}) while the reward is not improving: answers are converging on one "
-                   "template, a sign of mode collapse. Raise the temperature or add an entropy bonus.",
+                   (lambda: f"the length spread within a batch fell to {cratio:.2f}x its start ((max - min) / mean "
+                    f"{sb:.2f} -> {se_c:.2f}) while the reward is not improving: answers are converging on one "
+                    "template, a sign of mode collapse. Raise the temperature or add an entropy bonus.")
+                   if collapsed else "",
                    for_=p["for"], clear=10)
         self.check("length-spread-narrowing", collapsed and improving, "info", "completions/max_length",
                    spread,
-                   lambda: f"the length spread within a batch fell to {cratio:.2f}x its start while the reward keeps "
-                   "improving: the policy is sharpening. Healthy unless samples look like one template.",
+                   (lambda: f"the length spread within a batch fell to {cratio:.2f}x its start while the reward "
+                    "keeps improving: the policy is sharpening. Healthy unless samples look like one template.")
+                   if collapsed else "",
                    for_=p["for"], clear=10)
         vc = p["variance_change"]
         # a milder narrowing: the reward having risen over the run is enough to call it sharpening
@@ -266,10 +288,10 @@ class LengthGauge(Gauge):
         grew = (significant and var_ratio > 1 + vc) or log_grew
         changed = (grew and not collapsed) or narrower
         self.check("length-variance-change", changed, "warn", "completions/max_length", spread,
-                   lambda: f"the length variance is {var_ratio:.2f}x the baseline's (spread (max - min) / mean "
-                   f"{sb:.2f} -> {se:.2f}; {d.get('log_spread_vs_baseline', math.nan) ** 2:.2f}x on log(max / min)), "
-                   f"past the {vc:.0%} change that deserves a look: the output distribution is changing shape. Read "
-                   "samples; compare with the SFT model.", for_=p["drift_for"], clear=10)
+                   (lambda: f"the length variance is {var_ratio:.2f}x the baseline's (spread (max - min) / mean "
+                    f"{sb:.2f} -> {se:.2f}; {d.get('log_spread_vs_baseline', math.nan) ** 2:.2f}x on log(max / min)), "
+                    f"past the {vc:.0%} change that deserves a look: the output distribution is changing shape. Read "
+                    "samples; compare with the SFT model.") if changed else "", for_=p["drift_for"], clear=10)
 
     def _log_spread_grew(self, mn: float, mx: float, limit: float) -> bool:
         """The spread's growth read on log(max / min), against its own baseline, squared as a variance ratio.

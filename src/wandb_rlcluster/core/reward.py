@@ -39,17 +39,23 @@ def _floor(level: float) -> float:
     return 1e-3 * max(1.0, abs(level)) if level == level else 1e-3
 
 
+def _names(fns: list[str]) -> str:
+    """Reward function names quoted and joined, for a message."""
+    return ", ".join(f"'{o}'" for o in fns)
+
+
 class _Component:
     """One reward function's running picture: where it started, its smoothed level, ceiling and spread."""
 
-    __slots__ = ("start", "std_start", "mean", "std", "peak")
+    __slots__ = ("start", "std_start", "mean", "std", "peak", "metric")
 
-    def __init__(self, window: int) -> None:
+    def __init__(self, window: int, fn: str = "") -> None:
         self.start = RollingWindow(window)  # frozen once full
         self.std_start = RollingWindow(window)
         self.mean = Ewma(0.1)
         self.std = Ewma(0.2)
         self.peak = -math.inf
+        self.metric = f"rewards/{fn}/mean"  # formatted once (not state: rebuilt from the function's name)
 
     def push(self, mean: float, std: float | None) -> None:
         e = self.mean.push(mean)
@@ -374,7 +380,7 @@ class RewardGauge(Gauge):
         super().load_state_dict({k: v for k, v in state.items() if k != "components"})
         self.components = {}
         for fn, cs in comps.items():
-            c = _Component(self.p["window"])
+            c = _Component(self.p["window"], fn)
             c.load_state_dict(cs)
             self.components[fn] = c
 
@@ -740,7 +746,7 @@ class RewardGauge(Gauge):
                 continue
             c = comps.get(fn)
             if c is None:
-                c = comps[fn] = _Component(p["window"])
+                c = comps[fn] = _Component(p["window"], fn)
             c.push(m, v.get(sk))
         ready = [(fn, c) for fn, c in comps.items() if c.start.full]
         if len(ready) < 2:
@@ -749,24 +755,30 @@ class RewardGauge(Gauge):
         rising = [x for x in gains if x[0] >= p["component_gain_sigma"]]
         flat = [fn for g, fn, _ in gains if g < p["component_flat_sigma"]]
         lead = rising[0] if len(rising) == 1 and len(flat) == len(gains) - 1 else None
+        # most rows: no lead and nothing firing; the messages (and the list of flat functions in them) are built
+        # only for a rule that holds this row
         for g, fn, c in gains:
             is_lead = lead is not None and lead[1] == fn
-            std0 = c.std_start.mean() if len(c.std_start) else math.nan
-            pinned = (is_lead and c.std.count > 0 and c.mean.mean >= c.peak - 0.05 * abs(c.peak - c.start.mean())
-                      and (c.std.mean <= p["component_dead"] or (std0 == std0 and c.std.mean <= 0.25 * std0)))
-            others = ", ".join(f"'{o}'" for o in flat)
+            pinned = False
+            if is_lead and c.std.count > 0 and c.mean.mean >= c.peak - 0.05 * abs(c.peak - c.start.mean()):
+                std0 = c.std_start.mean() if len(c.std_start) else math.nan
+                pinned = c.std.mean <= p["component_dead"] or (std0 == std0 and c.std.mean <= 0.25 * std0)
             level = c.mean.mean
-            self.check(f"reward-component-saturated:{fn}", pinned, "warn", f"rewards/{fn}/mean", level,
-                       lambda fn=fn, g=g, level=level, others=others: f"reward function '{fn}' is pinned at its "
+            # the rule ids stay f-strings in the calls: the rule catalog reads them from the source
+            metric = c.metric
+            self.check(f"reward-component-saturated:{fn}", pinned, "warn", metric, level,
+                       (lambda fn=fn, g=g, level=level: f"reward function '{fn}' is pinned at its "
                        f"ceiling ({level:.3g}, every completion scores alike; up {g:.1f} sigma since the start) while "
-                       f"{others} stay flat: the policy has learned the easy part and gets no signal from it any more; "
-                       "the task itself is not being learned. Check the other functions' scale and weights.",
+                       f"{_names(flat)} stay flat: the policy has learned the easy part and gets no signal from it any "
+                       "more; the task itself is not being learned. Check the other functions' scale and weights.")
+                       if pinned else "",
                        for_=p["saturated_for"], clear=10)
-            self.check(f"reward-component-dominant:{fn}", is_lead and not pinned, "info", f"rewards/{fn}/mean", level,
-                       lambda fn=fn, g=g, level=level, others=others: f"reward function '{fn}' carries the whole "
-                       f"reward rise (up {g:.1f} sigma since the start, now {level:.3g}) while {others} stay flat: "
-                       "the policy optimises one component. If it is a format or length check, the task is not being "
-                       "learned; log a held-out gold reward to tell hacking from learning.",
+            self.check(f"reward-component-dominant:{fn}", is_lead and not pinned, "info", metric, level,
+                       (lambda fn=fn, g=g, level=level: f"reward function '{fn}' carries the whole "
+                       f"reward rise (up {g:.1f} sigma since the start, now {level:.3g}) while {_names(flat)} stay "
+                       "flat: the policy optimises one component. If it is a format or length check, the task is not "
+                       "being learned; log a held-out gold reward to tell hacking from learning.")
+                       if is_lead else "",
                        for_=p["component_for"], clear=10)
 
     def _preference(self, row: Row) -> None:

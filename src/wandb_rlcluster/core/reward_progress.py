@@ -71,9 +71,9 @@ class RewardProgress:
         self._queue.clear()
 
     def known(self) -> bool:
-        """Enough reward rows to say anything (a log without a reward has no context)."""
-        self._take()
-        return self.n >= 10
+        """Enough reward rows to say anything (a log without a reward has no context). Every queued row is one
+        more once taken, so the queue is left for a rule that reads the statistics (asked on every row)."""
+        return self.n + len(self._queue) >= 10
 
     def improving(self, min_t: float = 1.0, now: bool = False, short: bool = True) -> bool:
         """Rising over the run (trend t >= ``min_t``: rewards are noisy), not back below its own average, and the

@@ -109,32 +109,36 @@ class RewardSignalGauge(Gauge):
             ze = self.zero.push(f)
             d["frac_zero_std"] = f
             d["frac_zero_std_ewma"] = ze
-            self.check("zero-std-dead", f >= p["zero_std_stop"], "stop", "frac_reward_zero_std", f,
-                       lambda: f"every group has identical rewards for {p['stop_for']} logged steps: advantages "
-                       "are all zero and the policy receives no gradient. The task is either solved or "
-                       "impossible for this model: change the prompts or the reward.", for_=p["stop_for"])
+            # message closures only for a rule that holds this row (a quiet rule never reads one)
+            dead_all = f >= p["zero_std_stop"]
+            self.check("zero-std-dead", dead_all, "stop", "frac_reward_zero_std", f,
+                       (lambda: f"every group has identical rewards for {p['stop_for']} logged steps: advantages "
+                        "are all zero and the policy receives no gradient. The task is either solved or "
+                        "impossible for this model: change the prompts or the reward.") if dead_all else "",
+                       for_=p["stop_for"])
             # groups losing their spread are mostly prompts being solved when the (smoothed) reward sits on the
             # success side of its range, or has been rising over the run (the entropy gauge's test of progress)
-            solved = self.level.success_side(smoothed=True) or self.progress.improving()
+            high = ze > p["zero_std_warn"]  # only then do the two rules below read `solved`
+            solved = high and (self.level.success_side(smoothed=True) or self.progress.improving())
             # ... and mostly failed prompts when the level leaves no other reading: a reward p >= the all-correct
             # share a (p = a + the mixed groups' mean x their share), so at least f - p of the groups failed every
             # completion, whatever the mix of prompt difficulties; p <= f / 2 makes those at least half the uniform
             # groups. Without a reward level the fixed line alone decides, as before.
             lv = self.level.smooth
             failing = lv != lv or lv <= ze / 2
-            self.check("zero-std-high", ze > p["zero_std_warn"] and failing and not solved, "warn",
+            self.check("zero-std-high", high and failing and not solved, "warn",
                        "frac_reward_zero_std", f,
-                       lambda: f"{ze:.0%} of groups have zero reward variance"
-                       + (f" at a success rate near {lv:.0%}: most of them fail every completion, so the learning "
-                          "signal is vanishing (prompts too hard for the model)" if lv == lv else
-                          ": the learning signal is vanishing (prompts too easy or too hard)")
-                       + ". Filter prompts by difficulty or raise num_generations.",
+                       (lambda: f"{ze:.0%} of groups have zero reward variance"
+                        + (f" at a success rate near {lv:.0%}: most of them fail every completion, so the learning "
+                           "signal is vanishing (prompts too hard for the model)" if lv == lv else
+                           ": the learning signal is vanishing (prompts too easy or too hard)")
+                        + ". Filter prompts by difficulty or raise num_generations.") if high else "",
                        for_=p["for"], clear=5)
-            self.check("zero-std-solved", ze > p["zero_std_warn"] and solved, "info", "frac_reward_zero_std", f,
-                       lambda: f"{ze:.0%} of groups have zero reward variance while the reward "
-                       + ("keeps climbing" if lv != lv or lv <= 0.5 else f"sits near {lv:.0%} of its range")
-                       + ": prompts are being solved and stop teaching anything. Add harder prompts when it nears "
-                       "100 %.",
+            self.check("zero-std-solved", solved, "info", "frac_reward_zero_std", f,
+                       (lambda: f"{ze:.0%} of groups have zero reward variance while the reward "
+                        + ("keeps climbing" if lv != lv or lv <= 0.5 else f"sits near {lv:.0%} of its range")
+                        + ": prompts are being solved and stop teaching anything. Add harder prompts when it nears "
+                        "100 %.") if solved else "",
                        for_=p["for"], clear=5)
         # One unambiguous row: no group had any reward spread and the optimizer got a zero gradient —
         # the step changed nothing (the seed's dead-run signal, made specific to group-relative training).
@@ -145,11 +149,13 @@ class RewardSignalGauge(Gauge):
         # so), not a stalled run.
         no_spread = (has_frac and f >= p["zero_std_stop"]) or (not has_frac and std is not None and std == 0.0)
         solved_batch = self.level.success_side() and not self.level.frozen
-        self.check("no-update-step", no_spread and g is not None and g == 0.0 and not solved_batch, "warn",
+        stalled = no_spread and g is not None and g == 0.0 and not solved_batch
+        self.check("no-update-step", stalled, "warn",
                    "grad_norm", g,
-                   lambda: f"at step {self.step} every group scored its completions identically and grad_norm is 0, "
-                   f"for {self.held('no-update-step')} logged steps in a row: these steps changed nothing. If it "
-                   "goes on, the run is dead (prompts too easy/hard, reward constant).", for_=p["no_update_for"])
+                   (lambda: f"at step {self.step} every group scored its completions identically and grad_norm is 0, "
+                    f"for {self.held('no-update-step')} logged steps in a row: these steps changed nothing. If it "
+                    "goes on, the run is dead (prompts too easy/hard, reward constant).") if stalled else "",
+                   for_=p["no_update_for"])
         if not has_frac and std is not None and finite(std):  # older TRL: reward_std is all there is
             self._std_low(std)
         # Partial rewards: a component whose std stays ~0 is dead weight.
@@ -163,14 +169,14 @@ class RewardSignalGauge(Gauge):
             val = v.get(k)
             if val is None or not finite(val):
                 continue
-            mean = v.get(mean_key)
             is_dead = val < p["component_dead"]
             dead += is_dead
+            mean = v.get(mean_key) if is_dead else None  # only its message reads it
             self.check(f"reward-component-dead:{fn}", is_dead, "warn", k, val,
-                       lambda fn=fn, mean=mean: f"reward function '{fn}' has had std < {p['component_dead']} "
-                       f"(mean {mean if mean is None else round(mean, 4)}) for "
-                       f"{self.held(f'reward-component-dead:{fn}')} logged steps: it scores every completion alike "
-                       "and adds no signal.",
+                       (lambda fn=fn, mean=mean: f"reward function '{fn}' has had std < "
+                        f"{p['component_dead']} (mean {mean if mean is None else round(mean, 4)}) for "
+                        f"{self.held(f'reward-component-dead:{fn}')} logged steps: it scores every completion alike "
+                        "and adds no signal.") if is_dead else "",
                        for_=p["component_for"], clear=10)
         d["dead_components"] = float(dead)
         r, L = v.get("reward"), v.get("completions/mean_length")
@@ -179,6 +185,7 @@ class RewardSignalGauge(Gauge):
             if self.corr.full:
                 corr = self.corr.corr()
                 d["length_reward_corr"] = corr
-                self.check("length-reward-correlation", corr > 0.8, "info", "completions/mean_length", L,
-                           lambda: f"reward and completion length move together (corr {corr:.2f}): check for "
-                           "length hacking.", for_=5, clear=10)
+                together = corr > 0.8
+                self.check("length-reward-correlation", together, "info", "completions/mean_length", L,
+                           (lambda: f"reward and completion length move together (corr {corr:.2f}): check for "
+                            "length hacking.") if together else "", for_=5, clear=10)
