@@ -192,7 +192,8 @@ def test_one_outlier_adds_bounded_evidence_to_the_noise_test() -> None:
 def test_diff_noise_reads_autocorrelation_and_widens_its_level_error() -> None:
     """DiffNoise under AR(1) noise (rho 0.6, 1 % Student-t outliers): rho is read near its value, and the standard
     error of a smoothed level is wider than the independent-rows formula by about the theory's factor."""
-    from wandb_rlcluster.core.stats import DiffNoise, ewma_var_factor
+    from wandb_rlcluster.core.sequential import ewma_var_factor
+    from wandb_rlcluster.core.stats import DiffNoise
 
     rng = np.random.default_rng(3)
     rhos, ratios = [], []

@@ -20,6 +20,7 @@ from .sanity import RANGES, ranges_for
 from .sanity import RULE as RANGE_RULE
 from .sanity import message as range_message
 from .sequential import arl_for
+from .stats import is_finite
 from .text import clean_text, did_you_mean
 
 Message = str | Callable[[], str]
@@ -422,15 +423,8 @@ def persistence_factor(planned_rows: float) -> float:
     return min(max(planned_rows / SHORT_RUN_ROWS, PERSIST_FLOOR), 1.0)
 
 
-def finite(x: float | None) -> bool:
-    """A number that is neither NaN nor infinite (None: False). Called dozens of times a row: in C for a number."""
-    try:
-        return _isfinite(x)  # type: ignore[arg-type]
-    except (TypeError, ValueError, OverflowError):  # None, an int past float range, not a number
-        return x is not None and x == x and x != math.inf and x != -math.inf
-
-
-_isfinite = math.isfinite
+finite = is_finite
+"""A number that is neither NaN nor infinite (None: False): ``stats.is_finite``, the gauges' name for it."""
 
 
 POSITIVE_PARAMS = {

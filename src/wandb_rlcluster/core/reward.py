@@ -15,7 +15,7 @@ from typing import Any
 from .gauge import Gauge, finite
 from .keys import Row
 from .rollouts import ROLLOUT_DEFAULTS, ROLLOUT_OUTPUTS, reward_rules
-from .sequential import Ar1, NoiseRiseCusum, ar1_inflation, bounded_mean_sd
+from .sequential import Ar1, NoiseRiseCusum, ar1_inflation, ar1_var_factor, bounded_mean_sd, ewma_var_factor
 from .stats import (
     Baseline,
     DiffNoise,
@@ -27,8 +27,6 @@ from .stats import (
     RunningRegression,
     ScaleRef,
     ShiftDetector,
-    ar1_var_factor,
-    ewma_var_factor,
 )
 
 PREFERENCE_FAMILIES = frozenset({"dpo", "kto", "orpo"})
@@ -528,8 +526,10 @@ class RewardGauge(Gauge):
             self.vol.push(dx)
         self.vol_last = r
         if len(self.vol) >= 10:
+            # an RL reward's reference of 16 rows is not the run's noise yet (a real healthy GRPO run warned at step
+            # 40 on one): its test reads from twice that
             self._volatility(key, r, self.vol.std() / math.sqrt(2.0), self.vol_ref, p["volatile_ratio_rl"],
-                             p["volatile_warmup_rl"], dx)
+                             p["volatile_warmup_rl"], dx, 2 * p["volatile_warmup_rl"])
         det = self.shift
         up_from = self.step if det.up <= 0 else self.up_since
         down_from = self.step if det.down <= 0 else self.down_since
@@ -580,7 +580,7 @@ class RewardGauge(Gauge):
         return self.drop_rows >= self.warn_rows(p["drop_for"])
 
     def _volatility(self, key: str, x: float, sig: float, ref: OctaveMean | ScaleRef, limit: float,
-                    warmup: int, dz: float) -> None:
+                    warmup: int, dz: float, settle: int) -> None:
         """High reward (DPO: margin) variance: row-to-row noise grown ``limit`` times over its level earlier in the
         run, decided by a CUSUM for a noise rise (``NoiseRiseCusum``) with its threshold from ``volatile_arl``.
 
@@ -592,7 +592,8 @@ class RewardGauge(Gauge):
         asks whether the noise is ``limit`` times *that* (N(0, (tol limit)^2) against N(0, tol^2) per row).
         It adds each row's evidence (a calm row takes some away), an outlier row counts as 3 sigmas at most:
         a ratio of two windowed noise estimates held 5 rows warned on 20 % of healthy runs under autocorrelated
-        noise with Student-t outliers (issue #28).
+        noise with Student-t outliers (issue #28). The ratio is read once the reference holds ``warmup`` rows, the
+        test once it holds ``settle``.
         """
         p = self.p
         d = self.derived
@@ -607,9 +608,6 @@ class RewardGauge(Gauge):
         arl = self.budget(p["volatile_arl"])
         if test.ratio != limit or test.arl != arl:  # warn_sooner set after setup, or margins in an RL family
             test = self.vol_test = NoiseRiseCusum(limit, arl)
-        # an RL reward's reference of 16 rows is not the run's noise yet (a real healthy GRPO run warned at step 40 on
-        # one): its test reads from twice that; a DPO margin's warm-up is already 30 rows (shortened in a short run)
-        settle = warmup if isinstance(ref, OctaveMean) else 2 * warmup
         if dz == dz and base > 0 and ref.n >= settle:
             test.push(dz / (math.sqrt(2.0) * base * p["volatile_tol"]))
         d["volatile_evidence"] = test.score()
@@ -803,7 +801,8 @@ class RewardGauge(Gauge):
         if len(self.margin_noise) >= 10:  # relative to the margin's level: its noise grows as it grows
             level = max(abs(self.margin.mean), 0.05)
             self._volatility("rewards/margins", m, self.margin_noise.sigma() / level, self.noise_ref,
-                             p["volatile_ratio"], self.margin_warmup, (m - m_prev) / level)
+                             p["volatile_ratio"], self.margin_warmup, (m - m_prev) / level,
+                             self.margin_warmup)  # its warm-up is already 30 rows (shortened in a short run)
         me = self.margin.push(m)
         d["margin"] = m
         d["margin_ewma"] = me

@@ -63,11 +63,24 @@ def cusum_threshold(arl: float, k: float) -> float:
     return hi
 
 
+def ar1_var_factor(rho: float) -> float:
+    """How much AR(1) noise with coefficient ``rho`` inflates the variance of a mean (or a least-squares slope) over
+    many rows, against independent rows: (1 + rho) / (1 - rho), ``rho`` clipped to [0, ``MAX_RHO``]."""
+    r = min(max(rho, 0.0), MAX_RHO)
+    return (1.0 + r) / (1.0 - r)
+
+
 def ar1_inflation(rho: float) -> float:
     """How many times an AR(1) noise with coefficient ``rho`` overstates a t-statistic that treats its rows as
     independent (of a mean or a least-squares slope over many rows): sqrt((1 + rho) / (1 - rho))."""
-    r = min(max(rho, 0.0), MAX_RHO)
-    return math.sqrt((1.0 + r) / (1.0 - r))
+    return math.sqrt(ar1_var_factor(rho))
+
+
+def ewma_var_factor(alpha: float, rho: float = 0.0) -> float:
+    """The stationary variance of an EWMA(``alpha``) of AR(1) noise (coefficient ``rho``), in units of the noise's
+    variance: alpha / (2 - alpha) (1 + rho (1 - alpha)) / (1 - rho (1 - alpha))."""
+    lam = (1.0 - alpha) * min(max(rho, 0.0), MAX_RHO)
+    return alpha / (2.0 - alpha) * (1.0 + lam) / (1.0 - lam)
 
 
 def bounded_mean_sd(level: float, n: float, lo: float = 0.0, hi: float = 1.0) -> float:
@@ -140,6 +153,10 @@ class Ar1:
         r1 = (self.sd1 / n - m * m1) / var
         return min(max(1.0 + 2.0 * r1, 0.0), MAX_RHO) * n / (n + self.prior)
 
+    def _raw(self) -> float:
+        """The estimate before the shrinkage towards 0 (its confidence bounds are read around this)."""
+        return self.value * (self.n + self.prior) / self.n
+
     @property
     def rho(self) -> float:
         return self.value
@@ -153,8 +170,7 @@ class Ar1:
         uncertain deflates by this, not by the point estimate: under-reading a rho of 0.6 as 0.3 spends the budget."""
         if self.n < 8:
             return 0.0
-        raw = self.value * (self.n + self.prior) / self.n
-        return min(raw + z * 2.0 / math.sqrt(self.n), MAX_RHO)
+        return min(self._raw() + z * 2.0 / math.sqrt(self.n), MAX_RHO)
 
     def lower(self, z: float = 1.0) -> float:
         """A lower confidence bound on rho (the raw estimate minus ``z`` standard errors, at least 0, at most the
@@ -162,8 +178,7 @@ class Ar1:
         not spent on a chance rho."""
         if self.n < 8:
             return 0.0
-        raw = self.value * (self.n + self.prior) / self.n
-        return min(max(raw - z * 2.0 / math.sqrt(self.n), 0.0), self.value)  # never above the shrunk estimate
+        return min(max(self._raw() - z * 2.0 / math.sqrt(self.n), 0.0), self.value)  # never above the shrunk one
 
     def state_dict(self) -> dict[str, float]:
         return {k: getattr(self, k) for k in self.__slots__}

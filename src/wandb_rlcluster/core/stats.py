@@ -14,15 +14,16 @@ from collections import deque
 from collections.abc import Iterable
 from operator import mul
 
-from .sequential import MAX_RHO, Ar1
+from .sequential import Ar1, ar1_var_factor, ewma_var_factor
 
 MAD_TO_SIGMA = 1.4826
 
 
 def is_finite(x: float | None) -> bool:
-    try:  # in C for a number; anything else as the comparisons below read it
+    """A number that is neither NaN nor infinite (None: False). Called dozens of times a row: in C for a number."""
+    try:
         return _isfinite(x)  # type: ignore[arg-type]
-    except (TypeError, ValueError, OverflowError):
+    except (TypeError, ValueError, OverflowError):  # None, an int past float range, not a number
         return x is not None and x == x and x not in (math.inf, -math.inf)
 
 
@@ -266,31 +267,30 @@ class RunningRegression:
         cxx = self.sxx - self.sx * self.sx / n if n else 0.0
         return (self.sxy - self.sx * self.sy / n) / cxx if n > 2 and cxx > 0 else 0.0
 
-    def slope_se(self) -> float:
-        """The slope's standard error with independent residuals (inf with fewer than 4 points)."""
+    def _fit(self) -> tuple[float, float] | None:
+        """(slope, its standard error with independent residuals); None with fewer than 4 points or no spread."""
         n = self.n
         if n < 4:
-            return math.inf
+            return None
         cxx = self.sxx - self.sx * self.sx / n
         if cxx <= 0:
-            return math.inf
+            return None
         cxy = self.sxy - self.sx * self.sy / n
         cyy = self.syy - self.sy * self.sy / n
-        return math.sqrt(max(cyy - cxy / cxx * cxy, 0.0) / (n - 2) / cxx)
+        b = cxy / cxx
+        return b, math.sqrt(max(cyy - b * cxy, 0.0) / (n - 2) / cxx)
+
+    def slope_se(self) -> float:
+        """The slope's standard error with independent residuals (inf with fewer than 4 points)."""
+        fit = self._fit()
+        return fit[1] if fit is not None else math.inf
 
     def t_stat(self) -> float:
         """Slope divided by its standard error (0 when undefined; capped at ±1e6)."""
-        n = self.n
-        if n < 4:
+        fit = self._fit()
+        if fit is None:
             return 0.0
-        cxx = self.sxx - self.sx * self.sx / n
-        cxy = self.sxy - self.sx * self.sy / n
-        cyy = self.syy - self.sy * self.sy / n
-        if cxx <= 0:
-            return 0.0
-        b = cxy / cxx
-        resid = max(cyy - b * cxy, 0.0) / (n - 2)
-        se = math.sqrt(resid / cxx)
+        b, se = fit
         if se <= 0:
             return 0.0 if b == 0 else math.copysign(1e6, b)
         return max(-1e6, min(1e6, b / se))
@@ -464,19 +464,6 @@ class DiffNoise:
 
 _MEDIAN_VAR = math.pi / 2.0
 """A median's variance over n independent normal rows, times n."""
-
-
-def ewma_var_factor(alpha: float, rho: float = 0.0) -> float:
-    """The stationary variance of an EWMA(``alpha``) of AR(1) noise (coefficient ``rho``), in units of the noise's
-    variance: alpha / (2 - alpha) (1 + rho (1 - alpha)) / (1 - rho (1 - alpha))."""
-    lam = (1.0 - alpha) * min(max(rho, 0.0), MAX_RHO)
-    return alpha / (2.0 - alpha) * (1.0 + lam) / (1.0 - lam)
-
-
-def ar1_var_factor(rho: float) -> float:
-    """How much AR(1) noise inflates the variance of a mean over many rows: (1 + rho) / (1 - rho)."""
-    r = min(max(rho, 0.0), MAX_RHO)
-    return (1.0 + r) / (1.0 - r)
 
 
 class ShiftDetector:
