@@ -18,8 +18,10 @@ import os
 import tempfile
 from pathlib import Path
 
+from real_logs import real_log
+
 os.environ.update(WANDB_MODE="offline", WANDB_SILENT="true", WANDB_DISABLE_GIT="true", WANDB_CONSOLE="off")
-LOG = Path(__file__).resolve().parents[2] / "shared" / "real-logs" / "grpo_trl_kartik_v2_seed2025.json"
+LOG = real_log("grpo_trl_kartik_v2_seed2025.json")
 
 
 def main() -> None:

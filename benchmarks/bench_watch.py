@@ -28,10 +28,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from real_logs import real_log
+
 os.environ.update(WANDB_MODE="offline", WANDB_SILENT="true", WANDB_DISABLE_GIT="true", WANDB_CONSOLE="off")
 HERE = Path(__file__).resolve().parent
-TRL_LOG = HERE.parents[1] / "shared" / "real-logs" / "grpo_trl_kartik_v2_seed2025.json"
-VERL_LOG = HERE.parent / "tests" / "data" / "verl" / "eric-haibin-lin__gsm8k_Qwen2.5-0.5B-ppo-resp512.log.gz"
+TRL_LOG = real_log("grpo_trl_kartik_v2_seed2025.json")
+VERL_LOG = real_log("verl", "eric-haibin-lin__gsm8k_Qwen2.5-0.5B-ppo-resp512.log.gz")
 
 
 def trl_rows(n: int) -> list[dict[str, object]]:

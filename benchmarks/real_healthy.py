@@ -1,7 +1,9 @@
 """Benchmark: false alarms on real, public, healthy training logs (issue #28, item 6).
 
 Not a test: it runs the product's offline analysis (``analyze_path``, what ``rlcluster analyze FILE`` does)
-over every log in ``benchmarks/real-healthy/`` and writes ``benchmarks/real-healthy/RESULTS.md``:
+over every log of the real-log corpus (``../shared/real-logs/corpus/``, or ``$RLCLUSTER_REAL_LOGS/corpus``: the
+logs are public files from other repositories, so they live beside the checkout, never in it) and writes
+``benchmarks/real-healthy/RESULTS.md``:
 
 * the healthy runs that get any warn or stop (target: at most 5 %, and no stop);
 * per rule: false alarms per 1,000 real healthy rows (every warn/stop finding of that rule on a healthy run is one
@@ -16,7 +18,8 @@ Run from the repository root::
     PYTHONPATH=src python benchmarks/real_healthy.py            # writes benchmarks/real-healthy/RESULTS.md
     PYTHONPATH=src python benchmarks/real_healthy.py --stdout   # print instead of writing
 
-The corpus and its provenance: ``benchmarks/real-healthy/MANIFEST.json`` and docs/real-healthy-corpus.md.
+The corpus and its provenance: ``corpus/MANIFEST.json`` in the real-logs folder and docs/real-healthy-corpus.md.
+Where the folder is absent it says so in one line and exits 0.
 """
 
 from __future__ import annotations
@@ -30,7 +33,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-CORPUS = Path(__file__).resolve().parent / "real-healthy"
+from real_logs import REPO, absent, real_log
+
+HERE = Path(__file__).resolve().parent
 ALARM = ("warn", "stop")
 
 
@@ -56,16 +61,21 @@ class RunResult:
     alarms: list[Alarm] = field(default_factory=list)
 
 
-def load_manifest(corpus: Path = CORPUS) -> list[dict[str, Any]]:
+def corpus_dir() -> Path:
+    """The real-log corpus folder (``MANIFEST.json``, ``healthy/``, ``troubled/``), read at each call."""
+    return real_log("corpus")
+
+
+def load_manifest(corpus: Path | None = None) -> list[dict[str, Any]]:
     """The manifest's run entries (id, set, file, family, reading, expected, provenance)."""
-    return json.loads((corpus / "MANIFEST.json").read_text())["runs"]
+    return json.loads(((corpus or corpus_dir()) / "MANIFEST.json").read_text())["runs"]
 
 
-def analyze_run(entry: dict[str, Any], corpus: Path = CORPUS, alerts: Any = None) -> RunResult:
+def analyze_run(entry: dict[str, Any], corpus: Path | None = None, alerts: Any = None) -> RunResult:
     """Analyse one corpus file as a new user would: no trainer hint, default parameters."""
     from wandb_rlcluster.analyze import analyze_path
 
-    analysis = analyze_path(str(corpus / entry["file"]), alerts=alerts)
+    analysis = analyze_path(str((corpus or corpus_dir()) / entry["file"]), alerts=alerts)
     summary = analysis.to_dict()
     if alerts is None:
         alarms = [Alarm(f"{f['gauge']}/{f['rule']}", f["severity"], int(f["step"]), f["message"])
@@ -142,7 +152,7 @@ def git_commit(*args: str) -> str:
     """A short commit id from ``git log -1`` (HEAD, or the last commit touching a path), or "unknown"."""
     try:
         out = subprocess.run(["git", "log", "-1", "--format=%h", *args], capture_output=True, text=True,
-                             cwd=CORPUS.parent.parent, check=True).stdout.strip()
+                             cwd=REPO, check=True).stdout.strip()
         return out or "unknown"
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
@@ -150,11 +160,15 @@ def git_commit(*args: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, default=CORPUS / "RESULTS.md", help="Markdown file to write")
+    ap.add_argument("--out", type=Path, default=HERE / "real-healthy" / "RESULTS.md", help="Markdown file to write")
     ap.add_argument("--stdout", action="store_true", help="print the report instead of writing it")
     ap.add_argument("--no-alerts", action="store_true", help="skip the pass with the shipped alert rules")
     args = ap.parse_args(argv)
 
+    reason = absent(corpus_dir() / "MANIFEST.json")
+    if reason:
+        print(f"skipped: {reason}")
+        return 0
     entries = load_manifest()
     by_id = {e["id"]: e for e in entries}
     healthy = [e for e in entries if e["set"] == "healthy"]
@@ -165,7 +179,8 @@ def main(argv: list[str] | None = None) -> int:
              f"Measured on commit `{git_commit()}` (detection code: `src/` as of `{git_commit('--', 'src')}`) with "
              "`PYTHONPATH=src python benchmarks/real_healthy.py` "
              "(the product's `analyze_path`, as `rlcluster analyze FILE`: no trainer hint, default parameters). "
-             "The corpus, its sources and a reading of each run: `MANIFEST.json` and docs/real-healthy-corpus.md.", ""]
+             "The corpus (`../shared/real-logs/corpus`), its sources and a reading of each run: its "
+             "`MANIFEST.json` and docs/real-healthy-corpus.md.", ""]
     lines += healthy_section("Default analysis (`rlcluster analyze FILE`)", findings, "verdict = worst finding")
     if not args.no_alerts:
         from wandb_rlcluster.alerts import load_config

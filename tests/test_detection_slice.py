@@ -29,6 +29,7 @@ from bench import (
     score_real_benign,
     target_runs,
 )
+from real_logs import absent, real_log
 from seed_rules import seed_findings
 from synthetic import combinations
 
@@ -97,6 +98,9 @@ def test_growing_clip_fraction_caught_before_30_percent(results: list[Result]) -
 def test_real_benign_grpo_runs_stay_quiet() -> None:
     """A real benign GRPO run (Qwen2.5-1.5B, verifier reward, a hidden-test oracle rising with it: the policy
     sharpens, entropy ~1.0 -> ~0.45) raises no warn/stop. The rules before #10 warned on it (entropy-collapse)."""
+    reason = absent(real_log("fixtures"))
+    if reason:
+        pytest.skip(reason)
     benign = score_real_benign(detectors=("core",))
     assert benign and all(b.rows >= 100 for b in benign)
     assert {b.name: b.alarms["core"] for b in benign if b.alarms["core"]} == {}

@@ -1,7 +1,8 @@
 """verl and OpenRLHF: their keys read by meaning, verl console logs read as they are printed, real verl logs.
 
 The profiles' mappings are checked against what each key means in the frameworks' code (core/frameworks.py);
-the real logs (tests/data/verl, with their sources and readings in its README) go through `rlcluster analyze`.
+the real logs (../shared/real-logs/verl, with their sources and readings in its README) go through `rlcluster
+analyze`; they are skipped where that folder is absent.
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ from wandb_rlcluster.core.frameworks import detect_framework, get_profile
 from wandb_rlcluster.core.keys import Normalizer
 from wandb_rlcluster.core.verl_log import CUT_WIDTH, is_verl_log, parse_verl_log
 
-DATA = Path(__file__).parent / "data" / "verl"
-REAL_LOGS = sorted(DATA.glob("*.log.gz"))
+from .conftest import shared_log, shared_log_params
+
+REAL_LOGS = shared_log_params("verl", "*.log.gz")
 PREFIX = "\x1b[2m\x1b[36m(TaskRunner pid=3125)\x1b[0m "
 
 
@@ -198,13 +200,14 @@ def test_cli_reads_a_verl_console_log_and_says_so(tmp_path: Path, capsys: pytest
 
 
 def test_every_real_log_is_listed_with_its_source() -> None:
-    manifest = (DATA / "README.md").read_text()
-    assert len(REAL_LOGS) >= 8
-    for p in REAL_LOGS:
+    manifest = shared_log("verl", "README.md").read_text()
+    logs = sorted(shared_log("verl").glob("*.log.gz"))
+    assert len(logs) >= 8
+    for p in logs:
         assert f"`{p.name}`" in manifest
 
 
-# What the practitioner's reading in tests/data/verl/README.md says the alerts must include (by gauge), and the
+# What the practitioner's reading in ../shared/real-logs/verl/README.md says the alerts must include (by gauge), and the
 # runs read as plainly healthy, which must not warn at all.
 MUST_WARN = {
     "eric-haibin-lin__gsm8k_Qwen2.5-0.5B-ppo-resp512.log.gz": {"entropy"},
@@ -235,7 +238,7 @@ TROUBLED_CASES = [
 ]
 
 
-@pytest.mark.parametrize("path", REAL_LOGS, ids=[p.name.split("__")[0] + "/" + p.name[-30:] for p in REAL_LOGS])
+@pytest.mark.parametrize("path", REAL_LOGS)
 def test_real_verl_log_warns_by_the_right_gauge(path: Path) -> None:
     a = analyze_path(str(path), alerts=load_alert_config(None))
     fired = {e.gauge for e in a.alerts if e.kind == "firing" and e.severity != "info"}
@@ -247,13 +250,13 @@ def test_real_verl_log_warns_by_the_right_gauge(path: Path) -> None:
 @pytest.mark.parametrize(("name", "gauge"), TROUBLED_CASES)
 def test_real_troubled_verl_log_is_warned_by_the_right_gauge_in_time(name: str, gauge: str) -> None:
     """A troubled real run: each gauge its reading names fires (warn or stop) by the step its reading says."""
-    a = analyze_path(str(DATA / name), alerts=load_alert_config(None))
+    a = analyze_path(str(shared_log("verl", name)), alerts=load_alert_config(None))
     fired = [e.step for e in a.alerts if e.kind == "firing" and e.gauge == gauge and e.severity in ("warn", "stop")]
     assert fired, f"{gauge} never warned; fired: {sorted({e.gauge for e in a.alerts if e.kind == 'firing'})}"
     assert min(fired) <= TROUBLED[name][gauge], (gauge, min(fired))
 
 
-@pytest.mark.parametrize("path", REAL_LOGS, ids=[p.name.split("__")[0] + "/" + p.name[-30:] for p in REAL_LOGS])
+@pytest.mark.parametrize("path", REAL_LOGS)
 def test_real_verl_log_is_read_and_never_stopped(path: Path) -> None:
     """Each real log: read as verl, its gauges fed from verl's keys; the healthy runs are never stopped."""
     a = analyze_path(str(path), alerts=load_alert_config(None))

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from wandb_rlcluster.core.readers import LoadedLog, LogReadError, load_rows, parse_rows_text
 
-REAL_LOGS = Path(__file__).resolve().parents[2] / "shared" / "real-logs"
+from .conftest import real_logs_root, shared_log
 
 # file -> (source_format, number of entries listed in real-logs/README.md)
 EXPECTED_REAL = {
@@ -50,17 +50,13 @@ ALLOWED_VALUE_TYPES = (float, int, bool, str)
 
 
 def _real_log_names() -> list[str]:
-    found = {p.name for p in REAL_LOGS.glob("*.json")} if REAL_LOGS.is_dir() else set()
+    root = real_logs_root()
+    found = {p.name for p in root.glob("*.json")} if root.is_dir() else set()
     return sorted(found | set(EXPECTED_REAL))
 
 
 def _real_log(name: str) -> Path:
-    if not REAL_LOGS.is_dir():
-        pytest.skip(f"real logs not available at {REAL_LOGS}")
-    path = REAL_LOGS / name
-    if not path.is_file():
-        pytest.skip(f"{name} is not in {REAL_LOGS}")
-    return path
+    return shared_log(name)
 
 
 def _assert_clean(log: LoadedLog) -> None:

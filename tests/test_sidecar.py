@@ -11,7 +11,6 @@ import io
 import json
 import os
 import random
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -29,17 +28,16 @@ pytest.importorskip("wandb")
 HERE = Path(__file__).parent
 REPLAY = HERE / "scripts" / "replay_loop.py"
 TRAINER = HERE / "scripts" / "run_trainer.py"
-VERL_LOG = HERE / "data" / "verl" / "eric-haibin-lin__gsm8k_Qwen2.5-0.5B-ppo-resp512.log.gz"
 KL_RULES = 'version: 1\nrules:\n  - name: kl-stop\n    when: "kl > 0.15"\n'
 
 
 @pytest.fixture(scope="module")
-def verl_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def verl_run(tmp_path_factory: pytest.TempPathFactory, verl_ppo_log: Path) -> Path:
     """A finished W&B run written by a loop replaying a real verl log (no watch)."""
     out = tmp_path_factory.mktemp("verl-run")
     env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
     env.pop("WANDB_API_KEY", None)
-    p = subprocess.run([sys.executable, str(REPLAY), "--out", str(out), "--log", str(VERL_LOG), "--module-log"],
+    p = subprocess.run([sys.executable, str(REPLAY), "--out", str(out), "--log", str(verl_ppo_log), "--module-log"],
                        env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
     return locate_run_file(json.loads((out / "result.json").read_text())["run_dir"])
@@ -141,7 +139,7 @@ def test_locate_waits_then_says_what_is_missing(tmp_path: Path) -> None:
         locate_run_file(tmp_path, wait=0.3)
     d = tmp_path / "wandb" / "offline-run-20250101_000000-abc"
     d.mkdir(parents=True)
-    shutil.copy(HERE / "data" / "verl" / "README.md", d / "notes.md")  # no .wandb yet
+    (d / "notes.md").write_text("a run folder with no .wandb file yet\n")
     with pytest.raises(WandbReadError):
         locate_run_file(tmp_path, wait=0.0)
     (d / "run-abc.wandb").write_bytes(b"")

@@ -23,10 +23,11 @@ from wandb_rlcluster.dashboard import build_dashboard
 from wandb_rlcluster.layouts import load_layout
 from wandb_rlcluster.wandb_offline import read_offline_run
 
+from .conftest import shared_log
+
 pytest.importorskip("wandb")
 
 HERE = Path(__file__).parent
-DATA = HERE / "data" / "verl"
 LOGS = ("eric-haibin-lin__gsm8k_Qwen2.5-0.5B-ppo-resp512.log.gz", "Bihan__dstack-configs_verl_demo.log.gz",
         "yuzhaouoe__GUI-Cursor-Moving_verl_demo.log.gz", "zhiyuanhubj__logic-rl-formula_wandb_output.log.gz")
 # Keys no public verl log here carries, each with the reason; a listed key that turns up fails the test too.
@@ -47,8 +48,8 @@ def verl_runs(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     for name in LOGS:
         out = tmp_path_factory.mktemp("verl-layout")
         p = subprocess.run([sys.executable, str(HERE / "scripts" / "replay_loop.py"), "--out", str(out), "--log",
-                            str(DATA / name), "--watch", "--keep-going"], env=env, capture_output=True, text=True,
-                           timeout=300)
+                            str(shared_log("verl", name)), "--watch", "--keep-going"], env=env, capture_output=True,
+                           text=True, timeout=300)
         assert p.returncode == 0, p.stderr[-3000:]
         runs.append(json.loads((out / "result.json").read_text())["run_dir"])
     return runs
@@ -72,7 +73,7 @@ def test_every_verl_panel_key_is_in_a_verl_run(verl_runs: list[str]) -> None:
 
 
 def test_the_dashboard_of_a_verl_log_draws_the_verl_layout(tmp_path: Path) -> None:
-    page, analysis = build_dashboard(str(DATA / LOGS[0]))
+    page, analysis = build_dashboard(str(shared_log("verl", LOGS[0])))
     assert analysis.cluster.framework == "verl" and "verl run health" in page
     for title in ("Shaped reward (proxy) and task score (gold)", "KL to reference (per token)", "Truncated share"):
         assert title in page
@@ -99,7 +100,7 @@ def openrlhf_runs(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     for name in OPENRLHF_LOGS:
         out = tmp_path_factory.mktemp("openrlhf-layout")
         p = subprocess.run([sys.executable, str(HERE / "scripts" / "replay_loop.py"), "--out", str(out), "--log",
-                            str(DATA / name), "--keys", "openrlhf", "--watch", "--keep-going"], env=env,
+                            str(shared_log("verl", name)), "--keys", "openrlhf", "--watch", "--keep-going"], env=env,
                            capture_output=True, text=True, timeout=300)
         assert p.returncode == 0, p.stderr[-3000:]
         runs.append(json.loads((out / "result.json").read_text())["run_dir"])

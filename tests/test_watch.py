@@ -23,7 +23,6 @@ pytest.importorskip("wandb")
 
 HERE = Path(__file__).parent
 SCRIPT = HERE / "scripts" / "replay_loop.py"
-VERL_LOG = HERE / "data" / "verl" / "eric-haibin-lin__gsm8k_Qwen2.5-0.5B-ppo-resp512.log.gz"
 # A team's own alerts.yaml: a tighter per-token KL stop than the shipped 1.0 (a small model, a strict budget).
 # The real run's KL to the reference crosses 0.15 in its second third: a stop on real numbers.
 KL_RULES = """\
@@ -52,13 +51,13 @@ def kl_rules(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def watched(tmp_path_factory: pytest.TempPathFactory, kl_rules: Path) -> dict:
+def watched(tmp_path_factory: pytest.TempPathFactory, kl_rules: Path, verl_ppo_log: Path) -> dict:
     out = tmp_path_factory.mktemp("watched")
-    return replay(out, "--log", str(VERL_LOG), "--watch", "--alerts", str(kl_rules), "--keep-going")
+    return replay(out, "--log", str(verl_ppo_log), "--watch", "--alerts", str(kl_rules), "--keep-going")
 
 
-def test_watch_stops_where_analyze_stops(watched: dict, kl_rules: Path) -> None:
-    offline = analyze_path(str(VERL_LOG), alerts=load_config(kl_rules))
+def test_watch_stops_where_analyze_stops(watched: dict, kl_rules: Path, verl_ppo_log: Path) -> None:
+    offline = analyze_path(str(verl_ppo_log), alerts=load_config(kl_rules))
     stops = [e for e in offline.alerts if e.kind == "firing" and e.severity == "stop"]
     assert stops, "the KL rule must stop this log offline"
     assert watched["stop_step"] == stops[0].step
@@ -91,22 +90,22 @@ def test_watch_journals_its_alerts(watched: dict) -> None:
     assert "0.15" in kl[0]["title"]
 
 
-def test_a_verl_wandb_run_reads_as_verl_and_stops_alike(tmp_path: Path, kl_rules: Path) -> None:
+def test_a_verl_wandb_run_reads_as_verl_and_stops_alike(tmp_path: Path, kl_rules: Path, verl_ppo_log: Path) -> None:
     """The W&B run verl's tracking backend writes (no watch): `rlcluster analyze` of its .wandb file detects verl
     and stops at the same step as the console log."""
-    res = replay(tmp_path, "--log", str(VERL_LOG), "--module-log")
+    res = replay(tmp_path, "--log", str(verl_ppo_log), "--module-log")
     a = analyze_path(res["run_dir"], alerts=load_config(kl_rules))
-    b = analyze_path(str(VERL_LOG), alerts=load_config(kl_rules))
+    b = analyze_path(str(verl_ppo_log), alerts=load_config(kl_rules))
     assert a.source_format == "wandb_offline_run" and a.cluster.framework == "verl"
     first_stop = [e.step for e in a.alerts if e.kind == "firing" and e.severity == "stop"][:1]
     assert first_stop and first_stop == [e.step for e in b.alerts if e.kind == "firing" and e.severity == "stop"][:1]
 
 
-def test_openrlhf_key_set_replay(tmp_path: Path, kl_rules: Path) -> None:
+def test_openrlhf_key_set_replay(tmp_path: Path, kl_rules: Path, verl_ppo_log: Path) -> None:
     """No public OpenRLHF log is known: this is a REPLAY of OpenRLHF's key set (train/<key> on train/global_step,
     its define_metric calls) carrying a real verl run's numbers, through real wandb. Read back, it is detected as
     OpenRLHF, its keys feed the gauges by meaning, and watch() stops it where analyze does."""
-    res = replay(tmp_path, "--log", str(VERL_LOG), "--keys", "openrlhf", "--watch", "--alerts", str(kl_rules))
+    res = replay(tmp_path, "--log", str(verl_ppo_log), "--keys", "openrlhf", "--watch", "--alerts", str(kl_rules))
     a = analyze_path(res["run_dir"], alerts=load_config(kl_rules))
     assert a.cluster.framework == "openrlhf" and a.cluster.family == "grpo"
     g = a.cluster.gauges
@@ -116,15 +115,15 @@ def test_openrlhf_key_set_replay(tmp_path: Path, kl_rules: Path) -> None:
     assert stop and res["stop_step"] == stop[0]
 
 
-def test_verl_plugin_watches_the_run_verl_starts(tmp_path: Path, kl_rules: Path) -> None:
+def test_verl_plugin_watches_the_run_verl_starts(tmp_path: Path, kl_rules: Path, verl_ppo_log: Path) -> None:
     """VERL_USE_EXTERNAL_MODULES=wandb_rlcluster.verl_plugin: the module, imported before the loop calls
     wandb.init itself (as verl's tracking backend does, then wandb.log(data=..., step=...)), watches that run."""
     os.environ["RLCLUSTER_ALERTS"] = str(kl_rules)
     try:
-        res = replay(tmp_path, "--log", str(VERL_LOG), "--plugin", "--module-log", "--keep-going")
+        res = replay(tmp_path, "--log", str(verl_ppo_log), "--plugin", "--module-log", "--keep-going")
     finally:
         del os.environ["RLCLUSTER_ALERTS"]
-    offline = analyze_path(str(VERL_LOG), alerts=load_config(kl_rules))
+    offline = analyze_path(str(verl_ppo_log), alerts=load_config(kl_rules))
     assert res["stop_step"] == [e.step for e in offline.alerts if e.kind == "firing" and e.severity == "stop"][0]
     run = read_offline_run(res["run_dir"])
     assert any("rlcluster/kl/kl" in r for r in run.history) and run.summary["rlcluster/framework"] == "verl"

@@ -46,7 +46,8 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-for _p in (HERE, REPO):  # the generator and the anchors beside this file; tests.test_real_logs for the readings
+# the generator and the anchors beside this file; the real-log locator one up; tests.test_real_logs for the readings
+for _p in (HERE, HERE.parent, REPO):
     if str(_p) not in sys.path:
         sys.path.insert(0, str(_p))
 
@@ -58,6 +59,7 @@ from wandb_rlcluster.core import analyze_rows  # noqa: E402
 from wandb_rlcluster.core.gauge import BUILDING_PREFIX  # noqa: E402
 from wandb_rlcluster.core.readers import load_rows  # noqa: E402
 
+from real_logs import real_log, real_logs_root  # noqa: E402
 from seed_rules import SEED_RULES, seed_findings  # noqa: E402
 from synthetic import (  # noqa: E402
     FAMILIES,
@@ -123,7 +125,6 @@ TARGETS = {"recall": 0.95, "healthy_any": 0.05, "delay": 0.25, "clip_early": 0.8
 CLIP_MARK = "clip_crosses_0.30"
 KL_MARK = "kl_crosses_warn"
 
-REAL_LOGS = REPO.parent / "shared" / "real-logs"
 RESULTS = HERE / "RESULTS.md"
 
 BEFORE, BEFORE_NOTE = load_core_at(BEFORE_COMMIT, REPO)
@@ -541,9 +542,6 @@ def check_targets(results: list[Result], detector: str = "core") -> dict[str, tu
 
 # -- real benign runs (fixtures) -------------------------------------------------------------------
 
-FIXTURES = HERE / "fixtures"
-
-
 @dataclass
 class BenignResult:
     name: str
@@ -551,13 +549,14 @@ class BenignResult:
     alarms: dict[str, tuple[str, ...]]  # detector -> the "gauge/rule" that raised warn/stop
 
 
-def score_real_benign(directory: Path = FIXTURES, detectors: Sequence[str] = DETECTORS) -> list[BenignResult]:
-    """Every detector on the real benign runs kept as fixtures (healthy by their source's oracle): any warn/stop
-    is a false alarm. Each fixture names its trainer, max_steps and gold rewards in ``_provenance``."""
+def score_real_benign(directory: Path | None = None, detectors: Sequence[str] = DETECTORS) -> list[BenignResult]:
+    """Every detector on the real benign runs kept as fixtures (``fixtures/`` in the real-logs folder; healthy by
+    their source's oracle): any warn/stop is a false alarm. Each fixture names its trainer, max_steps and gold
+    rewards in ``_provenance``. None where the folder is absent."""
     import json
 
     out: list[BenignResult] = []
-    for path in sorted(directory.glob("*.json")):
+    for path in sorted((directory or real_log("fixtures")).glob("*.json")):
         prov = json.loads(path.read_text()).get("_provenance", {})
         rows = load_rows(path).rows
         run = SyntheticRun(prov.get("family", "grpo_kl"), None, None, rows, 0, (),
@@ -580,7 +579,7 @@ class RealResult:
     ok: dict[str, bool]
 
 
-def score_real_logs(directory: Path = REAL_LOGS, detectors: Sequence[str] = DETECTORS) -> list[RealResult]:
+def score_real_logs(directory: Path | None = None, detectors: Sequence[str] = DETECTORS) -> list[RealResult]:
     """Every detector on the real logs, judged against the readings of the real-log test: the verdict,
     and no alarm from a gauge the reading does not allow (the rule-based cores also owe the findings the
     reading requires; the seed and z-score anchors have no rule names to require)."""
@@ -589,7 +588,7 @@ def score_real_logs(directory: Path = REAL_LOGS, detectors: Sequence[str] = DETE
     out: list[RealResult] = []
     for name in sorted(EXPECT):
         trainer, verdict, required, allowed = EXPECT[name]
-        path = directory / name
+        path = (directory or real_logs_root()) / name
         if not path.is_file():
             continue
         rows = load_rows(path).rows
@@ -859,7 +858,7 @@ def render(held: list[Result], tune: list[Result], real: list[RealResult], dets:
         lines += family_table(rs, dets)
         lines += ["", "</details>", ""]
     if benign:
-        lines += ["### Real benign GRPO runs (`benchmarks/detection/fixtures`)", "",
+        lines += ["### Real benign GRPO runs (`../shared/real-logs/fixtures`)", "",
                   "Healthy by their source's hidden-test oracle; any warn/stop is a false alarm.", "",
                   "| run | rows | " + " | ".join(LABELS[d] for d in dets) + " |", "|---|---:|" + "---|" * len(dets)]
         for b in benign:
@@ -965,7 +964,7 @@ def main(argv: list[str] | None = None) -> int:
     results = run_corpus(specs, workers=args.workers, progress=not args.no_progress, detectors=dets)
     held = [r for r in results if r.spec.split == "held-out"]
     tune = [r for r in results if r.spec.split == "tuning"]
-    real = score_real_logs(detectors=dets) if REAL_LOGS.is_dir() else []
+    real = score_real_logs(detectors=dets)
     benign = score_real_benign(detectors=dets)
     command = None
     if args.held_out:  # a second verdict says how it was made

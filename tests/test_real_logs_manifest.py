@@ -1,0 +1,128 @@
+"""The manifest of real logs found since the last copy into ../shared/real-logs (benchmarks/real_logs/*.json).
+
+The loader refuses a malformed manifest naming the file and the field; a listed log is found in the copy folder by
+its name or by its content; and each listed log, once its copy is present, has the bytes its manifest names and the
+verdict its reading expects (skipped, with the reason, until then).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from wandb_rlcluster.analyze import analyze_path
+
+from real_logs import (
+    EXTRA_LOGS_ENV,
+    Entry,
+    alarm_rules,
+    extra_logs_root,
+    load_manifest,
+    load_manifests,
+    locate,
+    rule_fired,
+    sha256_of,
+    verdict_problems,
+)
+
+GOOD = {"id": "verl_ppo_x", "repo": "owner/name", "commit": "0123abc", "path": "logs/run.log.gz", "sha256": "0" * 64,
+        "framework": "verl", "family": "ppo", "reading": "score rises, KL small", "expected": "healthy"}
+
+
+def _write(tmp_path: Path, name: str, data: object) -> Path:
+    path = tmp_path / name
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_every_manifest_in_the_project_loads_with_unique_ids() -> None:
+    entries = load_manifests()
+    assert entries, "benchmarks/real_logs holds no manifest entry"
+    assert len({e.id for e in entries}) == len(entries)
+    assert all(e.manifest.endswith(".json") for e in entries)
+
+
+@pytest.mark.parametrize(("change", "fragment"), [
+    ({"framework": "Megatron"}, "framework 'Megatron' is not one of"),
+    ({"expected": "fine"}, "expected must be healthy or troubled"),
+    ({"sha256": "abc"}, "sha256 must be 64"),
+    ({"repo": "no-slash"}, "repo must be owner/name"),
+    ({"commit": "HEAD"}, "commit must be a hex"),
+    ({"reading": ""}, "missing reading"),
+    ({"expected_rules": "kl-warn"}, "expected_rules must be a list"),
+    ({"colour": "red"}, "unknown fields ['colour']"),
+    ({"id": "a/b"}, "id must be letters"),
+])
+def test_a_malformed_entry_is_refused_naming_file_and_field(tmp_path: Path, change: dict, fragment: str) -> None:
+    path = _write(tmp_path, "bad.json", [GOOD | change])
+    with pytest.raises(ValueError, match="bad.json") as err:
+        load_manifest(path)
+    assert fragment in str(err.value)
+
+
+def test_a_manifest_is_a_list_and_ids_are_unique_across_files(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="a JSON list of entries, not a dict"):
+        load_manifest(_write(tmp_path, "one.json", GOOD))
+    (tmp_path / "broken.json").write_text("[{")
+    with pytest.raises(ValueError, match="broken.json: not a readable JSON file"):
+        load_manifest(tmp_path / "broken.json")
+    folder = tmp_path / "m"
+    folder.mkdir()
+    _write(folder, "a.json", [GOOD])
+    _write(folder, "b.json", [GOOD | {"expected_rules": ["kl-warn"]}])
+    with pytest.raises(ValueError, match="listed in a.json and again in b.json"):
+        load_manifests(folder)
+    (folder / "b.json").unlink()
+    assert [e.id for e in load_manifests(folder)] == ["verl_ppo_x"]
+
+
+def test_a_copy_is_found_by_name_or_by_content(tmp_path: Path) -> None:
+    data = b"step:1 - critic/score/mean:0.1\n"
+    src = tmp_path / "src.log.gz"
+    src.write_bytes(data)
+    entry = Entry(**GOOD | {"sha256": sha256_of(src)})
+    root = tmp_path / "new"
+    assert locate(entry, root) is None  # no folder
+    (root / "verl").mkdir(parents=True)
+    assert locate(entry, root) is None  # folder without the file
+    renamed = root / "verl" / "whatever.bin"
+    renamed.write_bytes(data)
+    assert locate(entry, root) == renamed  # by content
+    named = root / "verl" / "verl_ppo_x.log.gz"
+    named.write_bytes(b"other bytes")
+    assert locate(entry, root) == named  # by name first, so a copy with the wrong bytes is caught
+    assert sha256_of(named) != entry.sha256
+
+
+def test_expected_rules_and_verdicts_are_judged_as_the_reading_says() -> None:
+    healthy = Entry(**GOOD)
+    troubled = Entry(**GOOD | {"expected": "troubled", "expected_rules": ("entropy-collapse",)})
+    fired = alarm_rules([{"gauge": "entropy", "rule": "entropy-collapse-persistent", "severity": "stop"},
+                         {"gauge": "kl", "rule": "kl-spike", "severity": "info"}])
+    assert fired == {"entropy/entropy-collapse-persistent"}
+    assert rule_fired("entropy-collapse", fired) and rule_fired("entropy/entropy-collapse-persistent", fired)
+    assert not rule_fired("entropy-collapse-persistent-x", fired) and not rule_fired("kl-spike", fired)
+    assert verdict_problems(healthy, "ok", set()) == []
+    assert verdict_problems(healthy, "warn", fired)
+    assert verdict_problems(troubled, "stop", fired) == []
+    assert verdict_problems(troubled, "ok", set())
+    assert verdict_problems(Entry(**GOOD | {"expected": "troubled", "expected_rules": ("truncation",)}), "warn", fired)
+
+
+ENTRIES = load_manifests()
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=[e.id for e in ENTRIES])
+def test_listed_real_log_has_its_bytes_and_its_verdict(entry: Entry) -> None:
+    """Skips until the log is copied in (../shared/real-logs/new, or $RLCLUSTER_EXTRA_LOGS); then its hash and the
+    verdict of `rlcluster analyze FILE` must match the manifest."""
+    path = locate(entry)
+    if path is None:
+        pytest.skip(f"{entry.id} not present under {extra_logs_root()} (set {EXTRA_LOGS_ENV} to a folder holding it)")
+    assert sha256_of(path) == entry.sha256, f"{path} is not the file {entry.repo}@{entry.commit}:{entry.path}"
+    analysis = analyze_path(str(path))
+    fired = alarm_rules(analysis.to_dict()["findings"])
+    problems = verdict_problems(entry, analysis.verdict(), fired)
+    assert not problems, f"{'; '.join(problems)} -- reading: {entry.reading}"
