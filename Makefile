@@ -11,7 +11,7 @@ KERNEL_CAPS ?= default avx2 $(if $(shell grep -qsw avx512f /proc/cpuinfo && echo
 # Which tests make test-kernels reruns (default: every test marked trains); e.g. KERNEL_TESTS=tests/test_demo.py
 KERNEL_TESTS ?=
 
-.PHONY: demo test test-kernels smoke docs docs-build docs-serve bench bench-callback bench-detection bench-readers clean install
+.PHONY: demo test test-kernels smoke docs docs-build docs-serve bench bench-callback bench-detection bench-readers bench-real clean install
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -69,6 +69,11 @@ bench-detection: $(STAMP)
 
 bench-readers: $(STAMP)
 	$(BIN)/python benchmarks/bench_readers.py
+
+# Every real log in ../shared/real-logs (and listed ones copied into ../shared/real-logs/new), per framework, beside
+# rldoctor 0.2.0 and rlwatch 0.5.1 (each pip-installed on first use into ~/.cache/rlcluster-peers/<tool>).
+bench-real: $(STAMP)
+	$(BIN)/python benchmarks/real_logs_bench.py
 
 clean:
 	rm -rf $(VENV) build dist site *.egg-info .pytest_cache .ruff_cache
