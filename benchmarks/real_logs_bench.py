@@ -35,9 +35,8 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-for _p in (HERE, HERE.parent):  # the real-log locator beside this file; tests.* (the readings) from the repo root
-    if str(_p) not in sys.path:
-        sys.path.insert(0, str(_p))
+if str(HERE.parent) not in sys.path:  # tests.* (the readings) from the repo root; real_logs is beside this file
+    sys.path.insert(0, str(HERE.parent))
 
 from real_logs import (  # noqa: E402
     FRAMEWORKS,
