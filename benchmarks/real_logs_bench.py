@@ -120,7 +120,7 @@ def collect(extra_roots: Sequence[Path]) -> tuple[list[RealLog], list[str]]:
     for p in sorted(real_log("fixtures").glob("*.json")):
         logs.append(RealLog(p.stem, p, "TRL", "healthy", "fixtures"))
     for entry in load_manifests():
-        found = next((p for root in extra_roots if (p := locate(entry, root)) is not None), None)
+        found = next((hit for root in extra_roots if (hit := locate(entry, root)) is not None), None)
         if found is None:
             left_out.append(f"{entry.manifest}: {entry.id} not present under {', '.join(map(str, extra_roots))}")
         elif sha256_of(found) != entry.sha256:
