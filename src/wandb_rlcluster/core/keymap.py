@@ -54,8 +54,9 @@ APPLY = 0.5
 # (pattern, role, confidence), matched in order on the lower-cased key; the first match wins. Patterns are
 # fnmatch globs. Exclusions come first: a coefficient, a bound or a teacher's KL is not the quantity itself.
 _EXCLUDE = ("*coef*", "*beta*", "*target*", "*/max", "*/min", "*_max", "*_min", "*max_*", "*min_*", "*teacher*",
-            "*distill*", "eval_*", "*/eval*", "val/*", "val_*", "test*", "*/count", "*_count", "*time*",
-            "*timestamp*", "*throughput*", "*minus*", "*_diff*", "*/diff*", "*gap*", "*delta*")
+            "*distill*", "*critic*", "*value*", "*vf_*", "*reward_model*", "*rm_*", "eval_*", "*/eval*", "val/*",
+            "val_*", "test*", "*/count", "*_count", "*time*", "*timestamp*", "*throughput*", "*minus*", "*_diff*",
+            "*/diff*", "*gap*", "*delta*")
 _PATTERNS: tuple[tuple[str, str, float], ...] = (
     # reward spread before reward: train_reward_std is the spread, not the reward
     ("reward/std", "reward_std", 0.9), ("train_reward_std", "reward_std", 0.9), ("rewards/std", "reward_std", 0.85),
