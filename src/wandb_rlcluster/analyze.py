@@ -476,6 +476,10 @@ def render_keys(keys: Mapping[str, Any], family: str, c: Callable[[object], str]
             how = "your map" if e["by"] == "map" else f"by name, confidence {e['confidence']:.0%}"
             to = ", ".join(e["gauges"]) or "no gauge"
             out.append(f"  {c(e['key'])[:40]:<40} -> {c(e['as']):<28} ({how}) -> {c(to)}")
+    replaced = keys.get("replaced") or {}
+    if replaced:
+        out.append("Keys your map overrode (not read): " +
+                   c(", ".join(f"{k} ({v})" for k, v in replaced.items())))
     unread = keys.get("unread") or []
     suggest = keys.get("suggest") or []
     if suggest or (unread and read):

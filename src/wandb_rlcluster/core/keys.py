@@ -301,6 +301,9 @@ class Normalizer:
                 if room:
                     self.read_by_meaning[raw] = (target, "name", guess.confidence)
                 return target
+            if room:  # the user named another key for what this name means: kept under its own name, unread
+                self.replaced[raw] = target
+            return canon
         if room:
             self.unread[raw] = (guess.role, guess.confidence) if guess is not None else None
         return canon
