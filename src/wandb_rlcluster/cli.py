@@ -82,6 +82,7 @@ def _parse_map(items: list[str] | None) -> tuple[dict[str, object] | None, str |
     from .core.keymap import ALL_ROLES, GOLD_ROLE, canonical_role, check_keys
 
     keys: dict[str, object] = {}
+    gold: list[str] = []
     for item in items or []:
         role, sep, key = item.partition("=")
         if not sep or not key.strip():
@@ -89,8 +90,8 @@ def _parse_map(items: list[str] | None) -> tuple[dict[str, object] | None, str |
                           f"(quantities: {', '.join(ALL_ROLES)})")
         r = canonical_role(role) or role.strip()
         if r == GOLD_ROLE:
-            keys.setdefault(r, [])
-            keys[r].append(key.strip())  # type: ignore[union-attr]
+            gold.append(key.strip())
+            keys[r] = gold
         else:
             keys[r] = key.strip()  # a later --map for the same quantity wins
     _, problems = check_keys(keys, "--map")
