@@ -70,6 +70,9 @@ def write_jsonl(path: Path, rows: object) -> Path:
     ("actor/entropy", "entropy"), ("optim/lr", "lr"), ("completion_tokens", "length"),
     ("response_length_mean", "length"), ("kl_mean", "kl"), ("train_kl_divergence", "kl"), ("ref_kl", "kl"),
     ("optim/grad_norm", "grad_norm"), ("ppo_kl", "old_policy_kl"),
+    # names real hand-written loops log (Flight Recorder, course projects' GRPO loops)
+    ("entropy_mean", "entropy"), ("gen_len_mean", "length"), ("train_mean_reward", "reward"),
+    ("train_mean_generation_len", "length"), ("train_entropy_mean", "entropy"), ("train_kl_ref_mean", "kl"),
 ])
 def test_common_custom_names_are_read_with_confidence(key: str, role: str) -> None:
     g = guess_key(key)

@@ -77,6 +77,7 @@ _PATTERNS: tuple[tuple[str, str, float], ...] = (
     # entropy of the policy's tokens
     ("policy/entropy", "entropy", 0.9), ("entropy_mean", "entropy", 0.85), ("mean_entropy", "entropy", 0.85),
     ("policy_entropy", "entropy", 0.85), ("token_entropy", "entropy", 0.8), ("*/token_entropy", "entropy", 0.8),
+    ("train_entropy", "entropy", 0.85), ("*_entropy_mean", "entropy", 0.75),
     ("*/entropy", "entropy", 0.7), ("*/entropy_mean", "entropy", 0.7), ("*/policy_entropy", "entropy", 0.8),
     ("*entropy*", "entropy", 0.3),
     # KL between the policy and the one it is sampled from: a ratio-health number, not the KL to the reference
