@@ -198,6 +198,15 @@ def test_cli_map_names_the_hacking_and_the_keys_section(tmp_path: Path, capsys: 
     assert "reward/mean" in text and "by name" in text and "reward/f" in text and "--map gold=reward/" in text
 
 
+def test_cli_a_loss_beside_rl_looking_keys_is_not_silently_judged_as_sft(tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    rows = ({"step": s, "loss": 1.0 / (1 + s), "my_reward_signal": s / 50, "acc_f": 0.3} for s in range(40))
+    path = write_jsonl(tmp_path / "sftish.jsonl", rows)
+    assert main(["analyze", str(path)]) == 0
+    text = capsys.readouterr().out
+    assert "trainer SFT" in text and "Read as SFT" in text and "--map reward=my_reward_signal" in text
+
+
 def test_cli_an_unmapped_log_names_its_keys_and_the_map(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     rows = ({"step": s, "acc_g": 0.1 + s / 100, "acc_f": 0.3, "my_reward_signal": s / 50, "foo": 1.0}
             for s in range(40))
