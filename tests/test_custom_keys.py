@@ -198,6 +198,21 @@ def test_cli_map_names_the_hacking_and_the_keys_section(tmp_path: Path, capsys: 
     assert "reward/mean" in text and "by name" in text and "reward/f" in text and "--map gold=reward/" in text
 
 
+def test_cli_a_custom_grpo_demo_is_read_without_a_map(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The issue's custom GRPO demo keys: every training gauge they can feed is fed, evaluation rides along."""
+    rng = random.Random(5)
+    rows = ({"step": s, "train_reward": 0.2 + s / 200 + rng.gauss(0, 0.02), "train_reward_std": 0.3,
+             "completion_tokens": 180 + rng.gauss(0, 5), "kl": 0.01 + s / 4000,
+             **({"eval_perplexity": 9.0 - s / 50} if s % 10 == 0 else {})} for s in range(100))
+    path = write_jsonl(tmp_path / "demo.jsonl", rows)
+    assert main(["analyze", str(path), "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["trainer"] == "grpo"
+    for gid in ("reward", "kl", "length", "reward_signal"):
+        assert out["gauges"][gid]["rows"] == 100, gid  # rows with eval_perplexity beside them are training rows
+    assert {e["key"] for e in out["keys"]["read"]} == {"train_reward", "train_reward_std", "completion_tokens"}
+
+
 def test_cli_a_loss_beside_rl_looking_keys_is_not_silently_judged_as_sft(tmp_path: Path,
                                                                          capsys: pytest.CaptureFixture[str]) -> None:
     rows = ({"step": s, "loss": 1.0 / (1 + s), "my_reward_signal": s / 50, "acc_f": 0.3} for s in range(40))
