@@ -6,6 +6,7 @@ rising over a flat true score is named."""
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import math
 import os
@@ -24,6 +25,7 @@ from wandb_rlcluster.cli import main
 from wandb_rlcluster.core import InstrumentCluster
 from wandb_rlcluster.core.keymap import APPLY, KeyMap, guess_key, suggest_map
 from wandb_rlcluster.core.keys import Normalizer, detect_family
+from wandb_rlcluster.sidecar import watch_path
 
 REPO = Path(__file__).resolve().parents[1]
 MANIFEST = REPO / "benchmarks" / "real_logs" / "custom_loops.json"
@@ -323,7 +325,8 @@ for r in json.load(open({str(tmp_path / "rows.json")!r})):
 c = w.monitor.cluster
 out = {{"bad": bad, "family": c.family, "reward_rows": c.gauges["reward"].rows_seen,
         "rules": sorted({{f.gauge + "/" + f.rule for f in c.findings}}),
-        "read": {{e["key"]: e["by"] for e in c.key_report()["read"]}}, "errors": w.monitor.errors}}
+        "read": {{e["key"]: e["by"] for e in c.key_report()["read"]}}, "errors": w.monitor.errors,
+        "run_dir": os.path.dirname(run.dir)}}
 w.close()
 run.finish()
 print(json.dumps(out))
@@ -338,6 +341,12 @@ print(json.dumps(out))
     assert out["read"]["reward/g"] == "map" and out["read"]["reward/f"] == "map"
     assert out["read"]["policy/entropy"] == "name"
     assert "reward/proxy-gold-divergence" in out["rules"]
+    # the run it wrote, read back: offline with --map's mapping, and by the sidecar (`rlcluster watch --map`)
+    keys = {"reward": "reward/g", "gold": "reward/f"}
+    offline = analyze_path(out["run_dir"], keys=keys)
+    assert "reward/proxy-gold-divergence" in rules(offline.cluster)
+    res = watch_path(out["run_dir"], keys=keys, alerts=False, interval=0.01, out=io.StringIO(), live=False)
+    assert res.finished and res.rows == len(rows) and res.verdict == "warn"
 
 
 # -- real custom-loop logs (kept outside the project; see benchmarks/real_logs/custom_loops.json) --------------------

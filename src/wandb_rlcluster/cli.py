@@ -122,10 +122,13 @@ def _cmd_watch(args: argparse.Namespace) -> int:
         alerts, code = _load_alerts(args.alerts)
         if alerts is None:
             return code
+    keys, problem = _parse_map(args.map)
+    if problem:
+        return _fail(problem)
     try:
         result = watch_path(args.run, framework=args.framework, alerts=alerts, journal=args.journal,
                             interval=args.interval, idle_timeout=args.idle_timeout, wait=args.wait,
-                            warn_sooner=args.warn_sooner)
+                            warn_sooner=args.warn_sooner, keys=keys)
     except WandbReadError as e:
         return _fail(str(e).splitlines()[0])
     if args.fail_on and SEVERITY_LEVEL[result.verdict] >= SEVERITY_LEVEL[args.fail_on]:
@@ -431,6 +434,8 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--wait", type=float, default=0.0, help="wait this long for a run to appear (default: not)")
     w.add_argument("--warn-sooner", metavar="N", type=int, default=None, choices=range(WARN_SOONER_MAX + 1),
                    help="as in `rlcluster analyze`")
+    w.add_argument("--map", metavar="QUANTITY=KEY", action="append", help="as in `rlcluster analyze`: which logged "
+                   "key is what, for a loop with its own names (reward=reward/g, gold=reward/f, ...)")
     w.add_argument("--fail-on", choices=("warn", "stop"), help="exit 1 when the verdict reaches this severity")
     w.set_defaults(func=_cmd_watch)
 
