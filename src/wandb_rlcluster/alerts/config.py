@@ -653,7 +653,7 @@ def _keys_section(loc: _Loc, vnode: yaml.Node, kline: int) -> dict[str, list[str
             loc.err(line, problem)
             continue
         entries[role] = value
-        out, problems = check_keys(entries)
+        _, problems = check_keys(entries)
         for p in problems:  # the same key named for two quantities: reported where the second one is
             loc.err(line, p)
             entries.pop(role)

@@ -437,9 +437,10 @@ def _with_gold(params: Mapping[str, Any] | None, gold: list[str]) -> Any:
 
 def analyze_rows(rows: Iterable[Mapping[str, object]], trainer: str | None = None,
                  params: Mapping[str, Mapping[str, Any]] | None = None, max_steps: int = 0,
-                 warn_sooner: int = 0) -> InstrumentCluster:
-    """Run a whole log through a fresh cluster and finalize it."""
-    cluster = InstrumentCluster(trainer=trainer, params=params, max_steps=max_steps, warn_sooner=warn_sooner)
+                 warn_sooner: int = 0, keys: Mapping[str, Any] | None = None) -> InstrumentCluster:
+    """Run a whole log through a fresh cluster and finalize it (``keys``: which logged key is what)."""
+    cluster = InstrumentCluster(trainer=trainer, params=params, max_steps=max_steps, warn_sooner=warn_sooner,
+                                keys=keys)
     for r in rows:
         if isinstance(r, Mapping):
             cluster.update(r)
