@@ -192,8 +192,12 @@ def test_cli_reads_a_verl_console_log_and_says_so(tmp_path: Path, capsys: pytest
     assert "framework verl" in out and "59 rows" in out
     assert main(["analyze", str(path), "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["framework"] == "verl"
-    # said explicitly, the framework wins over detection
-    assert main(["analyze", str(path), "--format", "json", "--framework", "trl"]) == 2  # TRL names: nothing read
+    # said explicitly, the framework wins over detection: no verl profile, so the score is not taken for a gold and
+    # only what the names themselves say is read (a custom loop's reading), each key listed with its confidence
+    assert main(["analyze", str(path), "--format", "json", "--framework", "trl"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["framework"] == "trl" and out["gauges"]["reward"]["status"] == "no-data"
+    assert {e["key"]: e["by"] for e in out["keys"]["read"]}.get("actor/entropy") == "name"
 
 
 # -- real verl logs -------------------------------------------------------------------------------------

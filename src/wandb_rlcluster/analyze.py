@@ -15,6 +15,7 @@ from typing import Any
 from .core import DIAGNOSIS_ID, FAMILY_LABELS, GAUGE_IDS, GAUGE_TITLES, InstrumentCluster, Row
 from .core.cluster import resolve_warn_sooner
 from .core.frameworks import FRAMEWORK_LABELS, detect_framework_rows, get_profile
+from .core.keymap import KeyMap, merge_keys
 from .core.readers import LoadedLog, LogReadError, load_rows
 from .core.text import clean_text
 from .core.verl_log import load_verl_log
@@ -208,11 +209,12 @@ def analyze_stream(rows: Iterable[Mapping[str, object]], trainer: str | None = N
                    source_format: str = "rows", max_steps: int = 0, alerts: Any = None,
                    observer: Callable[[Row, InstrumentCluster, set[str]], None] | None = None,
                    params: Mapping[str, Mapping[str, Any]] | None = None, warn_sooner: int | None = None,
-                   framework: str | None = None) -> Analysis:
+                   framework: str | None = None, keys: Mapping[str, Any] | None = None) -> Analysis:
     """Feed rows through a fresh cluster, keeping a downsampled series per gauge for display.
 
     ``framework`` (``trl``, ``verl``, ``openrlhf``; None: detected from the first rows' keys) says whose key
-    vocabulary the rows speak (``core/frameworks.py``).
+    vocabulary the rows speak (``core/frameworks.py``). ``keys`` maps quantities to the keys a custom loop logs
+    them under (``{"reward": "reward/g", "gold": "reward/f"}``, ``core/keymap.py``), over the alert file's ``keys:``.
 
     With ``alerts`` (an AlertConfig) the rules are evaluated row by row exactly as the
     live callback does (no cooldown: offline there is no wall clock to wait on).
@@ -220,6 +222,7 @@ def analyze_stream(rows: Iterable[Mapping[str, object]], trainer: str | None = N
     records its series there, in the same pass).
     """
     params = merge_params(alerts.gauge_params if alerts is not None else None, params)
+    keymap = KeyMap(merge_keys(getattr(alerts, "keys", None), keys))  # a bad mapping fails before any row is read
     if framework is None:
         framework, rows = detect_framework_of(rows)
     if trainer is None and get_profile(framework) is not None:
@@ -228,9 +231,9 @@ def analyze_stream(rows: Iterable[Mapping[str, object]], trainer: str | None = N
         # Rules and observers read the gauges row by row; a cluster still detecting its family holds its
         # first rows back and feeds them in one go, so rules would never see them (an alert in the first
         # rows was missed). Detect first, on the same rows, then replay every row with the family known.
-        trainer, rows = detect_trainer(rows)
+        trainer, rows = detect_trainer(rows, keymap, framework)
     cluster = InstrumentCluster(trainer=trainer, max_steps=max_steps, params=params,
-                                warn_sooner=resolve_warn_sooner(warn_sooner, alerts), framework=framework)
+                                warn_sooner=resolve_warn_sooner(warn_sooner, alerts), framework=framework, keys=keymap)
     engine = None
     events: list[Any] = []
     if alerts is not None:
@@ -272,12 +275,14 @@ def analyze_stream(rows: Iterable[Mapping[str, object]], trainer: str | None = N
                     first or 0, cluster.last_step, alerts=events if engine is not None else None)
 
 
-def detect_trainer(rows: Iterable[Mapping[str, object]]) -> tuple[str | None, Iterator[Mapping[str, object]]]:
+def detect_trainer(rows: Iterable[Mapping[str, object]], keys: KeyMap | None = None, framework: str | None = None
+                   ) -> tuple[str | None, Iterator[Mapping[str, object]]]:
     """(family, the same rows again): the family an auto-detecting cluster settles on, decided by the same
-    rule (a throwaway cluster over the first rows), and an iterator that replays every row from the start."""
+    rule (a throwaway cluster over the first rows, reading the same keys), and an iterator that replays every row
+    from the start."""
     it = iter(rows)
     seen: list[Mapping[str, object]] = []
-    probe = InstrumentCluster()
+    probe = InstrumentCluster(keys=keys, framework=framework)
     for raw in it:
         seen.append(raw)
         if isinstance(raw, Mapping):
@@ -338,18 +343,20 @@ def load_any(path: str) -> LoadedLog:
 
 def analyze_path(path: str, trainer: str | None = None, alerts: Any = None,
                  params: Mapping[str, Mapping[str, Any]] | None = None, warn_sooner: int | None = None,
-                 framework: str | None = None) -> Analysis:
+                 framework: str | None = None, keys: Mapping[str, Any] | None = None) -> Analysis:
     """Read any supported log (file or W&B offline run) and analyse it (raises LogReadError on bad input).
 
     ``params`` are gauge parameters over the alert file's, e.g. ``{"reward": {"gold": ["verifier"]}}``;
-    ``warn_sooner`` rows come off every warn rule's hold (``InstrumentCluster``; None: the alert file's, else 0).
+    ``warn_sooner`` rows come off every warn rule's hold (``InstrumentCluster``; None: the alert file's, else 0);
+    ``keys`` name the keys a custom loop logs (``analyze_stream``).
     """
     warn_sooner = resolve_warn_sooner(warn_sooner, alerts)  # a bad value says so before a large log is read
+    KeyMap(merge_keys(getattr(alerts, "keys", None), keys))  # and a bad mapping
     log: LoadedLog = load_any(path)
     max_steps = log.meta.get("max_steps") if isinstance(log.meta, dict) else 0
     analysis = analyze_stream(log.rows, trainer, source=str(path), source_format=log.source_format,
                               max_steps=int(max_steps) if isinstance(max_steps, (int, float)) else 0, alerts=alerts,
-                              params=params, warn_sooner=warn_sooner, framework=framework)
+                              params=params, warn_sooner=warn_sooner, framework=framework, keys=keys)
     analysis.skipped_lines = sum(int(log.meta.get(k) or 0) for k in ("skipped_lines", "text_lines"))  # type: ignore[call-overload]
     if log.meta.get("rollouts") is not None:
         from .rollouts_offline import add_evidence
@@ -421,6 +428,7 @@ def render_text(analysis: Analysis, color: bool | None = None, stream: Any = Non
         nums = c(nums)
         spark = sparkline(analysis.sparks.get(gid, [])) if st != "no-data" else ""
         lines.append(f"  {GAUGE_TITLES[gid][:24]:<24} {paint(f'{st:<8}', st)} {spark:<24}  {nums}")
+    lines.extend(render_keys(s.get("keys") or {}, fam, c))
     findings = list(s["findings"])
     diagnoses = [f for f in findings if f["gauge"] == DIAGNOSIS_ID]
     if diagnoses:  # the cross-gauge picture leads: one named pattern says more than five findings
@@ -454,6 +462,38 @@ def render_text(analysis: Analysis, color: bool | None = None, stream: Any = Non
 
                 lines.extend(f"                 e.g. {c(x)}" for x in evidence_lines(f["evidence"][:2], width=100))
     return "\n".join(lines)
+
+
+def render_keys(keys: Mapping[str, Any], family: str, c: Callable[[object], str] = clean_text) -> list[str]:
+    """The keys section of the text output: which custom key fed which gauge (by the user's mapping or by its
+    name, with the confidence), the keys no gauge read, and the ``--map`` that would read the most telling of
+    them. Nothing for a log every key of which TRL's or a framework's names already explain."""
+    out: list[str] = []
+    read = keys.get("read") or []
+    if read:
+        out += ["", "Keys read by meaning (custom names):"]
+        for e in read:
+            how = "your map" if e["by"] == "map" else f"by name, confidence {e['confidence']:.0%}"
+            to = ", ".join(e["gauges"]) or "no gauge"
+            out.append(f"  {c(e['key'])[:40]:<40} -> {c(e['as']):<28} ({how}) -> {c(to)}")
+    replaced = keys.get("replaced") or {}
+    if replaced:
+        out.append("Keys your map overrode (not read): " +
+                   c(", ".join(f"{k} ({v})" for k, v in replaced.items())))
+    unread = keys.get("unread") or []
+    suggest = keys.get("suggest") or []
+    if suggest or (unread and read):
+        more = keys.get("unread_more", 0)
+        if unread:
+            out.append(f"Keys no gauge read: {c(', '.join(unread))}" + (f" (and {more} more)" if more else ""))
+        if suggest:
+            out.append("To read more of them: " + " ".join(f"--map {c(x)}" for x in suggest) +
+                       (" --family grpo" if family == "sft" and any(x.startswith(("reward=", "kl=", "entropy="))
+                                                                      for x in suggest) else ""))
+        if family == "sft" and any(x.startswith(("reward=", "gold=", "kl=")) for x in suggest):
+            out.append("Read as SFT because no reward was recognised, yet some keys look like an RL loop's: if it "
+                       "is one, name its reward with --map, or the verdict above judges only the loss.")
+    return out
 
 
 def render_json(analysis: Analysis) -> str:

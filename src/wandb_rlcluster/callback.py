@@ -20,6 +20,7 @@ from .alerts.notify import Notifier, clamp_wait
 from .core import GAUGE_IDS, InstrumentCluster
 from .core.cluster import check_warn_sooner, checked_params, resolve_warn_sooner
 from .core.findings import Finding
+from .core.keymap import merge_keys
 from .core.keys import canonical_family, to_float
 from .core.rollouts import ROLLOUT_GAUGES, RolloutStats, evidence_focus
 from .core.text import clean_text
@@ -98,6 +99,8 @@ class RLClusterCallback(TrainerCallback, ExportableState):
             proxy, and the reward gauge reports the proxy-gold gap and fires when the proxy keeps rising
             while the gold stalls or falls (over-optimisation). Also settable in alerts.yaml
             (``gold_rewards: [...]``); this argument wins.
+        keys: which logged key is what, where a trainer logs under its own names (``{"reward": "reward/g",
+            "gold": "reward/f"}``, ``core/keymap.py``); over alerts.yaml's ``keys:``; always wins over recognised names.
         warn_sooner: logged rows taken off every warn rule's hold, and off the ``for:`` of every warn-severity
             alert rule (0-3; never under one row; stop rules keep theirs, but with ``stop_on="warn"`` a warning
             stops, so stops come sooner too: a warning says so). The default holds are the benchmark's balance of
@@ -149,6 +152,7 @@ class RLClusterCallback(TrainerCallback, ExportableState):
         gold_rewards: str | list[str] | tuple[str, ...] | None = None,
         warn_sooner: int | None = None,
         restored: bool = False,
+        keys: Mapping[str, Any] | None = None,
     ) -> None:
         if stop_on not in (None, "stop", "warn"):
             raise ValueError(f"stop_on must be 'stop', 'warn' or None, not {stop_on!r}")
@@ -211,8 +215,9 @@ class RLClusterCallback(TrainerCallback, ExportableState):
         self.gold_rewards = [gold_rewards] if isinstance(gold_rewards, str) else list(gold_rewards or [])
         if self.gold_rewards:
             gauge_params.setdefault("reward", {})["gold"] = self.gold_rewards
+        self.keys = merge_keys(self.alert_config.keys if self.alert_config else None, keys)  # which key is what
         self.cluster = InstrumentCluster(trainer=self.trainer, params=gauge_params, detect_rows=1,  # validates
-                                         warn_sooner=self.warn_sooner)
+                                         warn_sooner=self.warn_sooner, keys=self.keys)
         self.engine = AlertEngine(self.alert_config, warn_sooner=self.warn_sooner) if self.alert_config else None
         if self.warn_sooner and stop_on == "warn":
             logger.warning("rlcluster: warn_sooner=%d with stop_on='warn': every warning stops training, so stops "
@@ -359,7 +364,7 @@ class RLClusterCallback(TrainerCallback, ExportableState):
                 "sample_every": self.sample_every, "sample_tokens": self.sample_tokens,
                 "log_to_wandb": self.log_to_wandb, "wandb_min_interval": self.wandb_min_interval,
                 "prefix": self.prefix, "channel_wait": self.channel_wait, "gold_rewards": self.gold_rewards,
-                "warn_sooner": self.warn_sooner,
+                "warn_sooner": self.warn_sooner, "keys": self.keys,
                 **self.liveness_args, "restored": True,
             },
             "attributes": {"cluster_state": self.cluster.state_dict(),

@@ -55,9 +55,12 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     if code:
         return code
     gold = [g.strip() for item in (args.gold or []) for g in item.split(",") if g.strip()]
+    keys, problem = _parse_map(args.map)
+    if problem:
+        return _fail(problem)
     try:
         analysis = analyze_path(args.path, trainer, alerts=alerts, params={"reward": {"gold": gold}} if gold else None,
-                                warn_sooner=args.warn_sooner, framework=args.framework)
+                                warn_sooner=args.warn_sooner, framework=args.framework, keys=keys)
     except LogReadError as e:
         return _fail(str(e).splitlines()[0] if str(e) else "cannot read input")
     except MemoryError:
@@ -65,14 +68,34 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     except OSError as e:
         return _fail(f"cannot read {args.path!r}: {e.strerror or type(e).__name__}")
     if not analysis.cluster.recognised():
-        return _fail(f"{args.path!r} has no training metrics this tool knows (loss, grad_norm, reward, kl, "
-                     "rewards/margins, ...): is it a trainer log?")
+        return _fail(analysis.cluster.unmapped_message(args.path))
     out = render_json(analysis) if args.format == "json" else render_text(analysis)
     print(out)  # render_text escapes what came from the log; JSON escapes control characters itself
     verdict = analysis.verdict()
     if args.fail_on and SEVERITY_LEVEL[verdict] >= SEVERITY_LEVEL[args.fail_on]:
         return EXIT_FAIL_ON
     return EXIT_OK
+
+
+def _parse_map(items: list[str] | None) -> tuple[dict[str, object] | None, str | None]:
+    """``--map ROLE=KEY`` options as a mapping (``gold`` may repeat), or a one-line problem saying the fix."""
+    from .core.keymap import ALL_ROLES, GOLD_ROLE, canonical_role, check_keys
+
+    keys: dict[str, object] = {}
+    gold: list[str] = []
+    for item in items or []:
+        role, sep, key = item.partition("=")
+        if not sep or not key.strip():
+            return None, (f"--map {item!r}: expected QUANTITY=KEY, e.g. --map reward=reward/mean "
+                          f"(quantities: {', '.join(ALL_ROLES)})")
+        r = canonical_role(role) or role.strip()
+        if r == GOLD_ROLE:
+            gold.append(key.strip())
+            keys[r] = gold
+        else:
+            keys[r] = key.strip()  # a later --map for the same quantity wins
+    _, problems = check_keys(keys, "--map")
+    return (keys or None), (problems[0] if problems else None)
 
 
 def _load_alerts(path: str | None) -> tuple[object | None, int]:
@@ -99,10 +122,13 @@ def _cmd_watch(args: argparse.Namespace) -> int:
         alerts, code = _load_alerts(args.alerts)
         if alerts is None:
             return code
+    keys, problem = _parse_map(args.map)
+    if problem:
+        return _fail(problem)
     try:
         result = watch_path(args.run, framework=args.framework, alerts=alerts, journal=args.journal,
                             interval=args.interval, idle_timeout=args.idle_timeout, wait=args.wait,
-                            warn_sooner=args.warn_sooner)
+                            warn_sooner=args.warn_sooner, keys=keys)
     except WandbReadError as e:
         return _fail(str(e).splitlines()[0])
     if args.fail_on and SEVERITY_LEVEL[result.verdict] >= SEVERITY_LEVEL[args.fail_on]:
@@ -324,7 +350,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     a.add_argument("path", help="trainer_state.json, rows .json/.jsonl, stdout .log, or W&B history .csv")
     a.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
-    a.add_argument("--trainer", help=f"trainer family instead of auto-detection: {', '.join(FAMILIES)}, rloo, cpo")
+    a.add_argument("--trainer", "--family", dest="trainer",
+                   help=f"trainer family instead of auto-detection: {', '.join(FAMILIES)}, rloo, cpo")
+    a.add_argument("--map", metavar="QUANTITY=KEY", action="append",
+                   help="which logged key is what, for a custom loop: reward=reward/g, gold=reward/f (a held-out score "
+                        "the reward is judged against; repeatable), entropy=, kl=, length=, lr=, loss=, grad_norm=, "
+                        "reward_std=, eval_loss=, step=. Always wins over names the tool recognises; over the --alerts "
+                        "file's keys:")
     a.add_argument("--framework", choices=FRAMEWORKS,
                    help="whose metric names the log speaks, instead of auto-detection (verl: step:N console logs "
                         "or W&B runs; openrlhf: W&B runs with train/<key>)")
@@ -402,6 +434,8 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--wait", type=float, default=0.0, help="wait this long for a run to appear (default: not)")
     w.add_argument("--warn-sooner", metavar="N", type=int, default=None, choices=range(WARN_SOONER_MAX + 1),
                    help="as in `rlcluster analyze`")
+    w.add_argument("--map", metavar="QUANTITY=KEY", action="append", help="as in `rlcluster analyze`: which logged "
+                   "key is what, for a loop with its own names (reward=reward/g, gold=reward/f, ...)")
     w.add_argument("--fail-on", choices=("warn", "stop"), help="exit 1 when the verdict reaches this severity")
     w.set_defaults(func=_cmd_watch)
 

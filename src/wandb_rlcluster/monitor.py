@@ -22,6 +22,7 @@ from .alerts.notify import Notifier
 from .core import InstrumentCluster
 from .core.cluster import resolve_warn_sooner
 from .core.findings import Finding
+from .core.keymap import KeyMap, merge_keys
 from .core.text import clean_text
 
 logger = logging.getLogger("wandb_rlcluster")
@@ -62,13 +63,15 @@ class RowMonitor:
         journal: where alerts are journaled (``alerts.jsonl``); None keeps no journal.
         stop_on: ``"stop"``: a stop-severity alert stops; ``"warn"``: warnings too; None: never.
         use_wandb: send firing alerts as ``wandb.alert`` on the active run.
+        keys: which logged key is what, for a custom loop (``{"reward": "reward/g", "gold": "reward/f"}``), over
+            the alert file's ``keys:`` (``core/keymap.py``).
     """
 
     def __init__(self, *, framework: str | None = None, alerts: Any = None, trainer: str | None = None,
                  params: Mapping[str, Mapping[str, Any]] | None = None, journal: str | os.PathLike[str] | None = None,
                  stop_on: str | None = "stop", use_wandb: bool = True, warn_sooner: int | None = None,
                  max_steps: int = 0, channel_wait: float = 2.0, clock: Callable[[], float] | None = None,
-                 run_name: str | None = None) -> None:
+                 run_name: str | None = None, keys: Mapping[str, Any] | None = None) -> None:
         if stop_on not in (None, "stop", "warn"):
             raise ValueError(f"stop_on must be 'stop', 'warn' or None, not {stop_on!r}")
         self.alert_config = load_alerts(alerts)
@@ -79,6 +82,7 @@ class RowMonitor:
         self.stop_on = stop_on
         self.trainer = trainer
         self.params = gauge_params or None
+        self.keys = KeyMap(merge_keys(getattr(self.alert_config, "keys", None), keys))  # a bad one fails here
         self.max_steps = max_steps
         self.framework = framework
         self._auto = framework is None  # detected from the rows: may be corrected while nothing was recognised
@@ -102,7 +106,8 @@ class RowMonitor:
     def _build(self, framework: str) -> None:
         self.framework = framework
         self.cluster = InstrumentCluster(trainer=self.trainer, params=self.params, detect_rows=1,
-                                         warn_sooner=self.warn_sooner, framework=framework, max_steps=self.max_steps)
+                                         warn_sooner=self.warn_sooner, framework=framework, max_steps=self.max_steps,
+                                         keys=self.keys)
 
     def feed(self, raw: Mapping[str, Any], step: int | None = None) -> Decision:
         """One logged row (any key spelling of the framework); never raises."""

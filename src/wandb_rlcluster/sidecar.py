@@ -19,7 +19,7 @@ import os
 import sys
 import time
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -325,10 +325,13 @@ def _newer(f: Path | None, t: float) -> bool:
 
 def watch_path(path: str, *, framework: str | None = None, alerts: Any = None, journal: str | None = None,
                interval: float = 1.0, idle_timeout: float = 600.0, wait: float = 0.0, stop_on: str | None = "stop",
-               warn_sooner: int | None = None, out: TextIO | None = None, live: bool | None = None) -> SidecarResult:
-    """Follow the run at ``path`` until it finishes; the ``rlcluster watch`` command in a function."""
+               warn_sooner: int | None = None, out: TextIO | None = None, live: bool | None = None,
+               keys: Mapping[str, Any] | None = None) -> SidecarResult:
+    """Follow the run at ``path`` until it finishes; the ``rlcluster watch`` command in a function (``keys``: which
+    logged key is what, as ``watch(run, keys=...)``)."""
     monitor = RowMonitor(framework=framework, alerts=alerts, stop_on=stop_on, use_wandb=False,
-                         warn_sooner=warn_sooner, journal=None)  # the journal goes beside the run, once it is found
+                         warn_sooner=warn_sooner, journal=None,  # the journal goes beside the run, once it is found
+                         keys=keys)
     p = Path(path)
     # started before the run it waits for: an older run in the same wandb directory is not it (a live run's file
     # is written at least every flush interval, 15 s by default)

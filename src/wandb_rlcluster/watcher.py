@@ -157,7 +157,7 @@ def watch(run: Any = None, framework: str | None = None, alerts: str | os.PathLi
           stop_on: str | None = "stop", on_stop: Callable[[Finding], Any] | None = None,
           journal: str | os.PathLike[str] | None = None, prefix: str = "rlcluster", log_to_run: bool = True,
           min_interval: float = 0.25, warn_sooner: int | None = None, max_steps: int = 0,
-          gold_rewards: list[str] | None = None) -> Watcher:
+          gold_rewards: list[str] | None = None, keys: Mapping[str, Any] | None = None) -> Watcher:
     """Watch a W&B run: every dict the loop logs goes through the gauges and the alert rules.
 
     Args:
@@ -173,6 +173,8 @@ def watch(run: Any = None, framework: str | None = None, alerts: str | os.PathLi
         max_steps: the planned number of steps, when known (some rules judge the run's progress).
         gold_rewards: held-out reward functions (``rewards/<name>/mean``); verl's and OpenRLHF's task score is
             already the gold of their profile.
+        keys: which logged key is what, for a loop with its own names: ``{"reward": "reward/g", "gold": "reward/f",
+            "entropy": "policy/entropy"}``; always wins over the names the tool recognises (``core/keymap.py``).
     """
     if run is None:
         wandb = sys.modules.get("wandb")
@@ -190,7 +192,7 @@ def watch(run: Any = None, framework: str | None = None, alerts: str | os.PathLi
     monitor = RowMonitor(framework=framework, alerts=alerts, trainer=trainer, params=params,
                          journal=journal if journal is not None else default_journal(run), stop_on=stop_on,
                          warn_sooner=warn_sooner, max_steps=max_steps,
-                         run_name=getattr(run, "name", None) or None)
+                         run_name=getattr(run, "name", None) or None, keys=keys)
     return Watcher(run, monitor, prefix=prefix, on_stop=on_stop, log_to_run=log_to_run, min_interval=min_interval)
 
 

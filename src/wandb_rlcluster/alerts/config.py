@@ -19,6 +19,7 @@ import yaml
 from ..core import DIAGNOSIS_ID, GAUGE_CLASSES, GAUGE_IDS, REPORTING_CLASSES
 from ..core.cluster import WARN_SOONER_MAX, check_warn_sooner
 from ..core.gauge import check_param
+from ..core.keymap import check_keys, role_problem
 from ..core.keys import FAMILIES, LIVE_INPUT_KEYS, TRL_LOGGED_KEYS, canonical_family, is_reward_function_key
 from ..core.readers import InputRefused, InputTooLarge, read_bounded
 from ..core.text import clean_text, did_you_mean
@@ -35,7 +36,7 @@ TEMPLATE_FIELDS = frozenset({"value", "step", "rule", "gauge", "severity", "run_
 RULE_KEYS = frozenset({"name", "gauge", "when", "finding", "min_severity", "for", "keep_firing_for", "severity",
                        "cooldown", "trainers", "title", "text", "inhibits", "channels", "enabled"})
 TOP_KEYS = frozenset({"version", "extends", "defaults", "gauges", "channels", "rules", "watchdog", "gold_rewards",
-                      "warn_sooner"})
+                      "warn_sooner", "keys"})
 #: What a rule's ``gauge`` may name: a gauge, or the cross-gauge diagnoses.
 RULE_GAUGES = (*GAUGE_IDS, DIAGNOSIS_ID)
 DEFAULT_KEYS = frozenset({"for", "cooldown", "keep_firing_for", "channels"})
@@ -123,6 +124,8 @@ class AlertConfig:
     watchdog: dict[str, Any] = field(default_factory=dict)  # validated `watchdog:` settings (see liveness.py)
     #: `warn_sooner:` rows off every warn hold (``InstrumentCluster``); None where no file sets it
     warn_sooner: int | None = None
+    #: `keys:` which logged key is what, for a custom loop (``core/keymap.py``): ``{"reward": ["reward/g"]}``
+    keys: dict[str, list[str]] = field(default_factory=dict)
 
     def rule(self, name: str) -> Rule | None:
         return next((r for r in self.rules if r.name == name), None)
@@ -155,6 +158,7 @@ class AlertConfig:
                        "line": r.line, "source": r.source} for r in self.rules],
             "watchdog": _json_safe(self.watchdog),
             "warn_sooner": self.warn_sooner,
+            "keys": {r: list(v) for r, v in self.keys.items()},
         }
 
     @classmethod
@@ -251,13 +255,16 @@ def _from_data(data: dict[str, Any], where: str) -> AlertConfig:
             else:  # another version's or an edited checkpoint: a resume must not fail on it
                 loc.warn(0, f"stored {e}; left out")
             warn_sooner = None
+    keys, key_problems = check_keys(data.get("keys") or None, "keys")
+    for problem in key_problems:
+        loc.err(0, problem)
     problems = loc.report()
     if problems:
         raise ConfigError(problems)
     sources = data.get("sources") or ()
     return AlertConfig(rules=rules, channels=channels, gauge_params=gauges,
                        sources=tuple(str(x) for x in sources) if isinstance(sources, (list, tuple)) else (),
-                       warnings=loc.report_warnings(), watchdog=watchdog, warn_sooner=warn_sooner)
+                       warnings=loc.report_warnings(), watchdog=watchdog, warn_sooner=warn_sooner, keys=keys)
 
 
 def safe_options(ctype: str, options: dict[str, Any]) -> dict[str, Any]:
@@ -561,7 +568,7 @@ def _raw_document(path: str, text: str, loc: _Loc) -> dict[str, Any] | None:
     if root is None:
         return None
     doc: dict[str, Any] = {"rules": [], "defaults": {}, "gauges": {}, "channels": {}, "extends": None,
-                           "watchdog": {}, "warn_sooner": None}
+                           "watchdog": {}, "warn_sooner": None, "keys": {}}
     for key, vnode, kline in _pairs(root):
         if key not in TOP_KEYS:
             loc.err(kline, f"unknown top-level section '{key}'{did_you_mean(key, TOP_KEYS)}; "
@@ -608,6 +615,8 @@ def _raw_document(path: str, text: str, loc: _Loc) -> dict[str, Any] | None:
                 loc.err(kline, f"'warn_sooner' must be a whole number of logged rows from 0 to {WARN_SOONER_MAX}, "
                                f"taken off every warn rule's hold (0 = the defaults), not {clean_text(repr(v), 40)}; "
                                "e.g. warn_sooner: 1")
+        elif key == "keys":  # which logged key is what (a custom loop): --map and watch(keys=...) win over it
+            doc["keys"] = _keys_section(loc, vnode, kline)
         elif key == "channels":
             if not isinstance(vnode, yaml.MappingNode):
                 loc.err(kline, "'channels' must map channel names to their settings")
@@ -628,6 +637,27 @@ def _raw_document(path: str, text: str, loc: _Loc) -> dict[str, Any] | None:
                 if r is not None:
                     doc["rules"].append(r)
     return doc
+
+
+def _keys_section(loc: _Loc, vnode: yaml.Node, kline: int) -> dict[str, list[str]]:
+    """``keys:`` checked entry by entry, each problem at its own line: ``{quantity: [logged keys]}``."""
+    if not isinstance(vnode, yaml.MappingNode):
+        loc.err(kline, "'keys' must map a quantity to the key your loop logs it under, e.g. "
+                       "keys: {reward: reward/mean, gold: true_score, entropy: policy/entropy}")
+        return {}
+    entries: dict[str, object] = {}
+    for role, node, line in _pairs(vnode):
+        value = _value(node)
+        problem = role_problem(role, value)
+        if problem:
+            loc.err(line, problem)
+            continue
+        entries[role] = value
+        _, problems = check_keys(entries)
+        for p in problems:  # the same key named for two quantities: reported where the second one is
+            loc.err(line, p)
+            entries.pop(role)
+    return check_keys(entries)[0]
 
 
 def _gauge_params(loc: _Loc, items: list[tuple[Any, int, Any]]) -> dict[str, dict[str, Any]]:
@@ -775,9 +805,11 @@ def load_config(path: str | os.PathLike[str] | None = None) -> AlertConfig:
     gauges: dict[str, dict[str, Any]] = {}
     watchdog: dict[str, Any] = {}
     warn_sooner: int | None = None
+    keys: dict[str, list[str]] = {}
     for loc, doc in docs:
         if doc["warn_sooner"] is not None:
             warn_sooner = doc["warn_sooner"]
+        keys.update(doc["keys"])
         defaults.update(doc["defaults"])
         watchdog.update(doc["watchdog"])
         channels.update(doc["channels"])
@@ -816,4 +848,4 @@ def load_config(path: str | os.PathLike[str] | None = None) -> AlertConfig:
     warnings = default_loc.report_warnings() + (user_loc.report_warnings() if user_loc else [])
     sources = tuple(loc.path for loc, _ in docs)
     return AlertConfig(rules=rules, channels=channels, gauge_params=gauges, sources=sources, warnings=warnings,
-                       watchdog=watchdog, warn_sooner=warn_sooner)
+                       watchdog=watchdog, warn_sooner=warn_sooner, keys=keys)

@@ -26,6 +26,7 @@ from .fundamentals import (
     SamplesGauge,
 )
 from .gauge import Gauge, check_param
+from .keymap import GOLD_ROLE, ROLES, KeyMap, readers, suggest_map
 from .keys import FAMILIES, Normalizer, Row, canonical_family, detect_family
 from .kl import KLGauge
 from .length import LengthGauge
@@ -138,6 +139,11 @@ class InstrumentCluster:
             Earlier warnings for more false ones: on the detection benchmark's seen seeds
             (``benchmarks/detection/FRONTIER.md``) 1 row takes the median delay from 0.278 to 0.25 of the run
             after onset and the healthy runs warned from 3.6 % to 8.4 %.
+        keys: the user's mapping of quantities to the keys the loop logs them under, ``{"reward": "reward/g",
+            "gold": "reward/f", "entropy": "policy/entropy"}`` (``core/keymap.py``): it always wins over names
+            recognised by TRL's, a framework's or a custom loop's vocabulary; ``gold`` keys become held-out rewards
+            the trained one is judged against.
+        recognise_keys: read a custom loop's keys by what their names mean (``policy/entropy``, ``optim/lr``, ...).
     """
 
     def __init__(
@@ -148,13 +154,18 @@ class InstrumentCluster:
         detect_rows: int = DETECT_ROWS,
         warn_sooner: int = 0,
         framework: str | None = None,
+        keys: Mapping[str, Any] | KeyMap | None = None,
+        recognise_keys: bool = True,
     ) -> None:
         self.warn_sooner = check_warn_sooner(warn_sooner)
+        self.keymap = keys if isinstance(keys, KeyMap) else KeyMap(keys)  # a bad mapping fails here, named
         self.detect_rows = max(1, detect_rows)
         # a framework's key profile (verl, OpenRLHF): its keys read by meaning, its family and gold reward implied
         profile = get_profile(framework)
         self.framework = profile.name if profile is not None else "trl"
         params = profile_params(profile, params)
+        if self.keymap.gold:  # the user's gold keys are held-out rewards: the reward gauge judges the proxy by them
+            params = _with_gold(params, self.keymap.gold)
         if trainer is None and profile is not None:
             trainer = profile.family
         self.family: str | None = canonical_family(trainer) if trainer else None
@@ -168,7 +179,7 @@ class InstrumentCluster:
             for gid in GOLD_AWARE:
                 self.params.setdefault(gid, {}).setdefault("gold", list(gold))
         self.max_steps = max_steps
-        self.normalizer = Normalizer(profile=profile)
+        self.normalizer = Normalizer(profile=profile, keymap=self.keymap or None, recognise=recognise_keys)
         self.gauges: dict[str, Gauge] = {}
         self.findings: list[Finding] = []
         self.rows = 0
@@ -312,6 +323,44 @@ class InstrumentCluster:
         """True once any gauge has read one of its inputs (the log is a training log at all)."""
         return any(g.rows_seen for gid, g in self.gauges.items() if gid != DIAGNOSIS_ID)
 
+    def key_report(self, limit: int = 60) -> dict[str, Any]:
+        """Which logged key fed which gauge, where a key was read by the user's mapping or by what its name means
+        (``read``: key, as, by, confidence, gauges); the keys no gauge read (``unread``); and the ``--map``
+        entries that would read the most telling of them (``suggest``), best guesses first."""
+        norm = self.normalizer
+        inputs = {g.id: g.inputs for g in GAUGE_CLASSES}
+        read = [{"key": raw, "as": canon, "by": by, "confidence": round(conf, 2), "gauges": readers(canon, inputs)}
+                for raw, (canon, by, conf) in list(norm.read_by_meaning.items())[:limit]]
+        unread = list(norm.unread)
+        mapped = {e["as"] for e in read}
+        roles = {role for role, canon in ROLES.items() if canon in mapped or canon in self.keys_seen}
+        if self.keymap.gold or self.params.get("reward", {}).get("gold"):
+            roles.add(GOLD_ROLE)
+        out: dict[str, Any] = {"read": read, "unread": unread[:limit]}
+        if len(unread) > limit:
+            out["unread_more"] = len(unread) - limit
+        if norm.replaced:
+            out["replaced"] = dict(list(norm.replaced.items())[:limit])
+        suggest = suggest_map(unread, roles)
+        if suggest:
+            out["suggest"] = suggest
+        if self.keymap:
+            out["map"] = self.keymap.as_dict()
+        return out
+
+    def unmapped_message(self, source: str) -> str:
+        """Why nothing was read, and how to say what the keys are: the keys seen and the ``--map`` to try."""
+        report = self.key_report(limit=12)
+        seen = report["unread"] + [k for k in report.get("replaced", {}) if k not in report["unread"]]
+        more = report.get("unread_more", 0)
+        keys = ", ".join(clean_text(k, 60) for k in seen) + (f" (and {more} more)" if more else "")
+        suggest = report.get("suggest") or ["reward=<your reward key>", "gold=<a held-out score, if any>"]
+        maps = " ".join(f"--map {clean_text(s, 80)}" for s in suggest)
+        family = "" if any(s.startswith(("loss=", "eval_loss=")) for s in suggest) else " --family grpo"
+        return (f"{source!r} has no key this tool reads by name (TRL's, verl's, OpenRLHF's or a custom loop's "
+                f"common ones); keys seen: {keys or 'none'}. Say which key is what, e.g.: rlcluster analyze "
+                f"{source} {maps}{family}")
+
     def verdict(self) -> str:
         worst = max((SEVERITY_RANK[f.severity] for f in self.findings), default=0)
         return {0: "ok", 1: "warn", 2: "stop"}[worst]
@@ -338,6 +387,7 @@ class InstrumentCluster:
             "verdict": self.verdict(),
             "gauges": gauges,
             "findings": [f.to_dict() for f in findings],
+            "keys": self.key_report(),
         }
 
     # -- checkpointing ---------------------------------------------------------
@@ -370,11 +420,27 @@ class InstrumentCluster:
         ]
 
 
+def _with_gold(params: Mapping[str, Any] | None, gold: list[str]) -> Any:
+    """``params`` with ``gold`` added to the reward gauge's gold rewards (a malformed ``params`` comes back as
+    given: the cluster's own check names what is wrong with it)."""
+    if params is not None and not isinstance(params, Mapping):
+        return params
+    out: dict[str, Any] = {g: (dict(ps) if isinstance(ps, Mapping) else ps) for g, ps in (params or {}).items()}
+    reward = out.setdefault("reward", {})
+    if isinstance(reward, dict):
+        have = reward.get("gold")
+        have = list(have) if isinstance(have, (list, tuple)) else ([] if have is None else have)
+        if isinstance(have, list):
+            reward["gold"] = have + [g for g in gold if g not in have]
+    return out
+
+
 def analyze_rows(rows: Iterable[Mapping[str, object]], trainer: str | None = None,
                  params: Mapping[str, Mapping[str, Any]] | None = None, max_steps: int = 0,
-                 warn_sooner: int = 0) -> InstrumentCluster:
-    """Run a whole log through a fresh cluster and finalize it."""
-    cluster = InstrumentCluster(trainer=trainer, params=params, max_steps=max_steps, warn_sooner=warn_sooner)
+                 warn_sooner: int = 0, keys: Mapping[str, Any] | None = None) -> InstrumentCluster:
+    """Run a whole log through a fresh cluster and finalize it (``keys``: which logged key is what)."""
+    cluster = InstrumentCluster(trainer=trainer, params=params, max_steps=max_steps, warn_sooner=warn_sooner,
+                                keys=keys)
     for r in rows:
         if isinstance(r, Mapping):
             cluster.update(r)

@@ -13,6 +13,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .keymap import ROLES, KeyMap, guess_key
+
 # Raw name -> canonical name. Canonical names are TRL 1.x's own.
 ALIASES: dict[str, str] = {
     "completion_length": "completions/mean_length",
@@ -86,6 +88,23 @@ def is_reward_function_key(key: str) -> bool:
     parts = key.split("/")
     return len(parts) == 3 and parts[0] == "rewards" and bool(parts[1]) and parts[2] in ("mean", "std")
 SUMMARY_KEYS = frozenset({"train_runtime", "train_loss", "total_flos"})
+
+#: Canonical keys a gauge, TRL or a framework profile gives a meaning: a key outside these (and the prefixes below)
+#: is a custom loop's own name, which is read by what its name means (``keymap.py``) or reported as unread.
+KNOWN_KEYS = TRL_LOGGED_KEYS | LIVE_INPUT_KEYS | frozenset(ALIASES.values()) | frozenset({
+    "step", "policy/entropy_avg", "val/contain_eos_token", "efficiency/tokens_per_s", "log_odds_ratio",
+    "log_odds_chosen", "nll_loss", "mean_reward"})
+KNOWN_PREFIXES = ("eval_", "rewards/", "rollouts/", "rlcluster/")
+#: Canonical keys that only a training row carries: a row with one of them and an ``eval_*`` key (a custom loop
+#: that logs its evaluation beside its training numbers) is a training row.
+TRAIN_ONLY_KEYS = frozenset({"loss", "reward", "kl", "entropy", "grad_norm", "learning_rate"})
+#: Keys whose resolution is recorded for the output (a hostile log with a new key on every row stays bounded).
+KEY_REPORT_MAX = 512
+
+
+def is_known_key(canonical: str) -> bool:
+    """True for a canonical key that TRL, a gauge or a framework profile gives a meaning."""
+    return canonical in KNOWN_KEYS or canonical.startswith(KNOWN_PREFIXES)
 
 FAMILIES = ("grpo", "dpo", "kto", "orpo", "online_dpo", "ppo", "reward", "sft")
 
@@ -222,6 +241,16 @@ class Normalizer:
     _key_cache: dict[str, str | None] = field(default_factory=dict)
     #: a framework's key profile (``core/frameworks.py``), consulted before the TRL vocabulary
     profile: Any = None
+    #: the user's mapping (``keymap.KeyMap``): consulted first, and what it names no other key feeds
+    keymap: KeyMap | None = None
+    #: read a custom loop's keys by what their names mean (``keymap.guess_key``)
+    recognise: bool = True
+    #: raw key -> (canonical key, how: ``map`` or ``name``, confidence) for every key read by the user's mapping or
+    #: by its name; and the keys read under no meaning: raw key -> (the role its name suggests, confidence) or None
+    read_by_meaning: dict[str, tuple[str, str, float]] = field(default_factory=dict, repr=False, compare=False)
+    unread: dict[str, tuple[str, float] | None] = field(default_factory=dict, repr=False, compare=False)
+    #: raw keys the user's mapping replaced (another key was named for what they mean)
+    replaced: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
     last_step: int = 0
     offset: int = 0
     count: int = 0
@@ -240,11 +269,44 @@ class Normalizer:
         try:
             return self._key_cache[raw]
         except KeyError:
-            known, canon = self.profile.canonical(raw) if self.profile is not None else (False, None)
-            if not known:
-                canon = _canonical_key(raw)
+            canon = self._resolve(raw)
             self._key_cache[raw] = canon
             return canon
+
+    def _resolve(self, raw: str) -> str | None:
+        """The canonical key of a raw key: the user's mapping, else the framework's or TRL's name, else (for a
+        name none of them knows) what the name means, when it says so with confidence."""
+        keymap = self.keymap
+        room = len(self.read_by_meaning) + len(self.unread) < KEY_REPORT_MAX
+        if keymap is not None and raw in keymap.raw:
+            canon: str | None = keymap.raw[raw]
+            if room:
+                self.read_by_meaning[raw] = (canon, "map", 1.0)  # type: ignore[assignment]
+            return canon
+        known, canon = self.profile.canonical(raw) if self.profile is not None else (False, None)
+        if not known:
+            canon = _canonical_key(raw)
+        if canon is None:
+            return None
+        if keymap is not None and canon in keymap.claimed:
+            if room:
+                self.replaced[raw] = canon
+            return None  # the user named another key for this: theirs is read
+        if not self.recognise or is_known_key(canon):
+            return canon
+        guess = guess_key(canon)
+        if guess is not None and guess.applied:
+            target = ROLES[guess.role]
+            if keymap is None or target not in keymap.claimed:
+                if room:
+                    self.read_by_meaning[raw] = (target, "name", guess.confidence)
+                return target
+            if room:  # the user named another key for what this name means: kept under its own name, unread
+                self.replaced[raw] = target
+            return canon
+        if room:
+            self.unread[raw] = (guess.role, guess.confidence) if guess is not None else None
+        return canon
 
     def normalize(self, raw: Mapping[str, object]) -> Row | None:
         """A Row, or None if the mapping holds nothing usable."""
@@ -365,7 +427,7 @@ def _row_kind(keys: Iterable[str]) -> str:
     """``summary`` (the trainer's end-of-training row), ``eval`` or ``train``, from a row's canonical keys."""
     if not SUMMARY_KEYS.isdisjoint(keys) and "loss" not in keys:
         return "summary"
-    if "loss" not in keys and any(k.startswith("eval_") for k in keys):
+    if TRAIN_ONLY_KEYS.isdisjoint(keys) and any(k.startswith("eval_") for k in keys):
         return "eval"
     return "train"
 
@@ -398,4 +460,6 @@ def detect_family(keys: Iterable[str]) -> str:
         return "grpo"
     if has("accuracy") and (has("margin") or has("mean_reward")):
         return "reward"
+    if has("reward") or has("reward_std"):  # no supervised trainer logs a policy's reward: an RL loop
+        return "grpo"
     return "sft"
