@@ -349,6 +349,14 @@ CATALOG: tuple[Rule, ...] = (
        "over-optimisation: the policy learns the proxy's loopholes",
        "keep the checkpoint from before the divergence; raise beta; fix the proxy",
        "Proxy up while gold stalls or falls is over-optimisation (Gao et al. 2023).", INSTRUMENTS),
+    _r("reward", "proxy-outpaces-gold", "proxy reward vs gold reward, both rates in [0, 1]: each one's gain as a share "
+       "of its headroom (1 - its start), against its own row-to-row noise",
+       "the proxy up `gold_gap_sigma` standard errors while the gold's share, at `gold_share_z` standard errors above, "
+       "is under `gold_share` of the proxy's at `gold_share_z` below, held `gold_share_for` rows",
+       ("gold_share", "gold_share_z", "gold_share_for", "gold_gap_sigma"),
+       "reward hacking: the proxy is paid for something the gold does not measure (a gold rising by a sliver "
+       "beside it, statistically real or not)",
+       "read samples the proxy scores high and the gold low; fix the proxy or train on the gold", "none", ""),
     _r("reward", "reward-component-saturated", "rewards/<fn>/mean and /std per reward function",
        "the one rising component pinned at its peak with std near 0, others flat, held `saturated_for` rows",
        ("component_gain_sigma", "component_dead", "saturated_for"),

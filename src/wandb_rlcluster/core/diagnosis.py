@@ -47,6 +47,10 @@ _RISING = ("reward/reward-shift-up", "reward/reward-hacking", "reward/reward-com
 _DRIFT = ("length/length-trend-up", "length/length-grew", "length/length-explosion", "kl/kl-growing", "kl/kl-warn",
           "kl/kl-stop", "reward_signal/length-reward-correlation", "length/length-paid")
 _KL_UP = ("kl/kl-growing", "kl/kl-warn", "kl/kl-stop")
+# the gold's gain a small fraction of the proxy's, each in shares of its headroom: hacking the gold itself names
+_OUTPACED = "reward/proxy-outpaces-gold"
+# what a gold reward says against the proxy: either confirms the hacking whatever else fires
+_GOLD_DISAGREES = ("reward/proxy-gold-divergence", _OUTPACED)
 
 PATTERNS: tuple[Pattern, ...] = (
     Pattern(
@@ -68,7 +72,7 @@ PATTERNS: tuple[Pattern, ...] = (
     ),
     Pattern(
         "reward-hacking", "Reward hacking",
-        (((_RISING, _DRIFT), 2),),
+        (((_RISING, _DRIFT), 2), (((_OUTPACED,),), 1)),
         "the reward rose the way a loophole pays, with length or KL moving with it: read samples from the first "
         "step named here, add a length penalty or cap, raise beta; log a held-out gold reward (weight 0 in "
         "reward_weights) so the next run can tell hacking from learning.",
@@ -106,7 +110,8 @@ class Diagnoser(Gauge):
     row. A diagnosis fires once when its pattern holds and resolves after it has not held for a
     few rows, like any rule. With gold rewards configured, a rise the gold reward confirms is
     learning, not hacking: ``reward-hacking`` stands down while the gold rises with the proxy
-    (``reward/gold-rising``); a gold that is merely logged and flat confirms nothing.
+    (``reward/gold-rising``); a gold that is merely logged and flat confirms nothing, and a proxy far outpacing
+    its gold (``reward/proxy-outpaces-gold``) is reward hacking by itself.
     """
 
     id = DIAGNOSIS_ID
@@ -176,7 +181,7 @@ class Diagnoser(Gauge):
         settling = False
         for pat in PATTERNS:
             hits = self._holding(pat)
-            if (hits and pat.name == "reward-hacking" and gold and "reward/proxy-gold-divergence" not in self.active
+            if (hits and pat.name == "reward-hacking" and gold and not self._gold_disagrees()
                     and "reward/gold-rising" in self.active):
                 hits = None  # the gold reward rises with the proxy: the gains are real (a flat gold says nothing)
             first = min((self.active[k][0] for k in hits), default=self.step) if hits else self.step
@@ -189,17 +194,18 @@ class Diagnoser(Gauge):
         self.derived["active_findings"] = float(len(self.active))
         self.derived["diagnoses"] = float(len(self.firing()))
 
+    def _gold_disagrees(self) -> bool:
+        return any(k in self.active for k in _GOLD_DISAGREES)
+
     def _message(self, pat: Pattern, hits: list[str], first: int) -> str:
         hits = sorted(set(hits), key=lambda k: (self.active[k][0], k))
         evidence = "; ".join(f"{k} since step {self.active[k][0]}" for k in hits)
         qualifier = ""
         if pat.name == "reward-hacking":
-            qualifier = (" (confirmed: the gold reward disagrees)" if "reward/proxy-gold-divergence" in self.active
+            qualifier = (" (confirmed: the gold reward disagrees)" if self._gold_disagrees()
                          else " (likely: the gold reward does not rise with it)" if self.p["gold"]
                          else " (likely; no gold reward logged to confirm)")
-        detail = ""
-        if "reward/proxy-gold-divergence" in hits:
-            detail = " " + self.active["reward/proxy-gold-divergence"][2]
+        detail = "".join(" " + self.active[k][2] for k in _GOLD_DISAGREES if k in hits)
         return (f"{pat.title}{qualifier}, since step {first}: {evidence}.{detail} What to do: {pat.todo}")
 
     # the inbox is transient (emptied every row); the firing set is what a resumed run needs

@@ -265,6 +265,7 @@ class RewardGauge(Gauge):
                "margin_peak", "chosen_ewma", "reward_noise", "volatility_ratio", "volatile_evidence", "shift_up",
                "shift_down", "gold", "gold_ewma", "gold_peak", "proxy_gold_gap", "proxy_gain_since_gold_peak",
                "gold_trend_t", "gold_half_t", "margin_recent_t", "plateau_gain_ucb", "gold_drop",
+               "proxy_headroom_gain", "gold_headroom_gain", "gold_share_ucb",
                *ROLLOUT_OUTPUTS["reward"])
     defaults = {
         "window": 15, "min_rows": 50, "warmup_share": 0.08, "plateau_t": 1.0, "plateau_for": 20,
@@ -280,6 +281,7 @@ class RewardGauge(Gauge):
         "gold": [], "gold_stall_rows": 15, "gold_gap_sigma": 3.0, "gold_for": 10, "gold_stall_t": 0.5, "gold_half": 0,
         "gold_alpha": 0.1, "gold_drop_se": 4.0, "gold_drop_for": 3, "gold_rho": 0.3, "gold_noise_rows": 60,
         "gold_explained_se": 2.0, "gold_stall_se": 4.0, "gold_rising_t": 2.0,
+        "gold_share": 0.1, "gold_share_z": 2.0, "gold_share_for": 3,
         "component_gain_sigma": 4.0, "component_flat_sigma": 1.0, "component_for": 10, "component_dead": 0.01,
         "saturated_for": 50,
         "margin_collapse": 0.5, "margin_collapse_se": 3.0, "margin_peak_min": 0.2, "accuracy_chance": 0.55,
@@ -343,6 +345,11 @@ class RewardGauge(Gauge):
         self.comps_at_half: list[dict[str, float]] = [{}, {}]
         self.coupling = GoldCoupling(self.p["gold_noise_rows"], self.p["gold_alpha"])
         self.gold_runs = [0, 0]  # consecutive rows the (after-peak, coupled) divergence has held
+        # the proxy's lead over the gold in shares of their headroom: both must be rates in [0, 1], and each gain is
+        # read against the row-to-row noise of its own series
+        self.gold_row_noise = DiffNoise(30)
+        self.gold_unit = True
+        self.comps_at_gold_start: dict[str, float] = {}
         self.components: dict[str, _Component] = {}
         self._comp_keys: tuple[tuple[str, str, str], ...] = ()
         self._row_width = -1
@@ -636,6 +643,8 @@ class RewardGauge(Gauge):
             self.half_levels = [*self.half_levels[2:], e, ge]
         if not self.gold_first.full:
             self.gold_first.push(g)
+        self.gold_row_noise.push(g)
+        self.gold_unit = self.gold_unit and 0.0 <= g <= 1.0
         n = self.reward_rows
         # the peak of an EWMA that has seen a handful of rows is one noisy row: track it once the start is in
         peaked = ge > self.gold_peak and self.gold_first.full
@@ -654,6 +663,8 @@ class RewardGauge(Gauge):
             self.comps_at_half = [self.comps_at_half[1], dict(cp.ep)]
         if not (self.first.full and self.gold_first.full):
             return
+        if not self.comps_at_gold_start:
+            self.comps_at_gold_start = dict(cp.ep)
         proxy_sigma = max(self.first.std(), _floor(self.first.mean()))
         gold_sigma = max(self.gold_first.std(), _floor(self.gold_first.mean()))
         proxy_gain = (e - self.first.mean()) / proxy_sigma
@@ -677,7 +688,10 @@ class RewardGauge(Gauge):
         d["gold_half_t"] = ght
         # the gold confirming the proxy's gains: what lets the reward-hacking diagnosis stand down (a gold that is
         # merely logged, flat, confirms nothing)
-        self.check("gold-rising", self.gold_half.rows() >= 20 and ght >= p["gold_rising_t"], "info",
+        outpaced = self._gold_share(key, e, ge)
+        self.check("proxy-outpaces-gold", outpaced, "warn", key, e,
+                   lambda: self._outpaced_message(key, e, ge), for_=p["gold_share_for"], clear=10)
+        self.check("gold-rising", self.gold_half.rows() >= 20 and ght >= p["gold_rising_t"] and not outpaced, "info",
                    self.gold_keys[0], ge,
                    lambda: f"the gold reward {self.gold_names} rises with the trained reward (trend t={ght:.1f} over "
                    "the second half of the run so far): the gains are confirmed by the held-out check.", clear=5)
@@ -714,6 +728,45 @@ class RewardGauge(Gauge):
                    f"({gap:.1f} sigma of their early noise). The policy is learning the proxy's loopholes, not the "
                    f"task: keep the checkpoint from step {pstep}, then raise beta, fix the proxy, or stop earlier.",
                    clear=10)
+
+    def _gold_share(self, key: str, e: float, ge: float) -> bool:
+        """The proxy closed a share of its headroom the gold's gain is a small fraction of: reward hacking even
+        where the gold's tiny rise is statistically real.
+
+        Both are rates in [0, 1] (a pass rate, a judge's score), so each gain is read as the share of the way from
+        its start to a perfect 1 it has come (scale-free: a gold stuck at 0.1-0.6 % correct beside a proxy gone from
+        0.21 to 0.66 has come 0.4 % of its way, the proxy 57 %). The proxy's gain must stand ``gold_gap_sigma``
+        standard errors out of its own row-to-row noise, and the gold's share, at the top of its confidence interval
+        (``gold_share_z`` standard errors of its own noise), must be under ``gold_share`` of the proxy's share at the
+        bottom of its. A gold keeping pace with the trained component it shares noise with, while another component
+        carries the proxy's lead, is a format reward learned first (``_gold_follows``), not hacking.
+        """
+        p, d = self.p, self.derived
+        if not (self.vol_unit and self.gold_unit) or len(self.gold_row_noise) < 10 or len(self.r_noise) < 10:
+            return False
+        w = len(self.first)
+        se_p = self.r_noise.level_se(p["gold_alpha"], w)
+        se_g = self.gold_row_noise.level_se(p["gold_alpha"], len(self.gold_first))
+        p0, g0 = self.first.mean(), self.gold_first.mean()
+        room_p, room_g = max(1.0 - p0, 1e-3), max(1.0 - g0, 1e-3)
+        z = p["gold_share_z"]
+        proxy_share, gold_share = (e - p0) / room_p, (ge - g0) / room_g
+        proxy_low, gold_high = (e - p0 - z * se_p) / room_p, (ge - g0 + z * se_g) / room_g
+        d["proxy_headroom_gain"], d["gold_headroom_gain"] = proxy_share, gold_share
+        d["gold_share_ucb"] = gold_high / proxy_low if proxy_low > 0 else math.inf
+        if not (se_p == se_p and se_g == se_g) or e - p0 < p["gold_gap_sigma"] * se_p or proxy_low <= 0:
+            return False
+        return gold_high < p["gold_share"] * proxy_low and not self._gold_follows(
+            key, g0, ge, self.comps_at_gold_start, se_g)
+
+    def _outpaced_message(self, key: str, e: float, ge: float) -> str:
+        d, p0, g0 = self.derived, self.first.mean(), self.gold_first.mean()
+        return (f"reward hacking: the proxy {key} rose from {p0:.3g} to {e:.3g}, {d['proxy_headroom_gain']:.0%} of "
+                f"its way to 1, while the gold reward {self.gold_names} went from {g0:.3g} to {ge:.3g}, "
+                f"{d['gold_headroom_gain']:.1%} of its way (at most {d['gold_share_ucb']:.0%} of the proxy's share "
+                f"at {self.p['gold_share_z']:g} standard errors of each one's noise). The policy learns what the "
+                "proxy pays for, not the task: read samples the proxy scores high and the gold low, fix the proxy, "
+                "or train on the gold.")
 
     def _gold_follows(self, key: str, gold_then: float, gold_now: float, comps_then: Mapping[str, float],
                       se: float) -> bool:

@@ -173,6 +173,16 @@ def _with_gold(falls: bool, onset: int = 100) -> Maker:
     return make
 
 
+def _outpacing(proxy0: float, proxy_gain: float, gold0: float, gold_gain: float, gold_sd: float) -> Maker:
+    """A GRPO run whose proxy and gold rates both rise from row 40 over 100 rows, by the gains given: a gold
+    gaining a sliver of its headroom beside a proxy gaining most of its own, or the two rising together."""
+    def make(i: int, g: np.random.Generator) -> Row:
+        up = ramp(i, 40, 100)
+        gold = min(1.0, max(0.0, gold0 + gold_gain * up + gold_sd * g.normal()))
+        return {**grpo(i, g, reward=proxy0 + proxy_gain * up), "rewards/gold/mean": gold}
+    return make
+
+
 def _components(i: int, g: np.random.Generator, *, fmt: float, acc: float, fmt_std: float = 0.3) -> Row:
     z = g.normal(0.0, 1.0, 2)
     return {"rewards/fmt/mean": fmt + 0.04 * z[0], "rewards/fmt/std": fmt_std,
@@ -333,6 +343,9 @@ EXAMPLES: dict[tuple[str, str], Example] = {
     ("reward", "proxy-gold-divergence"): Example(
         "grpo", _with_gold(True), _with_gold(False),
         200, 100, 160, "rewards/gold/mean", GOLD),
+    ("reward", "proxy-outpaces-gold"): Example(
+        "grpo", _outpacing(0.2, 0.5, 0.005, 0.005, 0.002), _outpacing(0.4, 0.4, 0.3, 0.3, 0.03),
+        200, 40, 110, "rewards/gold/mean", GOLD),
     ("reward", "reward-component-saturated"): Example(
         "grpo", lambda i, g: {**grpo(i, g), **_components(i, g, fmt=min(1.0, 0.2 + 0.8 * ramp(i, 50, 40)), acc=0.3,
                                                         fmt_std=0.35 * (1 - ramp(i, 50, 40)))},
