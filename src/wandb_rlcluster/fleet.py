@@ -47,7 +47,7 @@ document.querySelectorAll('#runs th[data-sort]').forEach(th => th.addEventListen
   const rows = [...body.rows];
   rows.sort((a, b) => {
     const x = key(a), y = key(b);
-    const c = num ? parseFloat(x) - parseFloat(y) : x.localeCompare(y);
+    const c = num ? parseFloat(x) - parseFloat(y) : (x < y ? -1 : x > y ? 1 : 0);  // code points: as sorted() does
     return (c ? dir * c : 0) || (a.dataset.rank - b.dataset.rank);
   });
   rows.forEach(r => body.appendChild(r));

@@ -241,6 +241,8 @@ def _walk(top: str, problems: list[RunRecord]) -> list[str]:
             if d.startswith(".") or d in SKIP_DIRS or _checkpoint_step(d) >= 0:
                 continue
             full = os.path.join(root, d)
+            if os.path.islink(full):  # as os.walk: links are not followed (wandb's latest-run is a second name)
+                continue
             if _is_wandb_dir(full):
                 found.append(full)
                 continue
@@ -264,7 +266,7 @@ def _is_wandb_dir(path: str) -> bool:
 
 def _is_log_name(name: str) -> bool:
     lower = name.lower()
-    if lower in NOT_LOGS or lower.endswith(".index.json"):
+    if lower in NOT_LOGS or lower.endswith(".index.json") or "-debug-" in lower:  # wandb-core's own logs
         return False
     stem = lower[:-3] if lower.endswith(".gz") else lower
     return os.path.splitext(stem)[1] in LOG_SUFFIXES or stem.endswith(".wandb")
