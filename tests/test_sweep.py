@@ -19,6 +19,8 @@ import pytest
 
 from wandb_rlcluster.sweep import VERDICT_RANK
 
+from .test_hostile_input import unprivileged
+from .test_report_dashboard import CHROME_FLAGS, CHROMIUM
 from synthetic import generate_run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -195,12 +197,7 @@ def test_glob_and_single_file(sweep_dir: Path) -> None:
 
 
 def test_unreadable_file_is_a_row(tmp_path: Path) -> None:
-    prefix: list[str] = []
-    if os.geteuid() == 0:  # root reads anything: drop the capabilities that let it
-        setpriv = shutil.which("setpriv")
-        if setpriv is None:
-            pytest.skip("running as root without setpriv: cannot make a file unreadable")
-        prefix = [setpriv, "--bounding-set", "-dac_override,-dac_read_search"]
+    prefix = unprivileged()
     _jsonl(tmp_path / "ok.jsonl", generate_run("grpo", None, n_steps=120, seed=7).rows)
     locked = tmp_path / "locked.jsonl"
     _jsonl(locked, generate_run("grpo", None, n_steps=50, seed=8).rows)
@@ -217,10 +214,6 @@ def test_unreadable_file_is_a_row(tmp_path: Path) -> None:
     assert rows["ok.jsonl"]["verdict"] != "error"
 
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-CHROME_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                "--hide-scrollbars", "--window-size=1400,900"]
 # Test-only: click headers as a user would, and write the row order after each click into the DOM.
 CLICK_JS = """<script>
 window.addEventListener('load', () => {
@@ -249,7 +242,9 @@ def test_fleet_page_in_real_browser(sweep_dir: Path, tmp_path: Path) -> None:
     shot = tmp_path / "shot.png"
     subprocess.run([CHROMIUM, *CHROME_FLAGS, f"--user-data-dir={tmp_path / 'prof'}", f"--screenshot={shot}",
                     page_path.as_uri()], capture_output=True, timeout=120, check=True)
-    assert ImageStat.Stat(Image.open(shot).convert("L")).var[0] > 500  # drawn, not blank
+    img = Image.open(shot).convert("L")
+    table = img.crop((0, 0, img.width, min(img.height, 60 * len(runs))))  # the rows: the page below is empty
+    assert ImageStat.Stat(table).var[0] > 500  # drawn, not blank
     probe = tmp_path / "probe.html"
     probe.write_text(page.replace("</body>", CLICK_JS + "</body>"))
     dom = subprocess.run([CHROMIUM, *CHROME_FLAGS, f"--user-data-dir={tmp_path / 'prof2'}",

@@ -27,7 +27,7 @@ th{background:#f0f0f0;cursor:pointer;user-select:none;white-space:nowrap;positio
 th[aria-sort=ascending]::after{content:" \\25B2";font-size:10px}
 th[aria-sort=descending]::after{content:" \\25BC";font-size:10px}
 td.num{text-align:right;font-variant-numeric:tabular-nums} td.path{font-family:ui-monospace,monospace;font-size:12px}
-td.rule,td.sparks{white-space:nowrap}
+td.rule,td.sparks,td.path,td.diag{white-space:nowrap}
 .badge{display:inline-block;min-width:44px;text-align:center;border-radius:3px;padding:1px 6px;font-weight:600;
 color:#fff}
 .v-stop{background:#c62828}.v-warn{background:#ef8f00}.v-ok{background:#2e7d32}.v-error{background:#777}
@@ -117,7 +117,7 @@ def build_fleet_page(records: Sequence[RunRecord], title: str = "rlcluster sweep
             f'<td class="num" data-v="{i}">{i}</td>'
             f'<td data-v="{-VERDICT_RANK[r.verdict]}">{badge}</td>'
             f"{_text_cell(r.path, 'path')}{_num_cell(r.first_warn_step)}{_num_cell(r.first_stop_step)}"
-            f"{_text_cell(r.diagnosis)}"
+            f"{_text_cell(r.diagnosis, 'diag')}"
             f'<td class="rule" data-v="{escape(r.rule)}" title="{escape(r.message)}">{escape(r.rule) or "–"}</td>'
             f'<td class="sparks" data-v="{escape(" ".join(f.gauge for f in r.fired if f.step >= 0))}">{_sparks(r)}</td>'
             f"{_num_cell(r.rows if r.verdict != 'error' else None)}</tr>")
