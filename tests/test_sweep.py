@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from wandb_rlcluster.sweep import VERDICT_RANK
+from wandb_rlcluster import sweep
+from wandb_rlcluster.sweep import VERDICT_RANK, SweepOptions, analyze_sweep
 
 from .test_hostile_input import unprivileged
 from .test_report_dashboard import CHROME_FLAGS, CHROMIUM
@@ -148,6 +149,23 @@ def test_sweep_rows_match_single_file_analysis(sweep_dir: Path) -> None:
         assert (f"{serious[0]['gauge']}/{serious[0]['rule']}" if serious else "") == r["rule"]
 
 
+def test_alert_rules_in_a_sweep(sweep_dir: Path) -> None:
+    """With --alerts the rows are the alert rules' verdicts and steps, as `analyze FILE --alerts` gives them."""
+    p = cli("analyze", str(sweep_dir / "healthy"), str(sweep_dir / "faulty"), "--alerts", "--format", "json",
+            "--progress")
+    assert p.returncode == 0, p.stderr
+    runs = json.loads(p.stdout)["runs"]
+    assert len(runs) == 3
+    progress = [line for line in p.stderr.splitlines() if " runs" in line]  # not a TTY: a line per tenth
+    assert progress and progress[-1].split("] ")[1].startswith("3/3 runs")
+    for r in runs:
+        alone = json.loads(cli("analyze", r["path"], "--alerts", "--format", "json").stdout)
+        assert alone["verdict"] == r["verdict"]
+        fired = sorted((e for e in alone["alerts"] if e["kind"] == "firing" and e["severity"] != "info"),
+                       key=lambda e: e["step"])
+        assert (fired[0]["step"] if fired else None) == r["first_warn_step"]
+
+
 def test_formats_agree(sweep_dir: Path) -> None:
     _, out = _sweep_json(sweep_dir)
     order = [r["path"] for r in out["runs"]]
@@ -212,6 +230,34 @@ def test_unreadable_file_is_a_row(tmp_path: Path) -> None:
     rows = {Path(r["path"]).name: r for r in json.loads(p.stdout)["runs"]}
     assert rows["locked.jsonl"]["verdict"] == "error" and "locked.jsonl" in rows["locked.jsonl"]["reason"]
     assert rows["ok.jsonl"]["verdict"] != "error"
+
+
+_ANALYZE_ONE = sweep.analyze_one
+
+
+def _dies_on_boom(path: str, options: SweepOptions) -> sweep.RunRecord:
+    """The worker's function, except that a run named boom kills its process (as the OOM killer would)."""
+    if path.endswith("boom.jsonl"):
+        os._exit(9)
+    return _ANALYZE_ONE(path, options)
+
+
+def test_a_run_that_kills_its_process_is_a_row(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker killed mid-run takes its pool down: the other runs are analysed again, the culprit is a row."""
+    paths = []
+    for seed in range(4):
+        _jsonl(tmp_path / f"run{seed}.jsonl", generate_run("grpo", None, n_steps=80, seed=seed).rows)
+        paths.append(str(tmp_path / f"run{seed}.jsonl"))
+    _jsonl(tmp_path / "boom.jsonl", generate_run("grpo", None, n_steps=80, seed=9).rows)
+    paths.insert(2, str(tmp_path / "boom.jsonl"))
+    monkeypatch.setattr(sweep, "analyze_one", _dies_on_boom)  # forked workers inherit the patched module
+    seen: list[int] = []
+    records = analyze_sweep(paths, SweepOptions(), jobs=2, progress=lambda done, total, rec: seen.append(done))
+    by_name = {Path(r.path).name: r for r in records}
+    assert sorted(by_name) == sorted(Path(p).name for p in paths)
+    assert by_name["boom.jsonl"].verdict == "error" and "died" in by_name["boom.jsonl"].reason
+    assert all(r.verdict != "error" for name, r in by_name.items() if name != "boom.jsonl")
+    assert seen == list(range(1, len(paths) + 1))  # each run counted once, retries included
 
 
 # Test-only: click headers as a user would, and write the row order after each click into the DOM.

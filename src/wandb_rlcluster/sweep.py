@@ -16,7 +16,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
@@ -298,23 +298,33 @@ def analyze_sweep(paths: Sequence[str], options: SweepOptions, jobs: int | None 
         if progress is not None:
             progress(len(records), len(paths), rec)
 
-    if jobs == 1:
-        for p in paths:
-            done(analyze_one(p, options))
+    if len(paths) == 1:  # one run: in this process, as `rlcluster analyze FILE` reads it
+        done(analyze_one(paths[0], options))
         return rank(records)
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
-        futures: dict[Future[RunRecord], str] = {pool.submit(analyze_one, p, options): p for p in paths}
-        pending = set(futures)
-        while pending:
-            from concurrent.futures import FIRST_COMPLETED, wait
-
-            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
-            for fut in finished:
-                try:
-                    done(fut.result())
-                except BrokenProcessPool:
-                    done(error_record(futures[fut], "the process analysing it died (out of memory?)"))
+    broken = _pooled(paths, options, jobs, done)
+    if broken:  # a worker died (killed, out of memory) and took the runs it shared the pool with: again, fresh
+        broken = _pooled(broken, options, jobs, done)
+    for p in broken:  # still dying: one process per run, so the run that kills its process fails alone
+        again = _pooled([p], options, 1, done)
+        if again:
+            done(error_record(p, "the process analysing it died (out of memory, or killed)"))
     return rank(records)
+
+
+def _pooled(paths: Sequence[str], options: SweepOptions, jobs: int, done: Callable[[RunRecord], None]) -> list[str]:
+    """Analyse ``paths`` in a pool of ``jobs`` processes, handing each row to ``done``; returns the paths whose
+    process died before answering."""
+    broken: list[str] = []
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        futures = {pool.submit(analyze_one, p, options): p for p in paths}
+        for fut in as_completed(futures):
+            try:
+                rec = fut.result()
+            except BrokenProcessPool:
+                broken.append(futures[fut])
+                continue
+            done(rec)
+    return broken
 
 
 def rank(records: Iterable[RunRecord]) -> list[RunRecord]:
