@@ -456,7 +456,7 @@ def render_table_md(records: Sequence[RunRecord]) -> str:
 
 
 def _md_cell(v: Any) -> str:
-    if v is None:
+    if v is None or v == "":
         return "–"
     text = clean_text(" ".join(str(v).split()))
     return text.replace("\\", "\\\\").replace("|", "\\|").replace("`", "\\`").replace("<", "&lt;")
