@@ -310,3 +310,18 @@ def test_fleet_page_in_real_browser(sweep_dir: Path, tmp_path: Path) -> None:
     assert page.count('<tr data-rank=') == len(runs)
     fired = sum(len([f for f in r["fired"] if f["step"] >= 0]) for r in runs)
     assert page.count('class="mark"') == fired > 0
+
+
+def test_fleet_page_escapes_what_came_from_disk() -> None:
+    """Paths, rule messages and reasons are text on the page, never markup or script."""
+    from wandb_rlcluster.fleet import build_fleet_page
+    from wandb_rlcluster.sweep import Fired, RunRecord, error_record
+
+    evil = '<img src=x onerror="alert(1)">'
+    page = build_fleet_page([
+        RunRecord(path=f"runs/{evil}.jsonl", verdict="warn", first_warn_step=3, rule="kl/kl-warn", message=evil,
+                  rows=10, first_step=0, last_step=9, fired=[Fired("kl", "warn", 3, [0.1, 0.2, 0.9])]),
+        error_record(f"{evil}.json", f"cannot read {evil}: </script><script>alert(2)</script>"),
+    ])
+    assert "<img" not in page and "alert(2)</script>" not in page and page.count("<script>") == 1
+    assert page.count('<tr data-rank=') == 2 and page.count('class="mark"') == 1
