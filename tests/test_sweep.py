@@ -9,7 +9,6 @@ import csv
 import io
 import json
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -33,7 +32,7 @@ def _verl_console_log(path: Path, steps: int = 120) -> None:
     import gzip
     import math
 
-    lines = ["Total training steps: %d" % steps]
+    lines = [f"Total training steps: {steps}"]
     for step in range(steps):
         score = 0.6 * (1 - math.exp(-step / 40)) + 0.02 * math.sin(step)
         metrics = {"critic/kl": 0.001 * step, "critic/kl_coeff": 0.001, "actor/entropy_loss": 0.45 - 0.001 * step,
