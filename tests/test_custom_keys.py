@@ -27,6 +27,8 @@ from wandb_rlcluster.core.keymap import APPLY, KeyMap, guess_key, suggest_map
 from wandb_rlcluster.core.keys import Normalizer, detect_family
 from wandb_rlcluster.sidecar import watch_path
 
+from real_logs import Entry, extra_logs_root, locate
+
 REPO = Path(__file__).resolve().parents[1]
 MANIFEST = REPO / "benchmarks" / "real_logs" / "custom_loops.json"
 PROXY_GOLD = ("reward/proxy-gold-divergence",)
@@ -357,20 +359,14 @@ def _manifest() -> list[dict[str, object]]:
 
 
 def _log_path(entry: dict[str, object]) -> Path | None:
-    """The cached copy of a manifest entry: ``$RLCLUSTER_EXTRA_LOGS/<file>``, else ``../shared/real-logs/custom/``."""
-    roots = [Path(os.environ["RLCLUSTER_EXTRA_LOGS"])] if os.environ.get("RLCLUSTER_EXTRA_LOGS") else []
-    roots.append(REPO.parent / "shared" / "real-logs" / "custom")
-    for root in roots:
-        p = root / str(entry["file"])
-        if p.is_file():
-            return p
-    return None
+    """The copy of a manifest entry, found as every listed real log is (``benchmarks/real_logs``)."""
+    return locate(Entry(**{**entry, "manifest": MANIFEST.name}))  # type: ignore[arg-type]
 
 
 def _present(entry: dict[str, object]) -> Path:
     path = _log_path(entry)
     if path is None:
-        pytest.skip(f"{entry['file']} not present (set RLCLUSTER_EXTRA_LOGS or copy it to ../shared/real-logs/custom)")
+        pytest.skip(f"{entry['file']} not present under {extra_logs_root()} (set RLCLUSTER_EXTRA_LOGS)")
     assert hashlib.sha256(path.read_bytes()).hexdigest() == entry["sha256"], f"{path} is not the manifest's file"
     return path
 

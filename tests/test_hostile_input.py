@@ -377,13 +377,19 @@ def test_control_characters_in_metric_names_are_escaped(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------------------- CLI exit codes
 
 
+def unprivileged() -> list[str]:
+    """A command prefix under which a chmod 0 file is unreadable: root reads anything, so drop the capabilities
+    that let it (skips the test where setpriv is missing)."""
+    if os.geteuid() != 0:
+        return []
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("running as root without setpriv: cannot make a file unreadable")
+    return [setpriv, "--bounding-set", "-dac_override,-dac_read_search"]
+
+
 def test_dashboard_on_unreadable_directory_is_one_line(tmp_path: Path) -> None:
-    prefix: list[str] = []
-    if os.geteuid() == 0:  # root reads anything: drop the capabilities that let it
-        setpriv = shutil.which("setpriv")
-        if setpriv is None:
-            pytest.skip("running as root without setpriv: cannot make a directory unreadable")
-        prefix = [setpriv, "--bounding-set", "-dac_override,-dac_read_search"]
+    prefix = unprivileged()
     locked = tmp_path / "locked"
     (locked / "sub").mkdir(parents=True)
     locked.chmod(0)

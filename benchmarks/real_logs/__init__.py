@@ -6,9 +6,13 @@ suite's behaviour on a user's clone, where the folder is absent). Tests and benc
 ``real_logs_root`` and skip, or leave a row out, with a one-line reason when a file is not there.
 
 Logs found since are listed, not copied, in this folder's ``*.json`` manifests: each a JSON list of entries
-``{id, repo, commit, path, sha256, framework, family, reading, expected, expected_rules?}``. Their copies sit in
-``<real logs>/new/`` (``RLCLUSTER_EXTRA_LOGS`` overrides it), named ``<framework>/<id><suffix>`` by convention; a
-file is found by that name, by its original file name, or by its content hash, whichever layout the copier used.
+``{id, repo, commit, path, sha256, framework, family, reading, expected}`` and, optionally, ``expected_rules`` (rules
+that must fire), ``map`` (which logged key is which quantity, for a custom loop: ``rlcluster analyze --map``),
+``expected_diagnosis``, ``file`` (the copy's name), ``rows`` and ``known_miss`` (why the product does not yet give the
+expected verdict: the verdict check is then a strict xfail, so the day it passes the entry must be updated).
+Their copies sit in ``<real logs>/new/`` (``RLCLUSTER_EXTRA_LOGS`` overrides it), named
+``<framework>/<id><suffix>`` by convention; a file is found by that name, by its original file name, or by
+its content hash, whichever layout the copier used.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ EXTRA_LOGS_ENV = "RLCLUSTER_EXTRA_LOGS"
 FRAMEWORKS = ("TRL", "verl", "custom", "SFT", "preference", "OpenRLHF")
 EXPECTED = ("healthy", "troubled")
 REQUIRED = ("id", "repo", "commit", "path", "sha256", "framework", "family", "reading", "expected")
+OPTIONAL = ("expected_rules", "map", "expected_diagnosis", "file", "rows", "known_miss")
 
 
 def real_logs_root() -> Path:
@@ -85,6 +90,11 @@ class Entry:
     reading: str
     expected: str
     expected_rules: tuple[str, ...] = ()
+    map: dict[str, Any] | None = None
+    expected_diagnosis: str = ""
+    file: str = ""
+    rows: int = 0
+    known_miss: str = ""
     manifest: str = ""
 
     @property
@@ -117,7 +127,9 @@ def entry_problems(raw: Any) -> list[str]:
     rules = raw.get("expected_rules", [])
     if not isinstance(rules, list) or not all(isinstance(r, str) and r for r in rules):
         out.append(f"{name}: expected_rules must be a list of rule names")
-    unknown = set(raw) - set(REQUIRED) - {"expected_rules"}
+    if "map" in raw and not (isinstance(raw["map"], dict) and raw["map"]):
+        out.append(f"{name}: map must be an object of quantity -> logged key")
+    unknown = set(raw) - set(REQUIRED) - set(OPTIONAL)
     if unknown:
         out.append(f"{name}: unknown fields {sorted(unknown)}")
     return out
@@ -158,7 +170,7 @@ def locate(entry: Entry, root: Path | None = None) -> Path | None:
     if not root.is_dir():
         return None
     files = sorted(p for p in root.rglob("*") if p.is_file())
-    named = [p for p in files if p.name in (entry.id + entry.suffix, entry.id)]
+    named = [p for p in files if p.name in (entry.id + entry.suffix, entry.id, entry.file)]
     if not named:
         original = [p for p in files if p.name == Path(entry.path).name]
         named = original if len(original) == 1 else []  # trainer_state.json etc.: a name many runs share

@@ -340,13 +340,47 @@ def oracle_frontier_svg() -> None:
     print(f"  {out.relative_to(ROOT)}  {out.stat().st_size // 1024} KB")
 
 
+# A sweep as a team lays one out: one idea, a few seeds and settings, some runs gone wrong (generated, labelled).
+FLEET_RUNS = (("beta0.04-lr1e-6-s0", "grpo_kl", None), ("beta0.04-lr1e-6-s1", "grpo_kl", None),
+              ("beta0.04-lr5e-6-s0", "grpo_kl", "kl_runaway"), ("beta0-lr1e-6-s0", "grpo", None),
+              ("beta0-lr1e-6-s1", "grpo", "reward_hacking"), ("beta0-lr5e-6-s0", "grpo", "entropy_collapse"),
+              ("beta0-lr5e-6-s1", "grpo", "length_explosion"), ("maxlen256-s0", "grpo", "truncation"),
+              ("easy-prompts-s0", "grpo", "reward_std_collapse"), ("beta0.04-lr2e-6-s0", "grpo_kl", None))
+
+
+def fleet_picture() -> None:
+    """The fleet page of a generated sweep (`rlcluster analyze sweep/ --html`), as Chromium draws it."""
+    from PIL import Image
+
+    sys.path.insert(0, str(ROOT / "benchmarks" / "detection"))
+    from synthetic import generate_run
+
+    work = WORK / "fleet"
+    shutil.rmtree(work, ignore_errors=True)
+    (work / "sweep").mkdir(parents=True)
+    for seed, (name, family, pathology) in enumerate(FLEET_RUNS):
+        rows = generate_run(family, pathology, n_steps=600, seed=100 + seed, onset=0.55).rows
+        (work / "sweep" / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    subprocess.run([sys.executable, "-m", "wandb_rlcluster", "analyze", "sweep", "--html", "fleet.html"], cwd=work,
+                   env=env, capture_output=True, timeout=300, check=False)
+    screenshot(work / "fleet.html", work / "fleet.png", 1440, 900)
+    save_small(crop_to_content(Image.open(work / "fleet.png"), background=(250, 250, 250)), IMG / "fleet-page.png",
+               width=1100, colors=64)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reuse", action="store_true", help="keep demo runs already under build/docs-pictures/")
+    ap.add_argument("--fleet-only", action="store_true", help="only the fleet page (no demo runs: seconds)")
     args = ap.parse_args(argv)
     chromium()
     IMG.mkdir(parents=True, exist_ok=True)
     WORK.mkdir(parents=True, exist_ok=True)
+    if args.fleet_only:
+        print("pictures:")
+        fleet_picture()
+        return 0
     kl = run_demo("kl", "kl", args.reuse)
     healthy = run_demo("healthy", "none", args.reuse)
     print("pictures:")
@@ -355,6 +389,7 @@ def main(argv: list[str] | None = None) -> int:
     channel_pictures(kl)
     frontier_svg()
     oracle_frontier_svg()
+    fleet_picture()
     return 0
 
 

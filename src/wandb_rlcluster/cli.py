@@ -10,12 +10,16 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from .core.cluster import WARN_SOONER_MAX
 from .core.frameworks import FRAMEWORKS
 from .core.keys import FAMILIES, canonical_family
 from .core.readers import LogReadError
 from .core.text import clean_text
+
+if TYPE_CHECKING:
+    from .sweep import RunRecord
 
 SEVERITY_LEVEL = {"ok": 0, "warn": 1, "stop": 2}
 EXIT_OK, EXIT_FAIL_ON, EXIT_BAD_INPUT = 0, 1, 2
@@ -49,7 +53,7 @@ def _trainer_and_alerts(args: argparse.Namespace) -> tuple[str | None, object | 
 
 
 def _cmd_analyze(args: argparse.Namespace) -> int:
-    from .analyze import analyze_path, render_json, render_text
+    from .sweep import is_single_run
 
     trainer, alerts, code = _trainer_and_alerts(args)
     if code:
@@ -58,17 +62,33 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     keys, problem = _parse_map(args.map)
     if problem:
         return _fail(problem)
+    if len(args.path) == 1 and args.format in ("text", "json") and is_single_run(args.path[0]):
+        return _analyze_one_run(args, args.path[0], trainer, alerts, gold, keys)
+    return _analyze_sweep(args, trainer, gold, keys)
+
+
+def _analyze_one_run(args: argparse.Namespace, path: str, trainer: str | None, alerts: object | None,
+                     gold: list[str], keys: dict[str, object] | None) -> int:
+    """One log, as ``rlcluster analyze FILE`` has always printed it (``--html``: its one-row fleet page too)."""
+    from .analyze import analyze_path, render_json, render_text
+
     try:
-        analysis = analyze_path(args.path, trainer, alerts=alerts, params={"reward": {"gold": gold}} if gold else None,
+        analysis = analyze_path(path, trainer, alerts=alerts, params={"reward": {"gold": gold}} if gold else None,
                                 warn_sooner=args.warn_sooner, framework=args.framework, keys=keys)
     except LogReadError as e:
         return _fail(str(e).splitlines()[0] if str(e) else "cannot read input")
     except MemoryError:
-        return _fail(f"cannot read {args.path!r}: it does not fit in memory")
+        return _fail(f"cannot read {path!r}: it does not fit in memory")
     except OSError as e:
-        return _fail(f"cannot read {args.path!r}: {e.strerror or type(e).__name__}")
+        return _fail(f"cannot read {path!r}: {e.strerror or type(e).__name__}")
     if not analysis.cluster.recognised():
-        return _fail(analysis.cluster.unmapped_message(args.path))
+        return _fail(analysis.cluster.unmapped_message(path))
+    if args.html:
+        from .sweep import record_of
+
+        code = _write_fleet_page(args.html, [record_of(analysis, path)])
+        if code:
+            return code
     out = render_json(analysis) if args.format == "json" else render_text(analysis)
     print(out)  # render_text escapes what came from the log; JSON escapes control characters itself
     verdict = analysis.verdict()
@@ -96,6 +116,64 @@ def _parse_map(items: list[str] | None) -> tuple[dict[str, object] | None, str |
             keys[r] = key.strip()  # a later --map for the same quantity wins
     _, problems = check_keys(keys, "--map")
     return (keys or None), (problems[0] if problems else None)
+
+
+def _analyze_sweep(args: argparse.Namespace, trainer: str | None, gold: list[str],
+                   keys: dict[str, object] | None) -> int:
+    """Every run under the folders and globs given, in parallel, ranked worst first (``sweep.py``)."""
+    import time
+
+    from .analyze import _use_color
+    from .sweep import (
+        RENDERERS,
+        SweepOptions,
+        analyze_sweep,
+        default_jobs,
+        discover,
+        rank,
+        render_table_text,
+        use_progress,
+        worst_verdict,
+    )
+
+    paths, problems = discover(args.path)
+    if not paths:
+        if problems:
+            return _fail(problems[0].reason)
+        return _fail(f"no training logs found in {', '.join(repr(p) for p in args.path)} (trainer_state.json, "
+                     "JSON Lines, printed logs, CSV, W&B run folders)")
+    options = SweepOptions(trainer=trainer, alerts=args.alerts, gold=tuple(gold), warn_sooner=args.warn_sooner,
+                           framework=args.framework, keys=keys)
+    jobs = max(1, min(args.jobs or default_jobs(), len(paths)))
+    start = time.perf_counter()
+    records = rank([*analyze_sweep(paths, options, jobs=jobs, progress=use_progress(args.progress)), *problems])
+    elapsed = time.perf_counter() - start
+    if args.html:
+        code = _write_fleet_page(args.html, records)
+        if code:
+            return code
+    if args.format == "text":
+        print(render_table_text(records, color=_use_color(sys.stdout), elapsed=elapsed, jobs=jobs))
+    else:
+        print(RENDERERS[args.format](records))
+    if all(r.verdict == "error" for r in records):
+        return _fail(f"none of the {len(records)} run(s) could be read (see the table for each reason)")
+    if args.fail_on and SEVERITY_LEVEL[worst_verdict(records)] >= SEVERITY_LEVEL[args.fail_on]:
+        return EXIT_FAIL_ON
+    return EXIT_OK
+
+
+def _write_fleet_page(path: str, records: Sequence[RunRecord]) -> int:
+    from pathlib import Path
+
+    from .fleet import build_fleet_page
+
+    try:
+        Path(path).write_text(build_fleet_page(records), encoding="utf-8")
+    except OSError as e:
+        return _fail(f"cannot write {path!r}: {e.strerror or e}")
+    _say(f"wrote the fleet page ({len(records)} run(s)) to {path}", sys.stderr)
+    return EXIT_OK
 
 
 def _load_alerts(path: str | None) -> tuple[object | None, int]:
@@ -345,11 +423,20 @@ def build_parser() -> argparse.ArgumentParser:
     a = sub.add_parser(
         "analyze",
         help="read a training log and report the gauges and findings",
-        description="Read a trainer_state.json, a list of log rows, JSON Lines, a HF stdout log or a W&B "
-        "history CSV export; print the gauge table and findings.",
+        description="Read a trainer_state.json, a list of log rows, JSON Lines, a HF stdout log, a verl console "
+        "log, a W&B history CSV export or a W&B offline run; print the gauge table and findings. Given folders, globs "
+        "or several files: every run in them, analysed in parallel and ranked worst first (a sweep).",
     )
-    a.add_argument("path", help="trainer_state.json, rows .json/.jsonl, stdout .log, or W&B history .csv")
-    a.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
+    a.add_argument("path", nargs="+", help="trainer_state.json, rows .json/.jsonl, stdout .log, W&B history .csv or "
+                   "W&B run; or folders / globs of them (a sweep: one row per run)")
+    a.add_argument("--format", choices=("text", "json", "csv", "md"), default="text",
+                   help="output format (default: text); csv and md are the sweep table")
+    a.add_argument("--html", metavar="FILE", help="also write the fleet page: a self-contained HTML table, one row "
+                   "per run with sparklines of the gauges that fired, sortable by any column")
+    a.add_argument("--jobs", "-j", metavar="N", type=int, default=None,
+                   help="processes for a sweep (default: the cores this process may use)")
+    a.add_argument("--progress", action="store_true",
+                   help="a progress bar on stderr during a sweep even when stderr is not a terminal")
     a.add_argument("--trainer", "--family", dest="trainer",
                    help=f"trainer family instead of auto-detection: {', '.join(FAMILIES)}, rloo, cpo")
     a.add_argument("--map", metavar="QUANTITY=KEY", action="append",
@@ -361,7 +448,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="whose metric names the log speaks, instead of auto-detection (verl: step:N console logs "
                         "or W&B runs; openrlhf: W&B runs with train/<key>)")
     a.add_argument(
-        "--fail-on", choices=("warn", "stop"), help="exit 1 when the verdict reaches this severity (CI gate)",
+        "--fail-on", choices=("warn", "stop"), help="exit 1 when the verdict (of any run, in a sweep) reaches this "
+        "severity (CI gate)",
     )
     a.add_argument("--alerts", metavar="FILE", nargs="?", const="default",
                    help="also apply alert rules (a YAML file; no FILE: the shipped alerts.yaml); the verdict is "
