@@ -5,7 +5,8 @@ logs, the benign fixture; ``$RLCLUSTER_REAL_LOGS`` overrides) and each log liste
 whose copy is present (``../shared/real-logs/new``, ``$RLCLUSTER_EXTRA_LOGS``, or ``--extra DIR``), it reads the
 rows once with the product's reader and hands the same rows to:
 
-* **ours**: ``analyze_path(FILE)``, what ``rlcluster analyze FILE`` does (no hint, default parameters);
+* **ours**: ``analyze_path(FILE)``, what ``rlcluster analyze FILE`` does (default parameters; a listed custom loop
+  with the ``--family`` and ``--map`` its manifest entry gives, the benign fixture with its ``--gold``);
 * **rldoctor 0.2.0**: its CLI, ``rldoctor diagnose ROWS.jsonl -f json`` (it reads JSONL, JSON and CSV; the rows are
   written as JSONL so every log, stdout and verl console logs included, reaches it);
 * **rlwatch 0.5.1**: its own integrations, fed row by row: the verl tracking backend for verl logs, the TRL
@@ -70,6 +71,11 @@ class RealLog:
     expected: str  # healthy | troubled
     origin: str
     expected_rules: tuple[str, ...] = ()
+    #: what its user tells ``rlcluster analyze``: the trainer (``--family``), the keys (``--map``), a gold reward
+    #: (``--gold``, from a fixture's provenance); none of them for a log read as it comes
+    family: str | None = None
+    keys: dict[str, Any] | None = None
+    gold: tuple[str, ...] = ()
 
 
 @dataclass
@@ -118,7 +124,8 @@ def collect(extra_roots: Sequence[Path]) -> tuple[list[RealLog], list[str]]:
         logs.append(RealLog(p.name.removesuffix(".log.gz"), p, "verl",
                             "troubled" if p.name in VERL_TROUBLED else "healthy", "verl"))
     for p in sorted(real_log("fixtures").glob("*.json")):
-        logs.append(RealLog(p.stem, p, "TRL", "healthy", "fixtures"))
+        prov = json.loads(p.read_text()).get("_provenance") or {}
+        logs.append(RealLog(p.stem, p, "TRL", "healthy", "fixtures", gold=tuple(prov.get("gold_rewards", ()))))
     for entry in load_manifests():
         found = next((hit for root in extra_roots if (hit := locate(entry, root)) is not None), None)
         if found is None:
@@ -127,7 +134,7 @@ def collect(extra_roots: Sequence[Path]) -> tuple[list[RealLog], list[str]]:
             left_out.append(f"{entry.manifest}: {entry.id} at {found} has other bytes than its sha256")
         else:
             logs.append(RealLog(entry.id, found, entry.framework, entry.expected, entry.manifest,
-                                entry.expected_rules))
+                                entry.expected_rules, entry.family if entry.map else None, entry.map))
     return logs, left_out
 
 
@@ -218,7 +225,8 @@ def judge_all(logs: list[RealLog], peers: dict[str, Path | None], peer_notes: di
             print(f"[{i}/{len(logs)}] {log.framework:10s} {log.id}", file=sys.stderr, flush=True)
             loaded = load_any(str(log.path))
             rows = [r for r in loaded.rows if isinstance(r, dict)]
-            analysis = analyze_path(str(log.path))
+            params = {"reward": {"gold": list(log.gold)}} if log.gold else None
+            analysis = analyze_path(str(log.path), log.family, params=params, keys=log.keys)
             verdicts = {"ours": Verdict(analysis.verdict(), sorted(alarm_rules(analysis.to_dict()["findings"])))}
             rows_file = work / f"{i:03d}.jsonl"
             write_rows(rows, rows_file)

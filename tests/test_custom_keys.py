@@ -11,6 +11,7 @@ import json
 import math
 import os
 import random
+import statistics
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -31,7 +32,7 @@ from real_logs import Entry, extra_logs_root, locate
 
 REPO = Path(__file__).resolve().parents[1]
 MANIFEST = REPO / "benchmarks" / "real_logs" / "custom_loops.json"
-PROXY_GOLD = ("reward/proxy-gold-divergence",)
+PROXY_GOLD = ("reward/proxy-gold-divergence", "reward/proxy-outpaces-gold")
 #: the diagnoses that name a proxy gamed against a held-out score
 GAMED = ("over-optimisation", "reward-hacking")
 
@@ -165,6 +166,51 @@ def test_a_true_score_rising_with_the_proxy_is_not_named_hacking() -> None:
         c = run(custom_loop(seed=seed, hacked=False), keys={"reward": "reward/g", "gold": "reward/f"})
         assert not rules(c) & set(PROXY_GOLD), seed
         assert not {f.rule for f in c.findings if f.gauge == "diagnosis"} & set(GAMED), seed
+
+
+def sliver_loop(n: int = 60, seed: int = 0, completions: int = 2048) -> Iterator[dict[str, float]]:
+    """A loop whose trained proxy (compilability) climbs 0.2 -> 0.65 while the share of completions that pass the
+    tests climbs 0.1 % -> 0.5 %: a real rise, a sliver of the proxy's. Both are means over ``completions``
+    samples, with their binomial noise."""
+    rng = random.Random(seed)
+    for s in range(n):
+        up = s / (n - 1)
+        g, f = 0.2 + 0.45 * up, 0.001 + 0.004 * up
+        g_obs = sum(rng.random() < g for _ in range(completions)) / completions
+        f_obs = sum(rng.random() < f for _ in range(completions)) / completions
+        yield {"progress/step": s, "reward/mean": g_obs, "reward/g": g_obs, "reward/f": f_obs, "step": s,
+               "policy/entropy": 2.8 - 0.5 * up + rng.gauss(0, 0.03)}
+
+
+def test_a_gold_rising_by_a_sliver_of_the_proxys_gain_is_named_reward_hacking() -> None:
+    """The gold's rise is real (its last quarter sits several standard errors above its first), so a stall test
+    cannot see it; compared in shares of each one's headroom, it is under a tenth of the proxy's."""
+    for seed in range(4):
+        rows = list(sliver_loop(seed=seed))
+        f = [r["reward/f"] for r in rows]
+        q = len(f) // 4
+        first, last = f[:q], f[-q:]
+        se = math.sqrt(statistics.pvariance(first) / q + statistics.pvariance(last) / q)
+        assert statistics.fmean(last) - statistics.fmean(first) > 3 * se, seed  # the sliver is statistically real
+        c = run(rows, keys={"reward": "reward/g", "gold": "reward/f"})
+        found = {f"{x.gauge}/{x.rule}": x for x in c.findings}
+        assert "reward/proxy-outpaces-gold" in found and "diagnosis/reward-hacking" in found, (seed, sorted(found))
+        assert "reward/gold-rising" not in found, seed  # a sliver does not confirm the proxy's gains
+        hack = found["diagnosis/reward-hacking"].message
+        assert "confirmed: the gold reward disagrees" in hack and "of its way to 1" in hack, hack
+        d = c.derived()
+        assert d["reward/gold_headroom_gain"] < 0.1 * d["reward/proxy_headroom_gain"]
+
+
+def test_a_proxy_and_gold_on_the_same_noise_without_a_rise_never_read_as_outpacing() -> None:
+    """A stalled run: proxy and gold flat with their binomial noise over 400 rows. The proxy's noise alone must not
+    make it look like it outran the gold."""
+    for seed in range(6):
+        rng = random.Random(seed)
+        rows = [{"reward/g": sum(rng.random() < 0.3 for _ in range(64)) / 64,
+                 "reward/f": sum(rng.random() < 0.01 for _ in range(64)) / 64, "step": s} for s in range(400)]
+        c = run(rows, keys={"reward": "reward/g", "gold": "reward/f"})
+        assert "reward/proxy-outpaces-gold" not in rules(c), seed
 
 
 def test_without_a_map_the_loop_is_read_as_rl_and_the_output_names_the_keys_and_the_map() -> None:

@@ -349,7 +349,6 @@ class RewardGauge(Gauge):
         # read against the row-to-row noise of its own series
         self.gold_row_noise = DiffNoise(30)
         self.gold_unit = True
-        self.comps_at_gold_start: dict[str, float] = {}
         self.components: dict[str, _Component] = {}
         self._comp_keys: tuple[tuple[str, str, str], ...] = ()
         self._row_width = -1
@@ -663,8 +662,6 @@ class RewardGauge(Gauge):
             self.comps_at_half = [self.comps_at_half[1], dict(cp.ep)]
         if not (self.first.full and self.gold_first.full):
             return
-        if not self.comps_at_gold_start:
-            self.comps_at_gold_start = dict(cp.ep)
         proxy_sigma = max(self.first.std(), _floor(self.first.mean()))
         gold_sigma = max(self.gold_first.std(), _floor(self.gold_first.mean()))
         proxy_gain = (e - self.first.mean()) / proxy_sigma
@@ -738,10 +735,14 @@ class RewardGauge(Gauge):
         0.21 to 0.66 has come 0.4 % of its way, the proxy 57 %). The proxy's gain must stand ``gold_gap_sigma``
         standard errors out of its own row-to-row noise, and the gold's share, at the top of its confidence interval
         (``gold_share_z`` standard errors of its own noise), must be under ``gold_share`` of the proxy's share at the
-        bottom of its. A gold keeping pace with the trained component it shares noise with, while another component
-        carries the proxy's lead, is a format reward learned first (``_gold_follows``), not hacking.
+        bottom of its. Where the proxy is a sum of logged reward functions and the gold shares its row-to-row noise
+        with one of them, a format reward learned long before correctness leads the total by design: the gold is
+        judged against that component by ``proxy-gold-divergence``'s coupled reading instead.
         """
         p, d = self.p, self.derived
+        cp = self.coupling
+        if cp.match and cp.match != key and cp.rho >= p["gold_rho"]:
+            return False  # the gold shares its noise with one trained component: the coupled reading judges it
         if not (self.vol_unit and self.gold_unit) or len(self.gold_row_noise) < 10 or len(self.r_noise) < 10:
             return False
         w = len(self.first)
@@ -756,8 +757,7 @@ class RewardGauge(Gauge):
         d["gold_share_ucb"] = gold_high / proxy_low if proxy_low > 0 else math.inf
         if not (se_p == se_p and se_g == se_g) or e - p0 < p["gold_gap_sigma"] * se_p or proxy_low <= 0:
             return False
-        return gold_high < p["gold_share"] * proxy_low and not self._gold_follows(
-            key, g0, ge, self.comps_at_gold_start, se_g)
+        return gold_high < p["gold_share"] * proxy_low
 
     def _outpaced_message(self, key: str, e: float, ge: float) -> str:
         d, p0, g0 = self.derived, self.first.mean(), self.gold_first.mean()
