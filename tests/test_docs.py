@@ -133,3 +133,52 @@ def test_manual_pictures_are_small_and_made_by_the_script():
     for name in names:  # every picture is one the script writes (none drawn by hand)
         stem = name.rsplit(".", 1)[0]
         assert stem in script or stem.removesuffix("-full") in script, name
+
+
+RECORD = re.compile(r"(?<!-)\b[Rr]ounds? \d|\b[Rr]ound's\b|\b(?:this|the|a|each|every|last|next) round\b|issue #\d+|"
+                    r"(?<![\w&/])#\d{2,}\b|`[0-9a-f]{7,40}`|\bcommit [0-9a-f]{7,40}\b|INSTRUMENTS\.md|the post \(Part II\)")
+
+
+def user_pages() -> list[Path]:
+    """The manual's pages outside its Development section (read from mkdocs.yml's nav), and the rule pages."""
+    nav = (ROOT / "mkdocs.yml").read_text(encoding="utf-8").split("\nnav:\n", 1)[1]
+    user_nav = nav.split("  - Development:", 1)[0]
+    pages = [DOCS / p for p in re.findall(r"([\w/-]+\.md)\s*$", user_nav, re.M)]
+    assert len(pages) > 30 and all(p.is_file() for p in pages)
+    return pages + sorted((DOCS / "rules").glob("*.md"))
+
+
+def test_user_pages_carry_no_project_record_and_cite_what_a_reader_can_open():
+    """Rounds, commits and issue numbers are the project's record (the Development section); a rule page quotes the
+    blog series with a link, never a file of the project's own a reader cannot open."""
+    found = []
+    for page in user_pages():
+        for n, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1):
+            m = RECORD.search(line)
+            if m:
+                found.append(f"{page.relative_to(ROOT)}:{n}: {m[0]!r} in {line.strip()[:100]}")
+    assert not found, "\n".join(found)
+
+
+def test_the_manual_states_counts_the_code_has():
+    from wandb_rlcluster.core import GAUGE_IDS
+
+    words = {7: "seven", 8: "eight", 9: "nine", 10: "ten", 12: "twelve", 14: "fourteen", 15: "fifteen"}
+    verl = len(list((ROOT / "tests" / "data" / "verl").glob("*.log.gz")))
+    assert f"holds {words[verl]} real public verl logs" in (DOCS / "frameworks.md").read_text(encoding="utf-8")
+    for path in [*DOCS.glob("*.md"), ROOT / "README.md", *(ROOT / "src" / "wandb_rlcluster").glob("*.py")]:
+        text = path.read_text(encoding="utf-8")
+        for n, w in words.items():
+            assert n == len(GAUGE_IDS) or f"{w}-gauge" not in text, f"{path.name}: '{w}-gauge' ({len(GAUGE_IDS)})"
+
+
+def test_api_pages_show_no_raw_sphinx_roles(tmp_path: Path):
+    """mkdocstrings renders Google-style docstrings: a :class:`X` role would show as text."""
+    import ast
+
+    for mod in ("callback.py", "alerts/engine.py", "alerts/config.py", "core/cluster.py", "core/findings.py"):
+        tree = ast.parse((ROOT / "src" / "wandb_rlcluster" / mod).read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.Module)):
+                doc = ast.get_docstring(node) or ""
+                assert not re.search(r":(class|meth|func|attr):`", doc), f"{mod}: {doc[:80]}"

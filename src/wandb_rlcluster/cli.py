@@ -154,7 +154,7 @@ def _cmd_alerts_test(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    """Build the twelve-gauge W&B report: --out writes its spec offline, --save saves it to W&B."""
+    """Build the fourteen-gauge W&B report: --out writes its spec offline, --save saves it to W&B."""
     import os
     from pathlib import Path
 
@@ -395,7 +395,7 @@ def build_parser() -> argparse.ArgumentParser:
     dest_ae.add_argument("--webhook", metavar="NAME", help="a generic webhook integration of the entity instead")
     ae.set_defaults(func=_cmd_automations_export)
 
-    r = sub.add_parser("report", help="build the twelve-gauge W&B report for a project")
+    r = sub.add_parser("report", help="build the fourteen-gauge W&B report for a project")
     r.add_argument("--entity", required=True)
     r.add_argument("--project", required=True)
     r.add_argument("--trainer", default="grpo",

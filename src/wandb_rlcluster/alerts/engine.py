@@ -127,7 +127,7 @@ class AlertEngine:
     """Evaluates the alert rules on every logged row.
 
     Args:
-        config: a validated :class:`AlertConfig`.
+        config: a validated ``AlertConfig``.
         run_name, run_url, project: template fields.
         clock: wall-clock source for cooldowns (None: no cooldown, as in offline analysis).
     """
