@@ -135,8 +135,9 @@ def test_manual_pictures_are_small_and_made_by_the_script():
         assert stem in script or stem.removesuffix("-full") in script, name
 
 
-RECORD = re.compile(r"(?<!-)\b[Rr]ounds? \d|\b[Rr]ound's\b|\b(?:this|the|a|each|every|last|next) round\b|issue #\d+|"
-                    r"(?<![\w&/])#\d{2,}\b|`[0-9a-f]{7,40}`|\bcommit [0-9a-f]{7,40}\b|INSTRUMENTS\.md|the post \(Part II\)")
+RECORD = re.compile(r"(?<!-)\b[Rr]ounds? \d|\b[Rr]ound's\b|\b(?:this|the|a|each|every|last|next) round\b"
+                    r"|issue #\d+|(?<![\w&/])#\d{2,}\b|`[0-9a-f]{7,40}`|\bcommit [0-9a-f]{7,40}\b"
+                    r"|INSTRUMENTS\.md|the post \(Part II\)")
 
 
 def user_pages() -> list[Path]:
