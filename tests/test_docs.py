@@ -183,3 +183,16 @@ def test_api_pages_show_no_raw_sphinx_roles(tmp_path: Path):
             if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.Module)):
                 doc = ast.get_docstring(node) or ""
                 assert not re.search(r":(class|meth|func|attr):`", doc), f"{mod}: {doc[:80]}"
+
+
+def test_pictures_drawn_from_committed_data_are_current():
+    """The frontiers are redrawn by `make docs-build` (make_pictures.py --figures): the committed copies must be what
+    it draws, so the picture on the site is the run the text quotes."""
+    sys.path.insert(0, str(DOCS / "gen"))
+    try:
+        import make_pictures
+    finally:
+        sys.path.remove(str(DOCS / "gen"))
+    fix = "run `python docs/gen/make_pictures.py --figures` (make docs-build does)"
+    assert (DOCS / "img" / "frontier.svg").read_text(encoding="utf-8") == make_pictures.frontier_svg_text(), fix
+    assert (DOCS / "img" / "frontier-oracle.svg").read_bytes() == make_pictures.ORACLE_FRONTIER.read_bytes(), fix
