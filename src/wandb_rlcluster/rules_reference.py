@@ -482,8 +482,8 @@ def render_index(fired: dict[tuple[str, str], int | None]) -> str:
         "built manual (e.g. `https://docs.example.org/rlcluster`, or `file:///path/to/site` after `make docs`) "
         "and they become `<that address>/rules/<id>.html`.",
         "",
-        "The seed column quotes the blog series the instruments implement, *The Post-Training Instrument Cluster* "
-        f"by Chris von Csefalvay ([Part I]({PART_URL['I']}), [Part II]({PART_URL['II']}), "
+        "Each page quotes the line of the blog series the instruments implement (where one states the "
+        f"rule), *The Post-Training Instrument Cluster* by Chris von Csefalvay ([Part I]({PART_URL['I']}), [Part II]({PART_URL['II']}), "
         f"[Part III]({PART_URL['III']})). A rule with a false-alarm budget decides by a sequential test whose "
         "threshold is set by the average run length to a false alarm on stationary noise (ARL0, in logged rows); "
         "the others hold a level for k rows.",
@@ -495,7 +495,7 @@ def render_index(fired: dict[tuple[str, str], int | None]) -> str:
             gauge = r.gauge
             title = "any gauge" if gauge == ANY_GAUGE else gauge
             lines += ["", f"## {title}", "", "| rule | severity | what it means |", "|---|---|---|"]
-        lines.append(f"| [{_md(rule_id(r))}]({r.id}.md) | {'/'.join(r.severities)} | {_md(r.means)} |")
+        lines.append(f"| [{_md(rule_id(r))}]({r.id}.md){{ .rule-id }} | {'/'.join(r.severities)} | {_md(r.means)} |")
     return "\n".join(lines).rstrip() + "\n"
 
 
