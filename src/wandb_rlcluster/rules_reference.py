@@ -483,7 +483,8 @@ def render_index(fired: dict[tuple[str, str], int | None]) -> str:
         "and they become `<that address>/rules/<id>.html`.",
         "",
         "Each page quotes the line of the blog series the instruments implement (where one states the "
-        f"rule), *The Post-Training Instrument Cluster* by Chris von Csefalvay ([Part I]({PART_URL['I']}), [Part II]({PART_URL['II']}), "
+        f"rule), *{SERIES}* by Chris von Csefalvay ([Part I]({PART_URL['I']}), "
+        f"[Part II]({PART_URL['II']}), "
         f"[Part III]({PART_URL['III']})). A rule with a false-alarm budget decides by a sequential test whose "
         "threshold is set by the average run length to a false alarm on stationary noise (ARL0, in logged rows); "
         "the others hold a level for k rows.",
