@@ -143,3 +143,24 @@ def test_rules_prints_one_rule_and_suggests_the_closest_for_a_typo(capsys):
     assert main(["rules", "kl-wran"]) == 2
     err = capsys.readouterr().err
     assert "no rule 'kl-wran'" in err and "did you mean kl-warn" in err
+
+
+def test_slack_and_email_carry_the_rules_page(monkeypatch):
+    """The alert a person reads at 3 a.m. links to what it means: Slack's context line and the e-mail body."""
+    from wandb_rlcluster.alerts.channels import AlertMessage, EmailChannel, SlackWebhookChannel
+    from wandb_rlcluster.alerts.engine import AlertEvent
+
+    e = AlertEvent(kind="firing", rule="kl-warn", gauge="kl", severity="warn", step=3, value=0.7, metric="kl",
+                   title="KL 0.7 > 0.5", text="drifting", notify=True)
+    assert e.doc == "docs/rules/kl-warn.md" and resolves(e.doc) and e.to_dict()["doc"] == e.doc
+    stall = AlertEvent(kind="firing", rule="stall", gauge="watchdog", severity="warn", step=3, value=None, metric="",
+                       title="stalled", text="no step", notify=True)
+    assert stall.doc == "docs/liveness.md" and (ROOT / stall.doc).is_file()
+    monkeypatch.setenv(DOCS_URL_ENV, "https://docs.example.org/rlcluster")
+    msg = AlertMessage(title=e.title, text=e.text, severity="warn", rule="kl-warn", gauge="kl", step=3,
+                       doc=rule_doc_url("kl-warn"))
+    slack = SlackWebhookChannel("https://hooks.example.org/x").payload(msg)
+    context = slack["blocks"][-1]["elements"][0]["text"]
+    assert "<https://docs.example.org/rlcluster/rules/kl-warn.html|rule docs>" in context
+    mail = EmailChannel("smtp.example.org", 25, "a@example.org", ["b@example.org"]).build(msg)
+    assert "docs:  https://docs.example.org/rlcluster/rules/kl-warn.html" in mail.get_content()
