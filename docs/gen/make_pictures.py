@@ -84,7 +84,9 @@ def run_demo(name: str, pathology: str, reuse: bool) -> Path:
         return out
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
-    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true", "TQDM_DISABLE": "1"}
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true", "TQDM_DISABLE": "1",
+           # this checkout's code, whatever is installed: the pictures show what this source does
+           "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
     print(f"rlcluster demo --pathology {pathology} ...", flush=True)
     p = subprocess.run([sys.executable, "-m", "wandb_rlcluster", "demo", "--out", str(out), "--pathology", pathology],
                        cwd=out.parent, env=env, capture_output=True, text=True, timeout=1800)
@@ -92,14 +94,18 @@ def run_demo(name: str, pathology: str, reuse: bool) -> Path:
         sys.exit(f"make_pictures: the {pathology} demo failed (exit {p.returncode}):\n{p.stderr[-3000:]}")
     # what the terminal showed, paths as the user's `demo-out/...`: the getting-started page shows this run's words
     # beside this run's dashboard, never another run's
-    (out.parent / "transcript.txt").write_text(p.stdout.replace(str(out.parent) + os.sep, ""), encoding="utf-8")
+    # (the alerts are log lines on stderr, printed while it trains; the summary is stdout, printed at the end)
+    said = [x for x in p.stderr.splitlines() if x.startswith("rlcluster")] + p.stdout.splitlines()
+    (out.parent / "transcript.txt").write_text("\n".join(said).replace(str(out.parent) + os.sep, "") + "\n",
+                                               encoding="utf-8")
     return out
 
 
 def transcript(out: Path, stem: str) -> None:
     """The demo's terminal output, as getting-started.md includes it under the dashboard picture of the same run."""
     text = (out.parent / "transcript.txt").read_text(encoding="utf-8")
-    lines = [re.sub(r"offline-run-[\w-]+", "offline-run-…", line.rstrip()) for line in text.splitlines()]
+    lines = [re.sub(r"offline-run-[\w-]+", "offline-run-…", line.rstrip()) for line in text.splitlines()
+             if not line.startswith("[")]  # library log lines ("[INFO] Running in WANDB offline mode"), not ours
     (IMG / f"{stem}.txt").write_text("\n".join(lines).strip("\n") + "\n", encoding="utf-8")
     print(f"  {(IMG / f'{stem}.txt').relative_to(ROOT)}")
 

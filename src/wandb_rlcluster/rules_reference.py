@@ -172,8 +172,10 @@ def threshold_lines(rule: Rule, key: str) -> list[tuple[float, str, str]]:
     if value is None:
         return []
     if kind == "abs":
-        values = list(value) if isinstance(value, (tuple, list)) else [value]
-        return [(float(v), f"{what} = {_num(float(v))}", LINE) for v in values]
+        if isinstance(value, (tuple, list)):  # a band: both edges, one legend entry
+            label = f"{what} = [{', '.join(_num(float(v)) for v in value)}]"
+            return [(float(v), label, LINE) for v in value]
+        return [(float(value), f"{what} = {_num(float(value))}", LINE)]
     rows = rule.example.rows(False)
     before = [r[key] for r in rows if key in r and math.isfinite(r[key]) and r["step"] < max(rule.example.onset, 21)]
     if not before:
@@ -353,7 +355,7 @@ def _entry(rule: Rule, fired: int | None, heading: str) -> list[str]:
     out = [
         f"{heading} In plain words",
         "",
-        f"It reads {_md(rule.reads)}. It fires on {_md(rule.test)}. When it fires, {_md(rule.means)}.",
+        f"It reads {_md(rule.reads)}, and fires on this test: {_md(rule.test)}. When it fires, {_md(rule.means)}.",
         "",
         f"- **gauge** {_gauge_link(rule)} · **severity** {sev} · **false-alarm budget** {_md(rule.budget())}",
         f"- **thresholds** {_md(rule.threshold_text())}",
@@ -373,8 +375,9 @@ def _entry(rule: Rule, fired: int | None, heading: str) -> list[str]:
     if rule.origin:
         out += [f"Where the numbers come from: {_md(rule.origin)}.".replace("..", "."), ""]
     kwargs = ", ".join(f"`{k}={v!r}`" for k, v in ex.kwargs.items())
-    drawn = ("; the dashed orange line is " + " and ".join(f"`{_md(lab)}`" for _, lab, _ in lines_drawn)
-             if lines_drawn else "")
+    labels = list(dict.fromkeys(lab for _, lab, _ in lines_drawn))
+    drawn = (f"; the dashed orange line{'s are' if len(lines_drawn) > 1 else ' is'} `{_md(labels[0])}`"
+             if labels else "")
     swapped = (f" Both streams have the same `{_md(ex.plot)}`; the picture shows `{_md(key)}`, where they differ."
                if key != ex.plot else "")
     out += [

@@ -118,7 +118,7 @@ def line_chart(series: Sequence[tuple[str, str, Sequence[tuple[float, float]]]],
         out.append(f'<text x="{left + half:.1f}" y="{MARK_ROWS[row]}" text-anchor="middle" fill="{colour}">'
                    f'{escape(label)}</text>')
     legend: list[tuple[str, str, bool]] = [(label, colour, False) for label, colour, _ in series]
-    legend += [(label, colour, True) for _, label, colour in hlines]
+    legend += list(dict.fromkeys((label, colour, True) for _, label, colour in hlines))  # a band: one entry
     lx, ly = float(PAD_L), PLOT_B + 58
     for label, colour, dashed in legend:
         width = 30 + 0.6 * FONT * len(label)
