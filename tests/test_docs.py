@@ -196,3 +196,16 @@ def test_pictures_drawn_from_committed_data_are_current():
     fix = "run `python docs/gen/make_pictures.py --figures` (make docs-build does)"
     assert (DOCS / "img" / "frontier.svg").read_text(encoding="utf-8") == make_pictures.frontier_svg_text(), fix
     assert (DOCS / "img" / "frontier-oracle.svg").read_bytes() == make_pictures.ORACLE_FRONTIER.read_bytes(), fix
+
+
+def test_getting_started_shows_the_transcript_of_the_pictured_run():
+    """The terminal transcript and the dashboard picture under it come from one demo run (make_pictures.py writes
+    both): the page includes the file, and the transcript's stop is the one its journal and dashboard show."""
+    page = GETTING_STARTED.read_text(encoding="utf-8")
+    assert '--8<-- "img/demo-kl-transcript.txt"' in page
+    assert page.index("demo-kl-transcript.txt") < page.index("img/dashboard-kl.png")
+    transcript = (DOCS / "img" / "demo-kl-transcript.txt").read_text(encoding="utf-8")
+    stop = re.search(r"rlcluster stopped training at step (\d+) of \d+ \(rule ([\w-]+)\)", transcript)
+    assert stop, "the KL demo's transcript shows where it stopped"
+    assert re.search(rf"step\s+{stop[1]}\s+STOP\s+{stop[2]}", transcript)
+    assert "see docs/rules/" in transcript, "made with this checkout's code (every finding links its rule)"

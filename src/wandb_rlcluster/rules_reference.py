@@ -176,12 +176,13 @@ def threshold_lines(rule: Rule, key: str) -> list[tuple[float, str, str]]:
             label = f"{what} = [{', '.join(_num(float(v)) for v in value)}]"
             return [(float(v), label, LINE) for v in value]
         return [(float(value), f"{what} = {_num(float(value))}", LINE)]
-    rows = rule.example.rows(False)
-    before = [r[key] for r in rows if key in r and math.isfinite(r[key]) and r["step"] < max(rule.example.onset, 21)]
+    onset = max(rule.example.onset, 21)  # the rows just before the pathology: the level a running baseline holds
+    before = [r[key] for r in rule.example.rows(False)
+              if key in r and math.isfinite(r[key]) and onset - 20 <= r["step"] < onset]
     if not before:
         return []
     level = sorted(before)[len(before) // 2]
-    return [(float(value) * level, f"{what} = {_num(float(value))} × the level before onset", LINE)]
+    return [(float(value) * level, f"{what} = {_num(float(value))} × the level just before onset", LINE)]
 
 
 def _num(x: float) -> str:
