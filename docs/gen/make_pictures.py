@@ -30,6 +30,7 @@ import threading
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "src"))  # this checkout's code, installed or not (the demo runs get it too)
 IMG = ROOT / "docs" / "img"
 WORK = ROOT / "build" / "docs-pictures"
 CHROME_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -143,7 +144,7 @@ def alert_message(rec: dict):  # noqa: ANN201
 
     return AlertMessage(title=rec["title"], text=rec["text"], severity=rec["severity"], rule=rec["rule"],
                         gauge=rec["gauge"], step=rec["step"], run_name=None, run_url=None, value=rec.get("value"),
-                        evidence=tuple(rec.get("evidence") or ()))
+                        evidence=tuple(rec.get("evidence") or ()), doc=rec.get("doc") or None)
 
 
 # ----------------------------------------------------------------------------------------------- Slack
