@@ -259,7 +259,7 @@ def tune_python(rule: Rule) -> str:
     params = "".join(f'    "{k}": {_yaml_value(v)},\n' for k, v in tunable(rule).items())
     return ("from wandb_rlcluster import RLClusterCallback\n\n"
             f'callback = RLClusterCallback(params={{"{rule.gauge}": {{\n{params}}}}})\n'
-            "# then: trainer = GRPOTrainer(..., callbacks=[callback]), or any TRL / transformers Trainer\n")
+            "# trainer = GRPOTrainer(..., callbacks=[callback])   (any TRL / transformers trainer)\n")
 
 
 @dataclass(frozen=True)
@@ -304,6 +304,19 @@ def forwarders(rule: Rule) -> list[Forwarder]:
     return out
 
 
+def _folded(pattern: str, width: int = 72, indent: str = "      ") -> str:
+    """``"a|b|c"`` as a double-quoted YAML scalar broken after a ``|`` before ``width`` characters."""
+    lines, line = [], ""
+    for part in pattern.split("|"):
+        piece = part + "|"
+        if line and len(line) + len(piece) > width:
+            lines.append(line)
+            line = ""
+        line += piece
+    lines.append(line.rstrip("|"))
+    return '"' + f"\n{indent}".join(lines) + '"'
+
+
 def silence_yaml(rule: Rule) -> str:
     """An ``alerts.yaml`` that stops the shipped rules alerting on this rule ('' when none does)."""
     fw = forwarders(rule)
@@ -314,8 +327,8 @@ def silence_yaml(rule: Rule) -> str:
         lines.append(f"  - name: {f.name}")
         if f.narrowed is None:
             lines.append("    enabled: false")
-        else:
-            lines.append(f'    finding: "{f.narrowed}"')
+        else:  # a long pattern folds over lines inside its quotes (YAML reads the breaks as spaces, ignored)
+            lines.append("    finding: " + _folded(f.narrowed))
     return "\n".join(lines) + "\n"
 
 
