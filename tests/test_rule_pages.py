@@ -19,6 +19,7 @@ from wandb_rlcluster.cli import main
 from wandb_rlcluster.core import analyze_rows
 from wandb_rlcluster.core.catalog import CATALOG
 from wandb_rlcluster.core.doc_links import DOCS_URL_ENV, rule_doc_url
+from wandb_rlcluster.core.rule_examples import EXAMPLES
 from wandb_rlcluster.rules_reference import forwarders, pages_by_id, tunable
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -164,3 +165,18 @@ def test_slack_and_email_carry_the_rules_page(monkeypatch):
     assert "<https://docs.example.org/rlcluster/rules/kl-warn.html|rule docs>" in context
     mail = EmailChannel("smtp.example.org", 25, "a@example.org", ["b@example.org"]).build(msg)
     assert "docs:  https://docs.example.org/rlcluster/rules/kl-warn.html" in mail.get_content()
+
+
+def test_the_dashboard_links_each_rule_name_to_its_page(tmp_path, monkeypatch):
+    import json
+
+    from wandb_rlcluster.dashboard import build_dashboard
+
+    monkeypatch.delenv(DOCS_URL_ENV, raising=False)
+    ex = EXAMPLES[("kl", "kl-stop")]
+    log = tmp_path / "run.jsonl"
+    log.write_text("".join(json.dumps(r) + "\n" for r in ex.rows(True)), encoding="utf-8")
+    page, analysis = build_dashboard(str(log), trainer=ex.trainer)
+    links = set(re.findall(r'<a href="(docs/rules/[\w-]+\.md)"', page))
+    assert "docs/rules/kl-stop.md" in links and all(resolves(x) for x in links)
+    assert {f["doc"] for f in analysis.to_dict()["findings"]} <= links
