@@ -199,7 +199,7 @@ CATALOG: tuple[Rule, ...] = (
        "range and still moves (info)", ("zero_for",),
        "whole batches are solved prompts (all-correct groups, advantages 0): not a dead run",
        "add harder prompts if it persists; a frozen reward or one on the failure side is grad-zero", "none", "",
-       origin="issue #28: above a success rate of 1/2 a uniform group is more likely all-correct than all-wrong "
+       origin="above a success rate of 1/2 a uniform group is more likely all-correct than all-wrong "
        "for every group size"),
     _r("gradients", "grad-zero-step", "grad_norm (not GRPO, where all-equal groups give 0)", "one exact 0", (),
        "no parameter received a gradient on this step", "check for frozen weights, a detached loss, an empty batch",
@@ -399,7 +399,7 @@ CATALOG: tuple[Rule, ...] = (
        "prewhitened, rows clipped at `warn_clip` sigmas, reference `warn_k`) crosses its ARL0-budget threshold",
        ("warn", "for", "warn_k", "warn_clip"), "the policy drifts far from the reference",
        "watch the reward; consider a larger beta",
-       _KL_LINES, POST, origin="PPO/Online DPO log a per-sequence sum: their lines are per family (INSTRUMENTS.md)",
+       _KL_LINES, POST, origin="PPO/Online DPO log a per-sequence sum: their lines are per family",
        budgeted=True),
     _r("kl", "kl-stop", "kl / objective/kl", "level above a line, held `for` rows (stop)", ("stop", "for"),
        "the policy ran away from the reference", "stop; raise beta or lower the LR; resume earlier", _KL_LINES, POST,
@@ -448,7 +448,7 @@ CATALOG: tuple[Rule, ...] = (
        "level above a line, held `warn_for` rows", ("clip_warn", "warn_for"), "updates are too aggressive",
        "lower the learning rate or num_iterations",
        "Clip fraction too high (> 30%): Most of your updates are being clipped.", POST,
-       origin="GRPO's line is 40 %, from the series' GRPO guidance (Part III, INSTRUMENTS.md: "
+       origin="GRPO's line is 40 %, from the series' GRPO guidance (Part III of the series: "
               "'total clip > 40 % excessive ... 10–30 % usually healthy'); the post's 30 % is PPO's"),
     _r("policy_ratio", "clip-stop", "clip fraction", "level above a line, held `for` rows (stop)", ("clip_stop", "for"),
        "each update is far too large: KL explosion usually follows", "stop; lower LR or num_iterations", "none", "",
@@ -570,7 +570,7 @@ CATALOG: tuple[Rule, ...] = (
        "reward sits on the success side and still moves (solved batches)", ("zero_std_stop", "no_update_for"),
        "these steps changed nothing: the groups fail alike and the optimizer gets no gradient",
        "if it goes on the run is dead: change the prompts or the reward", "none", "",
-       origin="issue #28: one such row is chance on a small batch (4 groups of 2 at p = 1/2: 6 % of rows)"),
+       origin="one such row is chance on a small batch (4 groups of 2 at p = 1/2: 6 % of rows)"),
     _r("reward_signal", "reward-std-low", "reward_std where frac_reward_zero_std is not logged (older TRL)",
        "a runs test: k rows in a row under `std_low` whose chance q^k (q: this run's own rate of such rows before "
        "the streak) is under `std_low_alpha`, while the reward is not rising", ("std_low", "std_low_alpha"),
@@ -599,7 +599,7 @@ CATALOG: tuple[Rule, ...] = (
        "one value outside its range beyond float noise, reported once per key", (),
        "a logging bug (sign, definition or units): every rule reading the key judges a wrong number",
        "fix the logging of the key named in the message", "none", "",
-       origin="issue #28: an entropy cannot be negative, a share cannot pass 1"),
+       origin="an entropy cannot be negative, a share cannot pass 1"),
     # -- diagnoses ----------------------------------------------------------------------------------------------------
     *(_r("diagnosis", p.name, "the firing rules of the other gauges: " + "; or ".join(
         " + ".join("(" + " | ".join(grp) + ")" for grp in groups) for groups, _ in p.when),
@@ -613,6 +613,14 @@ CATALOG: tuple[Rule, ...] = (
 
 def by_key() -> dict[tuple[str, str], Rule]:
     return {r.key: r for r in CATALOG}
+
+
+def rule_ids() -> frozenset[str]:
+    """Every rule id the catalog documents (a per-function rule by its id without ``:<function>``)."""
+    return _RULE_IDS
+
+
+_RULE_IDS = frozenset(r.id for r in CATALOG)
 
 
 # -- what the source can raise --------------------------------------------------------------------------------------
