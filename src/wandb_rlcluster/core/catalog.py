@@ -316,6 +316,11 @@ CATALOG: tuple[Rule, ...] = (
        ("plateau_t", "plateau_gain", "plateau_z", "plateau_for", "min_rows", "warmup_share"),
        "the policy is stable but not learning",
        "check the learning rate, the task's difficulty and frac_reward_zero_std", "none", ""),
+    _r("reward", "reward-saturated", "the task score (gold, e.g. verl critic/score) or the reward as a success rate",
+       "flat (reward-flatline's test) or stalled (reward-plateau's) with the smoothed level at or above "
+       "`saturated_level` (info; those two stay quiet there)", ("saturated_level", "flat_rows"),
+       "the task is solved: every completion scores alike, nothing left to climb",
+       "nothing; harder prompts give a signal again", "none", ""),
     _r("reward", "reward-hacking",
        "reward gain in its early sigmas, completions/mean_length ratio and their correlation",
        "length above `hack_length_ratio` x start, corr above `hack_corr`, gain above `hack_gain_sigma`, held 3",
@@ -471,7 +476,13 @@ CATALOG: tuple[Rule, ...] = (
        "Value function: Value loss, value clipping. (PPO only.)", POST),
     _r("policy_ratio", "value-clip-high", "val/clipfrac_avg", "level above a line, held 3", ("value_clip",),
        "the value function moves too far per update", "lower the LR or widen cliprange_value",
-       "Value function: Value loss, value clipping. (PPO only.)", POST),
+       "Value function: Value loss, value clipping. (PPO only.)", POST,
+       origin="waits out the critic's warm-up (`value_warmup` value rows): a fresh value head is clipped while it "
+              "moves to the first returns (value-clip-warmup)"),
+    _r("policy_ratio", "value-clip-warmup", "val/clipfrac_avg (TRL PPO; verl critic/vf_clipfrac)",
+       "above `value_clip` within the critic's first `value_warmup` value rows (info)", ("value_clip", "value_warmup"),
+       "a fresh value head moving to the returns: a fact of PPO's critic, not the policy's clip",
+       "nothing; it warns (value-clip-high) if it lasts past the warm-up", "none", ""),
     # -- length -------------------------------------------------------------------------------------------------------
     _r("length", "length-explosion", "EWMA (`smooth`) of completions/mean_length / its first `baseline_rows` rows",
        "ratio above a line, held `for` rows", ("explode", "for", "smooth"), "length bias",
@@ -485,7 +496,9 @@ CATALOG: tuple[Rule, ...] = (
        "length normalisation or a brevity penalty",
        _LEN_DEV, POST),
     _r("length", "length-shrank", "slow EWMA of mean length vs the baseline, with the reward's progress",
-       "as length-grew, downwards, while the reward is not improving", ("drift", "significance", "drift_for"),
+       "as length-grew, downwards, while the reward is not improving and the length is still falling (its trend t "
+       "at most -`shrink_now_t`: a length that fell while the reward climbed and now holds is a concise policy)",
+       ("drift", "significance", "drift_for", "shrink_now_t"),
        "short answers are safer for the policy", "check the reward for penalties it avoids by saying less",
        "Length steadily decreasing: The model is learning that short responses are safer.", POST),
     _r("length", "length-shorter-concise", "as length-shrank", "the same fall while the reward improves (info)",
@@ -510,7 +523,8 @@ CATALOG: tuple[Rule, ...] = (
        "the same narrowing while the reward clearly rises now (info)", ("spread_collapse", "significance", "for"),
        "the policy is sharpening", "read samples for one template", "none", ""),
     _r("length", "length-variance-change", "spread ratio squared (and log(max/min)) vs the baseline",
-       "past `variance_change` and `significance` errors, held `drift_for`",
+       "past `variance_change` and `significance` errors, held `drift_for`; a growth of (max - min) / mean counts "
+       "only if the range in tokens grew too (a mean falling under a max pinned at the cap is not a wider shape)",
        ("variance_change", "significance", "drift_for"), "the output distribution changes shape",
        "read samples; compare with the SFT model", _LEN_DEV, POST),
     _r("length", "truncation", "completions/clipped_ratio", "level above a line, held `truncation_for` rows",
@@ -534,8 +548,12 @@ CATALOG: tuple[Rule, ...] = (
     _r("entropy", "entropy-collapse", "EWMA of entropy / its first `baseline_rows`, with the reward's progress",
        "below `collapse_ratio`, the fall `collapse_se` standard errors of the smoothed level (AR(1)-aware) out of "
        "the row noise, with a collapse sign (reward flat and not near its ceiling: smoothed level under "
-       "`saturated_level`; zero-std up) or below `deep_ratio`; held `for`",
-       ("collapse_ratio", "collapse_se", "deep_ratio", "zero_std_rise", "saturated_level", "for"),
+       "`saturated_level`; zero-std up), held `for`; or below `deep_ratio` while the task score's level is under "
+       "`failing_level` (most completions still fail: a template, not sharpening), held `deep_for`. The start is "
+       "the first `baseline_rows` rows before any gap in the log (a row more than 4 logging intervals after the "
+       "last: a trimmed or resumed log), and the smoothed level starts over after such a gap",
+       ("collapse_ratio", "collapse_se", "deep_ratio", "failing_level", "deep_for", "zero_std_rise",
+        "saturated_level", "for", "baseline_rows"),
        "mode collapse: the policy stopped exploring",
        "raise the temperature, clip-higher, an entropy bonus, or filter prompts",
        "Collapse is entropy falling *with* the reward signal drying up", INSTRUMENTS),

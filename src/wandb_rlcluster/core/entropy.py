@@ -12,7 +12,7 @@ from .bounded import RewardLevel
 from .gauge import Gauge, finite
 from .keys import Row
 from .reward_progress import RewardProgress
-from .stats import Baseline, DiffNoise, Ewma, RollingWindow, robust_z
+from .stats import Baseline, DiffNoise, Ewma, RollingWindow, StepGaps, robust_z
 
 
 class EntropyGauge(Gauge):
@@ -40,7 +40,7 @@ class EntropyGauge(Gauge):
     defaults = {"collapse_ratio": 0.7, "sharpening_ratio": 0.5, "deep_ratio": 0.2, "stop_ratio": 0.2, "stop_for": 20,
                 "for": 8,
                 "smooth": 0.2, "spike_z": 8.0, "baseline_rows": 10, "zero_std_rise": 0.3, "zero_std_alone": 0.9,
-                "saturated_level": 0.8, "collapse_se": 3.0, "gold": []}
+                "saturated_level": 0.8, "collapse_se": 3.0, "failing_level": 0.5, "deep_for": 1, "gold": []}
 
     def setup(self) -> None:
         self.level = RewardLevel()
@@ -53,6 +53,7 @@ class EntropyGauge(Gauge):
         self.zero_base = Baseline(self.p["baseline_rows"])
         self.spread = Ewma(0.2)
         self.spread_base = Baseline(self.p["baseline_rows"])
+        self.gaps = StepGaps()  # the start is the run's first steps: a gap in the log closes it
 
     def applies(self) -> bool:
         return self.family in ("grpo", "ppo", "online_dpo")
@@ -63,7 +64,10 @@ class EntropyGauge(Gauge):
     def _context(self, v: Mapping[str, float]) -> None:
         """The signals that say whether a falling entropy is sharpening or collapse."""
         self.progress.push(v)
-        self.level.push(v.get("reward", v.get("objective/scores")))
+        # the level of the task score where one is logged beside a shaped reward (verl's critic/score): a shaped
+        # reward carries a KL penalty, which a success rate does not
+        gold = next((v[k] for k in self.progress.gold_keys if k in v), None)
+        self.level.push(gold if gold is not None else v.get("reward", v.get("objective/scores")))
         f = v.get("frac_reward_zero_std")
         if f is not None and finite(f):
             self.zero.push(f)
@@ -100,6 +104,11 @@ class EntropyGauge(Gauge):
         if row.kind != "train" or not self.applies():
             return
         v = row.values
+        if self.gaps.push(row.step):
+            for b in (self.base, self.zero_base, self.spread_base):
+                b.close()
+            for s in (self.ewma, self.zero, self.spread):
+                s.restart()
         self._context(v)
         key = next((k for k in self.inputs if k in v), None)
         if key is None:
@@ -124,18 +133,25 @@ class EntropyGauge(Gauge):
                 # a small batch swings 0.55-0.75x its start from row to row (issue #28: a real healthy run warned)
                 falling = b - e >= p["collapse_se"] * self.noise.level_se(p["smooth"], p["baseline_rows"])
             context = self._why_collapse() if falling else []
-            if not self.progress.known():  # no reward logged at all: no context, only a halving counts
+            if not self.level.n:  # no reward logged at all: no context, only a halving counts
                 halved = rel < p["sharpening_ratio"]
                 context = ["no reward is logged to tell sharpening from collapse"] if halved else []
             reasons = list(context)
-            if rel < p["deep_ratio"] and not reasons:  # however well the reward does, few alternatives are left
-                reasons.append(f"it is below {p['deep_ratio']}x its start: the policy hardly samples alternatives "
-                               "any more, which caps what it can still learn")
+            # Deep below its start while most completions still fail: the policy has settled on answers that do
+            # not work (a template), not sharpened on ones that do -- a reward that crept up from 0.02 to 0.2 is
+            # still "rising". Read from the level alone, so it holds on the first row after a gap in the log.
+            fail = self.level.smooth
+            deep_failing = rel < p["deep_ratio"] and fail == fail and fail < p["failing_level"] and not reasons
+            if deep_failing:
+                reasons.append(f"it is below {p['deep_ratio']}x its start while most completions still fail (the "
+                               f"score's level {fail:.0%}): the policy hardly samples alternatives any more, so it "
+                               "cannot find the answers it is missing")
             why = "; ".join(reasons)
             self.check("entropy-collapse", bool(reasons), "warn", key, h,
-                       lambda: f"entropy fell to {rel:.2f}x its start ({b:.3g} -> {e:.3g}) and {why}: mode collapse, "
+                       lambda: f"entropy fell to {rel:.2g}x its start ({b:.3g} -> {e:.3g}) and {why}: mode collapse, "
                        "the policy has stopped exploring. Raise the temperature, use clip-higher (epsilon_high), "
-                       "add an entropy bonus, or filter prompts by difficulty.", for_=p["for"])
+                       "add an entropy bonus, or filter prompts by difficulty.",
+                       for_=p["deep_for"] if deep_failing else p["for"])
             self.check("entropy-collapse-persistent", bool(context) and rel < p["stop_ratio"], "stop", key, h,
                        lambda: f"entropy has stayed below {p['stop_ratio']}x its start ({e:.3g}) for {p['stop_for']} "
                        f"logged steps and {why}: the policy has collapsed and further steps learn nothing. Stop and "

@@ -315,6 +315,8 @@ EXAMPLES: dict[tuple[str, str], Example] = {
         "grpo", lambda i, g: {**grpo(i, g), **({"reward": -0.1} if i >= 60 else {})}, grpo, 200, 60, 110, "reward"),
     ("reward", "reward-plateau"): Example(
         "grpo", lambda i, g: grpo(i, g, reward=0.4), grpo, 200, 1, 80, "reward"),
+    ("reward", "reward-saturated"): Example(
+        "grpo", lambda i, g: grpo(i, g, reward=0.93), grpo, 200, 1, 90, "reward"),
     ("reward", "reward-hacking"): Example(
         "grpo", lambda i, g: grpo(i, g, reward=0.3 + 0.5 * ramp(i, 100, 60), length=200 * (1 + 1.5 * ramp(i, 100, 60))),
         grpo, 200, 100, 150, "reward"),
@@ -421,6 +423,8 @@ EXAMPLES: dict[tuple[str, str], Example] = {
     ("policy_ratio", "value-clip-high"): Example(
         "ppo", lambda i, g: ppo(i, g, value_clip=0.05 + 0.45 * ramp(i, 100, 30)), ppo, 200, 100, 130,
         "val/clipfrac_avg"),
+    ("policy_ratio", "value-clip-warmup"): Example(
+        "ppo", lambda i, g: ppo(i, g, value_clip=0.45 * (1 - ramp(i, 1, 8))), ppo, 200, 1, 3, "val/clipfrac_avg"),
     # -- length ---------------------------------------------------------------------------------------------------
     ("length", "length-explosion"): Example(
         "grpo", lambda i, g: grpo(i, g, length=200 * (1 + 1.5 * ramp(i, 60, 10))),
