@@ -114,6 +114,29 @@ def test_ppo_kl_never_fires_the_kl_gauge_and_kl_loss_does() -> None:
     assert loud.verdict() == "stop" and loud.cluster.framework == "verl"
 
 
+def test_kl_to_a_teacher_is_not_judged_by_the_references_lines() -> None:
+    """On-policy distillation (verl's reference is the teacher; its distillation keys say so): a KL near 0.5 from the
+    first step, falling as the student learns, is by design. The same KL without those keys is a KL to the reference
+    that starts high: the reference is not the initial policy (kl-high-at-start)."""
+    def rows(distil: bool) -> list[dict[str, object]]:
+        out = _verl_rows(120, lambda i: 0.1 + 0.45 * math.exp(-i / 60), lambda i: 0.001,
+                         lambda i: 0.3 + 0.002 * i + 0.02 * math.sin(i), lambda i: 0.3 + 0.002 * i + 0.02 * math.cos(i))
+        if distil:
+            for r in out:
+                r["actor/distillation/teacher_mass"] = 0.8
+        return out
+    alerts = load_alert_config(None)
+    a = analyze_stream(rows(True), alerts=alerts)
+    kl = {(f.rule, f.severity) for f in a.cluster.findings if f.gauge == "kl"}
+    assert kl == {("kl-to-teacher", "info")}, kl
+    assert "teacher" in a.cluster.gauges["kl"].note and a.verdict() == "ok"
+    ref = analyze_stream(rows(False), alerts=alerts)
+    assert {"kl-high-at-start", "kl-warn"} <= {f.rule for f in ref.cluster.findings if f.gauge == "kl"}
+    # said in the configuration: the user's word wins over the keys
+    told = analyze_stream(rows(False), params={"kl": {"to": "teacher"}})
+    assert {f.rule for f in told.cluster.findings if f.gauge == "kl"} == {"kl-to-teacher"}
+
+
 def test_shaped_reward_rising_while_task_score_falls_is_proxy_gold_divergence() -> None:
     """The shrinking-replies pathology: critic/rewards rises while critic/score falls."""
     n = 120

@@ -423,6 +423,12 @@ CATALOG: tuple[Rule, ...] = (
     _r("kl", "kl-high-at-start", "mean KL of the first `start_rows` rows", "above the warn line once",
        ("start_rows", "warn"), "the reference is not the initial policy, or sampling and scoring differ",
        "check the reference model, temperature and chat template", "none", ""),
+    _r("kl", "kl-to-teacher", "kl / verl actor/kl_loss beside a key naming distill or teacher (verl "
+       "actor/distillation/*, distill_loss, teacher_kl) in the first rows, or `to: teacher`",
+       "above the warn line (info, once); kl-warn, kl-stop, kl-high-at-start and kl-near-zero do not apply",
+       ("to", "warn"), "the KL is to a teacher (on-policy distillation): high from the start by design, it falls as "
+       "the student learns", "nothing; watch that it falls", "none", "",
+       origin="the post's lines measure drift from the reference (the initial policy); a teacher is another model"),
     _r("kl", "kl-near-zero", "median and spread of KL over the window after `near_zero_rows` rows",
        "|median| below `near_zero` and its spread pinned too (under 10x it: not an estimate scattered around 0), "
        "held 20",
@@ -496,9 +502,9 @@ CATALOG: tuple[Rule, ...] = (
        "length normalisation or a brevity penalty",
        _LEN_DEV, POST),
     _r("length", "length-shrank", "slow EWMA of mean length vs the baseline, with the reward's progress",
-       "as length-grew, downwards, while the reward is not improving and the length is still falling (its trend t "
-       "at most -`shrink_now_t`: a length that fell while the reward climbed and now holds is a concise policy)",
-       ("drift", "significance", "drift_for", "shrink_now_t"),
+       "as length-grew, downwards, while the reward is not improving now, and fallen by `shrink_now` of the baseline "
+       "(and `significance` errors) over the same last 45 rows: a length that fell while the reward climbed and now "
+       "holds is a concise policy", ("drift", "significance", "drift_for", "shrink_now"),
        "short answers are safer for the policy", "check the reward for penalties it avoids by saying less",
        "Length steadily decreasing: The model is learning that short responses are safer.", POST),
     _r("length", "length-shorter-concise", "as length-shrank", "the same fall while the reward improves (info)",
