@@ -1084,3 +1084,20 @@ def test_a_score_held_at_its_ceiling_is_saturated_not_a_plateau():
     assert not found(rows, "grpo", "reward-plateau") and not found(rows, "grpo", "reward-flatline")
     assert [f.severity for f in found(rows, "grpo", "reward-saturated")] == ["info"]
     assert found(build(lambda i, g: grpo(i, g, reward=0.4)), "grpo", "reward-plateau")  # not near the ceiling
+
+
+def test_eval_loss_held_at_the_end_of_the_schedule_is_converged_not_a_plateau():
+    """A long SFT run whose eval loss stops improving as its learning rate decays to nothing has converged where it was
+    planned to end (info); the same stall while the learning rate is still high is the patience warning."""
+    def rows(decay: bool) -> list[Row]:
+        out: list[Row] = []
+        for i in range(1, N + 1):
+            lr = 2e-5 * (0.5 * (1 + math.cos(math.pi * i / N)) if decay else 1.0)
+            out.append({"step": float(i), "loss": 1.0 + math.exp(-i / 60), "learning_rate": lr})
+            if i % 10 == 0:
+                out.append({"step": float(i), "eval_loss": 1.1 + 0.8 * math.exp(-min(i, 230) / 40)})
+        return out
+    converged = analyze_rows(rows(True), trainer="sft").findings
+    assert not [f for f in converged if f.rule == "eval-plateau"]
+    assert [f.severity for f in converged if f.rule == "eval-converged"] == ["info"]
+    assert [f for f in analyze_rows(rows(False), trainer="sft").findings if f.rule == "eval-plateau"]

@@ -289,9 +289,15 @@ CATALOG: tuple[Rule, ...] = (
        "no new best for `plateau_rows` rows and under `progress` gained, after `min_rows`",
        ("plateau_rows", "progress", "min_rows", "warmup_share"), "the run is not learning",
        "check learning rate, data and labels", "trend flat while loss still high (plateau)", INSTRUMENTS),
-    _r("convergence", "eval-plateau", "eval_loss vs its best", "no improvement by `min_delta` in `patience` evals",
-       ("patience", "min_delta"), "converged or stuck: early stopping would stop here", "stop, or change the schedule",
+    _r("convergence", "eval-plateau", "eval_loss vs its best", "no improvement by `min_delta` in `patience` evals, "
+       "before the schedule's end (eval-converged there)", ("patience", "min_delta", "schedule_done_lr"),
+       "converged or stuck: early stopping would stop here", "stop, or change the schedule",
        "patience counter (default patience 5, min_delta 0.001)", INSTRUMENTS),
+    _r("convergence", "eval-converged", "eval_loss vs its best, learning_rate vs its peak, the step vs max_steps",
+       "eval-plateau's test at the end of the schedule: the learning rate at or under `schedule_done_lr` of its "
+       "peak, or past `schedule_done_share` of the planned steps (info; eval-plateau stays quiet there)",
+       ("patience", "min_delta", "schedule_done_lr", "schedule_done_share"),
+       "the run converged where it was planned to end", "nothing; keep the best checkpoint", "none", ""),
     _r("convergence", "overfitting", "train/eval gap velocity (change of eval - train EWMA per eval / eval_loss)",
        "velocity above a line while eval stalls, held 2 evals", ("gap_velocity",), "the model is overfitting",
        "keep the best checkpoint; regularise or stop", "gap velocity > 0.1 (overfitting)", INSTRUMENTS),

@@ -143,6 +143,7 @@ class KLGauge(Gauge):
         if self.target == "teacher":
             self._teacher(key, kl)
             return
+        d["to_teacher"] = 0.0  # the shipped kl-warn/kl-stop alert rules read it (a missing value would silence them)
         d["kl"] = kl
         e = self.ewma.push(kl)
         d["kl_ewma"] = e

@@ -156,6 +156,13 @@ def _eval_plateau(s: int, firing: bool, g: np.random.Generator) -> float:
     return 1.0 + 0.8 * math.exp(-s / 40) - 0.001 * s
 
 
+def _eval_converged(s: int, firing: bool, g: np.random.Generator) -> float:
+    """Eval loss falling with the schedule, held from step 140 (firing: the learning rate is nearly spent there)."""
+    if firing:
+        return 1.0 + 0.8 * math.exp(-min(s, 140) / 40) + 0.0005 * g.normal()
+    return 1.0 + 0.8 * math.exp(-s / 40) - 0.001 * s
+
+
 def _overfitting(s: int, firing: bool, g: np.random.Generator) -> float:
     base = 1.0 + 0.8 * math.exp(-s / 40) + 0.002 * g.normal()
     return base + (0.2 * ((s - 120) / 5 + 1) if firing and s >= 120 else 0.0)  # the gap widens every evaluation
@@ -302,6 +309,8 @@ EXAMPLES: dict[tuple[str, str], Example] = {
         "sft", lambda i, g: sft(i, g, loss=2.0, noise=0.02), sft, 200, 1, 70, "loss"),
     ("convergence", "eval-plateau"): Example(
         "sft", sft, sft, 200, 60, 120, "eval_loss", extra=evals(10, 200, _eval_plateau)),
+    ("convergence", "eval-converged"): Example(
+        "sft", sft, sft, 200, 140, 200, "eval_loss", extra=evals(10, 200, _eval_converged)),
     ("convergence", "overfitting"): Example(
         "sft", sft, sft, 200, 120, 130, "eval_loss", extra=evals(5, 200, _overfitting)),
     ("convergence", "eval-diverging"): Example(
