@@ -99,7 +99,10 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     if not args.score_only:
         record_all(seeds, causes, args.out)
+    from record import refresh_damage
     from score import score_and_write
+
+    refresh_damage(args.out / "runs")
 
     cmd = "python benchmarks/faults/bench.py " + " ".join(argv if argv is not None else sys.argv[1:])
     score_and_write(args.out / "runs", args.results, HERE, peers=not args.no_peers, command=cmd.strip(),

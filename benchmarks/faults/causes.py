@@ -291,8 +291,8 @@ def damage_any(*rules: Callable[[Sequence[Row], int], int | None]) -> Callable[[
     return rule
 
 
-def damage_behind_twin(key: str, frac: float = 0.10, also: Callable[[Sequence[Row], int], int | None] | None = None
-                       ) -> Callable[[Sequence[Row], int, Sequence[Row]], int | None]:
+def damage_behind_twin(key: str, frac: float = 0.10, also: Callable[[Sequence[Row], int], int | None] | None = None,
+                       higher_is_better: bool = True) -> Callable[[Sequence[Row], int, Sequence[Row]], int | None]:
     """Learning stopped: the first step after onset where the rolling ``key`` trails the healthy twin's by ``frac``
     of the twin's own gain since its first row (what the run should have learned and did not)."""
     def rule(rows: Sequence[Row], onset: int, twin: Sequence[Row]) -> int | None:
@@ -303,9 +303,10 @@ def damage_behind_twin(key: str, frac: float = 0.10, also: Callable[[Sequence[Ro
             return other
         start = theirs[0][1]
         held = 0
+        sign = 1.0 if higher_is_better else -1.0
         for step, v in theirs:
-            behind = step >= onset and step in mine and v - mine[step] > frac * max(abs(v - start), 1e-9) \
-                and v - mine[step] > 0.02 * max(abs(v), 1e-9)
+            gap = sign * (v - mine[step]) if step in mine else 0.0
+            behind = step >= onset and gap > frac * max(abs(v - start), 1e-9) and gap > 0.02 * max(abs(v), 1e-9)
             held = held + 1 if behind else 0
             if held >= HOLD:
                 return step if other is None else min(step, other)
@@ -390,8 +391,10 @@ CAUSES: dict[str, Cause] = {c.name: c for c in (
           ("reward", "loss", "convergence"), "held-out accuracy at chance (<= 0.5) or eval loss 10 % above best",
           damage_any(damage_at_most("eval_rewards/accuracies", 0.5), damage_drop("eval_loss", higher_is_better=False))),
     Cause("sft_corruption", "sft", "SFT: rows replaced by random bytes (a corrupted shard)",
-          _collator_mode("corrupt"), ("loss", "convergence", "gradients"), "held-out loss 10 % above its best",
-          damage_drop("eval_loss", higher_is_better=False)),
+          _collator_mode("corrupt"), ("loss", "convergence", "gradients"),
+          "held-out loss 10 % above its best, or 10 % of the twin's gain behind it",
+          damage_behind_twin("eval_loss", also=damage_drop("eval_loss", higher_is_better=False),
+                             higher_is_better=False), needs_twin=True),
 )}
 
 

@@ -19,7 +19,6 @@ from anchors import IGNORED, metric_gauge
 
 WARMUP = 10
 WINDOW = 30
-RATE = 0.05
 SKIP = IGNORED | {"total_flos", "train_runtime", "train_samples_per_second", "train_steps_per_second", "train_loss"}
 
 
@@ -50,8 +49,9 @@ def glr_paths(rows: Sequence[Mapping[str, object]]) -> dict[str, tuple[list[int]
         if len(pre) < WARMUP // 2:
             continue
         mu = float(np.median(pre))
-        sd = 1.4826 * float(np.median(np.abs(pre - mu)))
-        sd = max(sd, float(np.std(pre)) * 0.5, 1e-3 * max(abs(mu), 1e-6), 1e-12)
+        sd = max(1.4826 * float(np.median(np.abs(pre - mu))), 0.5 * float(np.std(pre)))
+        if not sd > 1e-9 * max(abs(mu), 1.0):
+            continue  # constant through the warm-up: no noise model to test a shift against
         stats: list[float] = []
         z_hist: list[float] = []
         for v in x[WARMUP:]:
@@ -67,29 +67,25 @@ def glr_paths(rows: Sequence[Mapping[str, object]]) -> dict[str, tuple[list[int]
     return out
 
 
-def run_max(rows: Sequence[Mapping[str, object]]) -> float:
-    """The largest GLR statistic anywhere in a run (for calibration on healthy twins)."""
-    best = 0.0
-    for _, stats in glr_paths(rows).values():
-        if stats:
-            best = max(best, max(stats))
-    return best
+def calibrate_per_metric(twins: Sequence[tuple[str, Sequence[Mapping[str, object]]]]) -> dict[tuple[str, str], float]:
+    """(trainer base, metric) -> threshold: just above the largest statistic the healthy twins of that base reach."""
+    out: dict[tuple[str, str], float] = {}
+    for base, rows in twins:
+        for key, (_, stats) in glr_paths(rows).items():
+            finite = [v for v in stats if math.isfinite(v)]
+            if finite:
+                out[(base, key)] = max(out.get((base, key), 0.0), max(finite) * (1 + 1e-9))
+    return out
 
 
-def calibrate(twin_maxima: Sequence[float], rate: float = RATE) -> float:
-    """The threshold at which at most ``rate`` of the twins warn: strictly above all but that share of maxima."""
-    vals = sorted(v for v in twin_maxima if math.isfinite(v))
-    if not vals:
-        return math.inf
-    allowed = int(math.floor(rate * len(twin_maxima)))
-    return vals[-allowed - 1] * (1 + 1e-9) if allowed < len(vals) else 0.0
-
-
-def glr_findings(rows: Sequence[Mapping[str, object]], h: float) -> list[tuple[str, str, str, int]]:
-    """(gauge, rule, severity, step) for the first crossing of ``h`` per metric."""
+def glr_findings(rows: Sequence[Mapping[str, object]], base: str, h: Mapping[tuple[str, str], float]
+                 ) -> list[tuple[str, str, str, int]]:
+    """(gauge, rule, severity, step) for the first crossing of its threshold per metric (a metric no twin logged
+    has none: only a non-finite value alarms on it)."""
     out = []
     for key, (steps, stats) in glr_paths(rows).items():
-        hit = next((s for s, g in zip(steps, stats, strict=True) if g > h), None)
+        limit = h.get((base, key), math.inf)
+        hit = next((s for s, g in zip(steps, stats, strict=True) if g > limit), None)
         if hit is not None:
             out.append((metric_gauge(key), f"glr:{key}", "warn", hit))
     return sorted(out, key=lambda f: f[3])

@@ -162,3 +162,21 @@ def record(base: str, seed: int, cause: str | None, out: Path, twin_rows: list[d
                        len(rows), train_s, error)
     save_run(out, meta, rows)
     return meta, rows
+
+
+def refresh_damage(runs_dir: Path) -> int:
+    """Recompute every faulty run's damage step from its saved rows and its twin's with the rules in ``causes.py``
+    (so the rules, not the moment a run was recorded, define it); returns how many changed."""
+    changed = 0
+    for mp in sorted(runs_dir.glob("*.json")):
+        meta = load_meta(mp)
+        if meta.cause is None or meta.cause not in CAUSES or meta.onset is None:
+            continue
+        twin = runs_dir / f"{run_name(f'twin_{meta.base}', meta.seed)}.jsonl"
+        rows = load_rows(mp.with_suffix(".jsonl"))
+        dmg = damage_step(CAUSES[meta.cause], rows, meta.onset, load_rows(twin) if twin.exists() else [])
+        if dmg != meta.damage or meta.damage_rule != CAUSES[meta.cause].damage_rule:
+            meta.damage, meta.damage_rule = dmg, CAUSES[meta.cause].damage_rule
+            mp.write_text(json.dumps(asdict(meta), indent=1), encoding="utf-8")
+            changed += 1
+    return changed
