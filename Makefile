@@ -70,7 +70,7 @@ bench-detection: $(STAMP)
 # Real TRL runs with a fault switched on at a known step, each beside its healthy twin, scored by every detector
 # (ours, the seed rules, z-score, GLR, the oracle, rldoctor, rlwatch). Recorded runs stay in bench-out/faults/runs
 # (delete it to train again); FAULT_SEEDS picks the seeds, e.g. make bench-faults FAULT_SEEDS=0-1
-FAULT_SEEDS ?= 0-4
+FAULT_SEEDS ?= 0-9
 bench-faults: $(STAMP)
 	$(BIN)/python benchmarks/faults/bench.py --seeds $(FAULT_SEEDS)
 

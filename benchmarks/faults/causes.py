@@ -5,8 +5,10 @@ optimizer's learning rate, the trainer's KL coefficient or sampling temperature,
 the data the collator hands the trainer -- never an edit of a logged metric. A cause names the healthy base it
 breaks (``BASES``: the trainer and task its twin runs), the gauges a monitor should warn from, and its *damage*:
 the first step where a user would see harm without any monitor (the task's gold reward 10 % below its peak, KL past
-1.0, a NaN loss, completions at the length cap, held-out accuracy at chance, held-out loss 10 % above its best).
-The damage rules are fixed here, before any detector reads a run.
+1.0, a non-finite loss or gradient norm, completions at the length cap, held-out accuracy at chance, held-out loss
+10 % above its best; learning that stopped: 10 % of the twin's gain behind the twin). A curve is read as a user's
+eye or a smoothed panel reads it: a rolling mean of ``ROLL`` rows, a drop held ``HOLD`` rows. The damage rules
+live here, apart from the detectors, and ``record.refresh_damage`` re-reads every saved run with them.
 """
 
 from __future__ import annotations

@@ -408,7 +408,8 @@ def cause_svg(runs: list[Run], cause: str, dets: Sequence[str]) -> str:
 
 
 def score_and_write(runs_dir: Path, results: Path, pictures: Path, peers: bool = True, command: str = "",
-                    elapsed: float = 0.0) -> list[Run]:
+                    started: float | None = None) -> list[Run]:
+    t_score = time.perf_counter()
     runs = load_runs(runs_dir)
     if not runs:
         raise SystemExit(f"no recorded runs under {runs_dir}: run benchmarks/faults/bench.py without --score-only")
@@ -417,20 +418,34 @@ def score_and_write(runs_dir: Path, results: Path, pictures: Path, peers: bool =
     seeds = sorted({r.meta.seed for r in runs})
     faulty = [r for r in runs if r.meta.cause is not None]
     causes_seen = sorted({r.meta.cause for r in faulty if r.meta.cause})
+    now = time.perf_counter()
+    train_min = sum(r.meta.train_s for r in runs) / 60
     lines = ["# Fault-injection benchmark on real TRL training", "",
-             f"Command: `{command}` ({elapsed / 60:.1f} min on a shared 2-core CPU, load from other jobs; timings "
-             "are noisy).", "",
+             f"Command: `{command}` -- this run {(now - (started or t_score)) / 60:.1f} min, of which scoring "
+             f"{(now - t_score) / 60:.1f} min; recording the {len(runs)} runs took {train_min:.0f} min of training "
+             "(one process, one thread) on a 2-core CPU shared with other jobs: timings are noisy.", "",
              f"{len(faulty)} faulty runs ({len(causes_seen)} causes x seeds {', '.join(map(str, seeds))}) and "
              f"{len(runs) - len(faulty)} healthy twins (same seed, no fault), real TRL trainers on the tiny local "
              "model; the fault is switched on at the onset step by a TrainerCallback. Damage is the step a user would "
              "see harm without any monitor, defined per cause in `causes.py` before any detector ran.", "",
              "## All detectors, one run", "", *table(runs, dets), "",
+             "Seed rules fire on almost every row of every run (twins included), so their first expected warning "
+             "after onset is the onset row itself: their recall and lead are those of a detector that is always on.",
+             "",
              "Recall: a warn/stop from one of the cause's expected gauges at or after onset. Warned before damage: "
              "that warning strictly before the damage step, over the faulty runs whose damage showed. Lead: damage "
              "step minus warning step. Twins warned: any warn/stop on a healthy twin.", "",
              "## Per cause (recalled/runs, warned before damage/damage seen, median delay in steps)", "",
              *cause_table(runs, dets), "", "## Where ours missed or was late, and what it said instead", "",
              *misses(runs), "", "## Notes", "", *[f"- {n}" for n in notes], "",
+             "## The causes", "", "| cause | base (twin) | mechanism switched on at onset | damage rule | "
+             "expected gauges |", "|---|---|---|---|---|",
+             *[f"| {n} | {c.base} | {c.what} | {c.damage_rule} | {', '.join(c.expected)} |" for n, c in CAUSES.items()],
+             "", "Bases (`causes.BASES`): " + "; ".join(
+                 f"{b}: TRL {v.kind}, {v.steps} steps, "
+                 + ", ".join(f"{k}={x}" for k, x in v.overrides.items() if k != "reward_weights")
+                 for b, v in BASES.items()) + ". GRPO/RLOO train on the proxy reward with the gold reward logged "
+             "beside it at weight 0; every run starts from the same 120-step pretrained tiny policy for its seed.", "",
              "Pictures: `cause_<name>.svg` beside this file (onset, damage, when each tool warned, per seed).", ""]
     results.write_text("\n".join(lines), encoding="utf-8")
     for c in causes_seen:
