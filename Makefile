@@ -11,7 +11,7 @@ KERNEL_CAPS ?= default avx2 $(if $(shell grep -qsw avx512f /proc/cpuinfo && echo
 # Which tests make test-kernels reruns (default: every test marked trains); e.g. KERNEL_TESTS=tests/test_demo.py
 KERNEL_TESTS ?=
 
-.PHONY: demo test test-kernels smoke docs docs-build docs-serve bench bench-callback bench-detection bench-readers bench-real clean install
+.PHONY: demo test test-kernels smoke docs docs-build docs-serve bench bench-callback bench-detection bench-faults bench-readers bench-real clean install
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -69,6 +69,13 @@ bench-callback: $(STAMP)
 
 bench-detection: $(STAMP)
 	$(BIN)/python benchmarks/detection/bench.py --split all
+
+# Real TRL runs with a fault switched on at a known step, each beside its healthy twin, scored by every detector
+# (ours, the seed rules, z-score, GLR, the oracle, rldoctor, rlwatch). Recorded runs stay in bench-out/faults/runs
+# (delete it to train again); FAULT_SEEDS picks the seeds, e.g. make bench-faults FAULT_SEEDS=0-1
+FAULT_SEEDS ?= 0-9
+bench-faults: $(STAMP)
+	$(BIN)/python benchmarks/faults/bench.py --seeds $(FAULT_SEEDS)
 
 bench-readers: $(STAMP)
 	$(BIN)/python benchmarks/bench_readers.py
