@@ -11,7 +11,7 @@ KERNEL_CAPS ?= default avx2 $(if $(shell grep -qsw avx512f /proc/cpuinfo && echo
 # Which tests make test-kernels reruns (default: every test marked trains); e.g. KERNEL_TESTS=tests/test_demo.py
 KERNEL_TESTS ?=
 
-.PHONY: demo test test-kernels smoke docs docs-build docs-serve bench bench-callback bench-detection bench-readers bench-real clean install
+.PHONY: demo test test-kernels smoke docs docs-build docs-serve bench bench-callback bench-detection bench-faults bench-readers bench-real clean install
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -51,8 +51,11 @@ docs: $(STAMP)
 	$(BIN)/python docs/gen/make_rules.py
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
-# The site only, from the pictures and rule reference as they are (what tests/test_docs.py checks in CI).
+# The site, with the rule pages, their pictures and the frontiers regenerated first (seconds, no training: they
+# cannot go stale); the dashboard and alert pictures and the demo transcript need `make docs` (they train).
 docs-build: $(STAMP)
+	$(BIN)/python docs/gen/make_rules.py
+	$(BIN)/python docs/gen/make_pictures.py --figures
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 docs-serve: $(STAMP)
@@ -66,6 +69,13 @@ bench-callback: $(STAMP)
 
 bench-detection: $(STAMP)
 	$(BIN)/python benchmarks/detection/bench.py --split all
+
+# Real TRL runs with a fault switched on at a known step, each beside its healthy twin, scored by every detector
+# (ours, the seed rules, z-score, GLR, the oracle, rldoctor, rlwatch). Recorded runs stay in bench-out/faults/runs
+# (delete it to train again); FAULT_SEEDS picks the seeds, e.g. make bench-faults FAULT_SEEDS=0-1
+FAULT_SEEDS ?= 0-9
+bench-faults: $(STAMP)
+	$(BIN)/python benchmarks/faults/bench.py --seeds $(FAULT_SEEDS)
 
 bench-readers: $(STAMP)
 	$(BIN)/python benchmarks/bench_readers.py

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from wandb_rlcluster.core import GAUGE_IDS
+from wandb_rlcluster.core.doc_links import rule_doc_url
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -31,7 +32,8 @@ def test_json_contract(real_logs):
     steps = [f["step"] for f in out["findings"]]
     assert steps == sorted(steps)
     for f in out["findings"]:
-        assert set(f) == {"gauge", "rule", "severity", "step", "metric", "value", "message"}
+        assert set(f) == {"gauge", "rule", "severity", "step", "metric", "value", "message", "doc"}
+        assert f["doc"] == rule_doc_url(f["rule"])  # the rule's page (tests/test_rule_pages.py: it resolves)
         assert f["severity"] in ("info", "warn", "stop")
         assert len(f["message"]) > 20
 

@@ -19,6 +19,8 @@ import pytest
 
 from wandb_rlcluster.core import GAUGE_IDS
 
+from real_logs import real_log
+
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 GETTING_STARTED = DOCS / "getting-started.md"
@@ -87,8 +89,15 @@ def test_mkdocs_strict_build(tmp_path: Path):
                         "-d", str(site)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
     # the nav's pages are there, the API pages carry the docstrings, the pictures came along
-    for page in ("index.html", "getting-started.html", "faq.html", "reference/rules.html", "gauges/kl.html"):
+    for page in ("index.html", "getting-started.html", "faq.html", "rules/index.html", "gauges/kl.html"):
         assert (site / page).is_file(), page
+    # every rule's page is built where a finding's link points once RLCLUSTER_DOCS_URL names the site
+    from wandb_rlcluster.core.catalog import CATALOG
+    from wandb_rlcluster.core.doc_links import rule_doc_url
+
+    for r in CATALOG:
+        url = rule_doc_url(r.id, base=site.as_uri())
+        assert (site / url.removeprefix(site.as_uri() + "/")).is_file(), url
     assert "Watches a TRL / transformers run" in (site / "api" / "callback.html").read_text()
     assert "attach" in (site / "api" / "callback.html").read_text()
     assert "InstrumentCluster" in (site / "api" / "core.html").read_text()
@@ -128,15 +137,79 @@ def test_manual_pictures_are_small_and_made_by_the_script():
         assert stem in script or stem.removesuffix("-full") in script, name
 
 
-def test_rule_reference_is_current():
-    """Until `rlcluster rules` (the rule catalog) exists, the page is generated from the shipped alert rules."""
-    p = subprocess.run([sys.executable, "-m", "wandb_rlcluster", "rules", "--help"], capture_output=True, timeout=120)
-    if p.returncode == 0:
-        pytest.skip("`rlcluster rules` exists: the rule catalog's own tests keep docs/reference/rules.md current")
+RECORD = re.compile(r"(?<!-)\b[Rr]ounds? \d|\b[Rr]ound's\b|\b(?:this|the|a|each|every|last|next) round\b"
+                    r"|issue #\d+|(?<![\w&/])#\d{2,}\b|`[0-9a-f]{7,40}`|\bcommit [0-9a-f]{7,40}\b"
+                    r"|INSTRUMENTS\.md|the post \(Part II\)")
+
+
+def user_pages() -> list[Path]:
+    """The manual's pages outside its Development section (read from mkdocs.yml's nav), and the rule pages."""
+    nav = (ROOT / "mkdocs.yml").read_text(encoding="utf-8").split("\nnav:\n", 1)[1]
+    user_nav = nav.split("  - Development:", 1)[0]
+    pages = [DOCS / p for p in re.findall(r"([\w/-]+\.md)\s*$", user_nav, re.M)]
+    assert len(pages) > 30 and all(p.is_file() for p in pages)
+    return pages + sorted((DOCS / "rules").glob("*.md"))
+
+
+def test_user_pages_carry_no_project_record_and_cite_what_a_reader_can_open():
+    """Rounds, commits and issue numbers are the project's record (the Development section); a rule page quotes the
+    blog series with a link, never a file of the project's own a reader cannot open."""
+    found = []
+    for page in user_pages():
+        for n, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1):
+            m = RECORD.search(line)
+            if m:
+                found.append(f"{page.relative_to(ROOT)}:{n}: {m[0]!r} in {line.strip()[:100]}")
+    assert not found, "\n".join(found)
+
+
+def test_the_manual_states_counts_the_code_has():
+    from wandb_rlcluster.core import GAUGE_IDS
+
+    words = {7: "seven", 8: "eight", 9: "nine", 10: "ten", 12: "twelve", 14: "fourteen", 15: "fifteen"}
+    folder = real_log("verl")  # the count is checked where the real logs are (../shared), not on a user's clone
+    if folder.is_dir():
+        verl = len(list(folder.glob("*.log.gz")))
+        assert f"holds {words[verl]} real public verl logs" in (DOCS / "frameworks.md").read_text(encoding="utf-8")
+    for path in [*DOCS.glob("*.md"), ROOT / "README.md", *(ROOT / "src" / "wandb_rlcluster").glob("*.py")]:
+        text = path.read_text(encoding="utf-8")
+        for n, w in words.items():
+            assert n == len(GAUGE_IDS) or f"{w}-gauge" not in text, f"{path.name}: '{w}-gauge' ({len(GAUGE_IDS)})"
+
+
+def test_api_pages_show_no_raw_sphinx_roles(tmp_path: Path):
+    """mkdocstrings renders Google-style docstrings: a :class:`X` role would show as text."""
+    import ast
+
+    for mod in ("callback.py", "alerts/engine.py", "alerts/config.py", "core/cluster.py", "core/findings.py"):
+        tree = ast.parse((ROOT / "src" / "wandb_rlcluster" / mod).read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.Module)):
+                doc = ast.get_docstring(node) or ""
+                assert not re.search(r":(class|meth|func|attr):`", doc), f"{mod}: {doc[:80]}"
+
+
+def test_pictures_drawn_from_committed_data_are_current():
+    """The frontiers are redrawn by `make docs-build` (make_pictures.py --figures): the committed copies must be what
+    it draws, so the picture on the site is the run the text quotes."""
     sys.path.insert(0, str(DOCS / "gen"))
     try:
-        import make_rules
+        import make_pictures
     finally:
         sys.path.remove(str(DOCS / "gen"))
-    assert (DOCS / "reference" / "rules.md").read_text(encoding="utf-8") == make_rules.from_alert_rules(), \
-        "docs/reference/rules.md is stale: run `python docs/gen/make_rules.py` (make docs does)"
+    fix = "run `python docs/gen/make_pictures.py --figures` (make docs-build does)"
+    assert (DOCS / "img" / "frontier.svg").read_text(encoding="utf-8") == make_pictures.frontier_svg_text(), fix
+    assert (DOCS / "img" / "frontier-oracle.svg").read_bytes() == make_pictures.ORACLE_FRONTIER.read_bytes(), fix
+
+
+def test_getting_started_shows_the_transcript_of_the_pictured_run():
+    """The terminal transcript and the dashboard picture under it come from one demo run (make_pictures.py writes
+    both): the page includes the file, and the transcript's stop is the one its journal and dashboard show."""
+    page = GETTING_STARTED.read_text(encoding="utf-8")
+    assert '--8<-- "img/demo-kl-transcript.txt"' in page
+    assert page.index("demo-kl-transcript.txt") < page.index("img/dashboard-kl.png")
+    transcript = (DOCS / "img" / "demo-kl-transcript.txt").read_text(encoding="utf-8")
+    stop = re.search(r"rlcluster stopped training at step (\d+) of \d+ \(rule ([\w-]+)\)", transcript)
+    assert stop, "the KL demo's transcript shows where it stopped"
+    assert re.search(rf"step\s+{stop[1]}\s+STOP\s+{stop[2]}", transcript)
+    assert "see docs/rules/" in transcript, "made with this checkout's code (every finding links its rule)"

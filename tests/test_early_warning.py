@@ -465,11 +465,20 @@ def test_entropy_halving_while_reward_rises_is_sharpening_not_a_warning():
         assert [f.severity for f in found(rows, "grpo", "entropy-sharpening")] == ["info"]
 
 
-def test_entropy_collapse_below_a_fifth_warns_even_while_reward_rises():
-    rows = build(lambda i, g: grpo(i, g, entropy=1.2 * (1 - 0.9 * ramp(i, span=60))))
+def test_entropy_below_a_fifth_while_most_completions_fail_warns_even_while_reward_creeps_up():
+    """Issue #37: entropy at 0.1x its start while the score creeps from 0.2 to 0.35 is a template that fails (most
+    completions still do), not sharpening on answers that work."""
+    rows = build(lambda i, g: grpo(i, g, reward=0.2 + 0.15 * i / N, entropy=1.2 * (1 - 0.9 * ramp(i, span=60))))
     f = found(rows, "grpo", "entropy-collapse")
-    assert f and f[0].step > ONSET and "0.2x" in f[0].message
+    assert f and f[0].step > ONSET and "0.2x" in f[0].message and "still fail" in f[0].message
     assert not found(rows, "grpo", "entropy-collapse-persistent")  # no stop while the reward still rises
+
+
+def test_entropy_below_a_fifth_while_the_score_climbs_past_half_is_sharpening():
+    """Issue #37 (the verl Qwen2.5-0.5B GSM8K runs: entropy 0.12x its start, score 0.01 -> 0.7): sharpening, info."""
+    rows = build(lambda i, g: grpo(i, g, reward=0.3 + 0.5 * i / N, entropy=1.2 * (1 - 0.9 * ramp(i, span=60))))
+    assert not found(rows, "grpo", "entropy-collapse")
+    assert [f.severity for f in found(rows, "grpo", "entropy-sharpening")] == ["info"]
 
 
 def test_there_is_no_absolute_entropy_floor():
@@ -1015,3 +1024,80 @@ def test_a_loss_at_or_below_zero_gives_no_period_reading():
     rows = build(lambda i, g: {"loss": max(0.0, 0.3 * math.sin(2 * math.pi * i / 8) + g.gauss(0, 0.02)),
                                "grad_norm": 0.5, "learning_rate": 1e-5}, n=80)
     assert not [f for f in found(rows, "dpo", "loss-oscillating", max_steps=80) if "repeating" in f.message]
+
+
+# -- issue #37: framework semantics, judged by meaning -----------------------------------------------------------
+
+
+def test_a_gap_in_the_log_is_not_the_start_of_the_run():
+    """A trimmed log (4 early rows, then a late contiguous block, as TinyZero's notes): the entropy's start is the rows
+    before the gap, so a collapse to 0.005 while most completions fail is a warning on the first late row."""
+    g = random.Random(0)
+    early = [(2, 1.21, 0.025), (52, 1.33, 0.036), (92, 0.91, 0.089), (122, 0.79, 0.087)]
+    rows = [{"step": float(s), "entropy": h, "reward": r, "completions/mean_length": 150.0} for s, h, r in early]
+    rows += [{"step": float(s), "entropy": 0.005 * (1 + g.gauss(0, 0.2)), "reward": 0.18 + g.gauss(0, 0.05),
+              "completions/mean_length": 35.0} for s in range(383, 400)]
+    f = [x for x in found(rows, "ppo", "entropy-collapse") if x.severity == "warn"]
+    assert f and f[0].step == 383 and "still fail" in f[0].message
+    # the same late block with no early rows: nothing says where the run started, so nothing to compare against
+    assert not found(rows[4:], "ppo", "entropy-collapse")
+
+
+def test_length_that_fell_while_the_reward_climbed_and_now_holds_is_not_shrinking():
+    """verl's GSM8K PPO: answers 235 -> 150 tokens while the score climbs 0 -> 0.65, then both hold: concise."""
+    def make(i: int, g: random.Random) -> Row:
+        climb = min(1.0, i / 80)
+        return grpo(i, g, reward=0.05 + 0.6 * climb, length=235 - 85 * climb)
+    rows = build(make)
+    assert not found(rows, "grpo", "length-shrank")
+    # a length falling now while the reward does not move is still the post's "short answers are safer"
+    flat = build(lambda i, g: grpo(i, g, reward=0.4, length=200 * (1 - 0.4 * ramp(i, span=100))))
+    assert found(flat, "grpo", "length-shrank")
+
+
+def test_relative_spread_grown_only_by_a_falling_mean_under_the_cap_is_not_a_wider_shape():
+    """The max pinned at the cap (256), the min steady: (max - min) / mean grows as answers shorten, the range in
+    tokens does not."""
+    def make(i: int, g: random.Random) -> Row:
+        mean = 235 - 80 * min(1.0, i / 60)
+        return {**grpo(i, g, reward=0.05 + 0.6 * min(1.0, i / 60)), "completions/mean_length": mean,
+                "completions/min_length": 60.0 * (1 + g.gauss(0, 0.1)), "completions/max_length": 256.0}
+    assert not found(build(make), "grpo", "length-variance-change")
+    wider = build(lambda i, g: grpo(i, g, spread=1.2 + 0.8 * ramp(i, span=30)))
+    assert found(wider, "grpo", "length-variance-change")
+
+
+def test_the_critics_value_clip_in_its_warm_up_is_info_and_warns_if_it_lasts():
+    """PPO's critic: 40 % of value predictions clipped in its first rows is a fresh value head (info); past the
+    warm-up it is the post's value-function warning."""
+    warm = build(lambda i, g: ppo(i, g, value_clip=0.4 if i <= 5 else 0.02))
+    assert not found(warm, "ppo", "value-clip-high")
+    assert [f.severity for f in found(warm, "ppo", "value-clip-warmup")] == ["info"]
+    lasting = build(lambda i, g: ppo(i, g, value_clip=0.4))
+    f = found(lasting, "ppo", "value-clip-high")
+    assert f and f[0].step > 10
+
+
+def test_a_score_held_at_its_ceiling_is_saturated_not_a_plateau():
+    """dstack's resumed GSM8K run: the score at 0.91-0.98 from its first row: solved, not stalled."""
+    rows = build(lambda i, g: grpo(i, g, reward=0.93))
+    assert not found(rows, "grpo", "reward-plateau") and not found(rows, "grpo", "reward-flatline")
+    assert [f.severity for f in found(rows, "grpo", "reward-saturated")] == ["info"]
+    assert found(build(lambda i, g: grpo(i, g, reward=0.4)), "grpo", "reward-plateau")  # not near the ceiling
+
+
+def test_eval_loss_held_at_the_end_of_the_schedule_is_converged_not_a_plateau():
+    """A long SFT run whose eval loss stops improving as its learning rate decays to nothing has converged where it was
+    planned to end (info); the same stall while the learning rate is still high is the patience warning."""
+    def rows(decay: bool) -> list[Row]:
+        out: list[Row] = []
+        for i in range(1, N + 1):
+            lr = 2e-5 * (0.5 * (1 + math.cos(math.pi * i / N)) if decay else 1.0)
+            out.append({"step": float(i), "loss": 1.0 + math.exp(-i / 60), "learning_rate": lr})
+            if i % 10 == 0:
+                out.append({"step": float(i), "eval_loss": 1.1 + 0.8 * math.exp(-min(i, 230) / 40)})
+        return out
+    converged = analyze_rows(rows(True), trainer="sft").findings
+    assert not [f for f in converged if f.rule == "eval-plateau"]
+    assert [f.severity for f in converged if f.rule == "eval-converged"] == ["info"]
+    assert [f for f in analyze_rows(rows(False), trainer="sft").findings if f.rule == "eval-plateau"]

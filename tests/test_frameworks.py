@@ -116,6 +116,29 @@ def test_ppo_kl_never_fires_the_kl_gauge_and_kl_loss_does() -> None:
     assert loud.verdict() == "stop" and loud.cluster.framework == "verl"
 
 
+def test_kl_to_a_teacher_is_not_judged_by_the_references_lines() -> None:
+    """On-policy distillation (verl's reference is the teacher; its distillation keys say so): a KL near 0.5 from the
+    first step, falling as the student learns, is by design. The same KL without those keys is a KL to the reference
+    that starts high: the reference is not the initial policy (kl-high-at-start)."""
+    def rows(distil: bool) -> list[dict[str, object]]:
+        out = _verl_rows(120, lambda i: 0.1 + 0.45 * math.exp(-i / 60), lambda i: 0.001,
+                         lambda i: 0.3 + 0.002 * i + 0.02 * math.sin(i), lambda i: 0.3 + 0.002 * i + 0.02 * math.cos(i))
+        if distil:
+            for r in out:
+                r["actor/distillation/teacher_mass"] = 0.8
+        return out
+    alerts = load_alert_config(None)
+    a = analyze_stream(rows(True), alerts=alerts)
+    kl = {(f.rule, f.severity) for f in a.cluster.findings if f.gauge == "kl"}
+    assert kl == {("kl-to-teacher", "info")}, kl
+    assert "teacher" in a.cluster.gauges["kl"].note and a.verdict() == "ok"
+    ref = analyze_stream(rows(False), alerts=alerts)
+    assert {"kl-high-at-start", "kl-warn"} <= {f.rule for f in ref.cluster.findings if f.gauge == "kl"}
+    # said in the configuration: the user's word wins over the keys
+    told = analyze_stream(rows(False), params={"kl": {"to": "teacher"}})
+    assert {f.rule for f in told.cluster.findings if f.gauge == "kl"} == {"kl-to-teacher"}
+
+
 def test_shaped_reward_rising_while_task_score_falls_is_proxy_gold_divergence() -> None:
     """The shrinking-replies pathology: critic/rewards rises while critic/score falls."""
     n = 120
@@ -211,15 +234,20 @@ def test_every_real_log_is_listed_with_its_source() -> None:
         assert f"`{p.name}`" in manifest
 
 
-# What the practitioner's reading in ../shared/real-logs/verl/README.md says the alerts must include (by gauge), and the
-# runs read as plainly healthy, which must not warn at all.
-MUST_WARN = {
-    "eric-haibin-lin__gsm8k_Qwen2.5-0.5B-ppo-resp512.log.gz": {"entropy"},
-    "eric-haibin-lin__gsm8k_Qwen2.5-0.5B-ppo-resp256.log.gz": {"entropy"},
-    "Bihan__dstack-configs_verl_demo.log.gz": {"reward"},
-}
+# What the practitioner's reading in the verl README says the alerts must include (by gauge), and the runs read
+# as plainly healthy, which must not warn at all. Issue #37 corrected three readings: entropy falling to ~0.1x its
+# start while the task score climbs from 0.01 to 0.7 (both Qwen2.5-0.5B runs) is sharpening, info, not a warning;
+# a score held at 0.91-0.98 (dstack-configs, resumed after GSM8K was learned) is saturated, not a plateau; the
+# critic's value clip in its first rows (notebook, both Qwen runs) is a PPO warm-up fact (info). So those runs
+# join the silent ones; the 256-token Qwen run keeps its length and reward-volatility warnings (its reading allows
+# the length ones; its reward swings grow as the score climbs from 0 to 0.5 fast): the one healthy verl log warned.
+MUST_WARN: dict[str, set[str]] = {}
 SILENT = {"eric-haibin-lin__gsm8k_gemma-2-2b-it-ppo.log.gz", "yuzhaouoe__GUI-Cursor-Moving_verl_demo.log.gz",
-          "zhiyuanhubj__logic-rl-formula_wandb_output.log.gz"}
+          "zhiyuanhubj__logic-rl-formula_wandb_output.log.gz", "Bihan__dstack-configs_verl_demo.log.gz",
+          "eric-haibin-lin__gsm8k_Qwen2.5-0.5B-ppo-resp512.log.gz",
+          "volcengine__verl_getting_started_notebook.log.gz"}
+# Gauges that must NOT warn on a healthy run, whatever else does: the meaning the issue fixed.
+QUIET_GAUGES = {"eric-haibin-lin__gsm8k_Qwen2.5-0.5B-ppo-resp256.log.gz": {"entropy", "policy_ratio"}}
 # The troubled runs: for each gauge its reading names, the logged step by which that gauge must have warned (or
 # stopped), as written in the reading before the tool was run. A stop is allowed on these; on every other log it is a
 # false alarm.
@@ -227,19 +255,8 @@ TROUBLED: dict[str, dict[str, int]] = {
     # entropy 1.21 -> 0.005 by the first late row (383); KL in the reward 0 -> 0.76 per token (by the log's end)
     "Westwood-Lin__TinyZero-Reproduction_countdown-ppo-0.5b.log.gz": {"entropy": 383, "kl": 399},
 }
-# Real pathologies the product misses today, named for the lead (never a weakened assertion).
-MISSED = {
-    ("Westwood-Lin__TinyZero-Reproduction_countdown-ppo-0.5b.log.gz", "entropy"):
-        "entropy gauge misses a collapse to 0.005 nats/token (0.004x step 2's 1.21): its start is the median of the "
-        "first 10 LOGGED rows, and this log keeps only 4 rows before the collapse, so the 'start' is already "
-        "collapsed (vs_start 4.6); with no absolute floor by design, nothing fires. A sparse or resumed log hides "
-        "the collapse.",
-}
-TROUBLED_CASES = [
-    pytest.param(name, gid, marks=[pytest.mark.xfail(reason=MISSED[(name, gid)], strict=True)]
-                 if (name, gid) in MISSED else [], id=f"{name.split('__')[0]}/{gid}")
-    for name in sorted(TROUBLED) for gid in sorted(TROUBLED[name])
-]
+TROUBLED_CASES = [pytest.param(name, gid, id=f"{name.split('__')[0]}/{gid}")
+                  for name in sorted(TROUBLED) for gid in sorted(TROUBLED[name])]
 
 
 @pytest.mark.parametrize("path", REAL_LOGS)
@@ -249,6 +266,7 @@ def test_real_verl_log_warns_by_the_right_gauge(path: Path) -> None:
     assert MUST_WARN.get(path.name, set()) <= fired, fired
     if path.name in SILENT:
         assert not fired, fired
+    assert not fired & QUIET_GAUGES.get(path.name, set()), fired
 
 
 @pytest.mark.parametrize(("name", "gauge"), TROUBLED_CASES)

@@ -1,4 +1,4 @@
-"""The rule catalog (issue #28): every rule the core can raise is a declared entry with an example that fires by
+"""The rule catalog: every rule the core can raise is a declared entry with an example that fires by
 its row and a healthy stream it stays quiet on; the reference page is generated from it and never stale; impossible
 values are a finding.
 """
@@ -20,7 +20,7 @@ from wandb_rlcluster.core.cluster import InstrumentCluster
 from wandb_rlcluster.core.policy_ratio import PolicyRatioGauge
 from wandb_rlcluster.core.rule_examples import EXAMPLES, ppo
 from wandb_rlcluster.core.sanity import RANGES, RULE
-from wandb_rlcluster.rules_reference import render_markdown
+from wandb_rlcluster.rules_reference import LINES, plot_key, plot_name, render_pages
 
 ROOT = Path(__file__).resolve().parents[1]
 CORE = ROOT / "src" / "wandb_rlcluster" / "core"
@@ -260,21 +260,49 @@ def test_rules_command_lists_every_rule_as_a_table_and_as_json(capsys):
     assert clip["false_alarm_budget"] is None and clip["seed_source"] == POST and "Part III" in clip["origin"]
 
 
-def test_the_committed_reference_page_is_current(tmp_path):
-    """CI's check (make test): regenerate the page and its plots and compare with the committed copy."""
-    page = ROOT / "docs" / "reference" / "rules.md"
-    text, plots = render_markdown()
-    fix = "regenerate it: rlcluster rules --markdown docs/reference/rules.md"
-    assert page.exists() and page.read_text(encoding="utf-8") == text, f"docs/reference/rules.md is stale; {fix}"
-    committed = {p.name: p.read_text(encoding="utf-8") for p in (page.parent / "rule-plots").glob("*.svg")}
-    assert set(committed) == set(plots), f"plots added or removed; {fix}"
-    stale = sorted(n for n in plots if committed[n] != plots[n])
-    assert not stale, f"stale plots {stale[:5]}; {fix}"
+@pytest.fixture(scope="module")
+def generated():
+    return render_pages()
+
+
+def test_the_committed_rule_pages_and_pictures_are_current(tmp_path, generated):
+    """CI's check (make test): regenerate the pages and their pictures and compare with the committed copy."""
+    folder = ROOT / "docs" / "rules"
+    pages, plots = generated
+    fix = "regenerate them: rlcluster rules --markdown (or python docs/gen/make_rules.py; make docs-build runs it)"
+    committed = {p.name: p.read_text(encoding="utf-8") for p in folder.glob("*.md")}
+    assert set(committed) == set(pages), f"pages added or removed; {fix}"
+    stale_pages = sorted(n for n in pages if committed[n] != pages[n])
+    assert not stale_pages, f"stale rule pages {stale_pages[:5]}; {fix}"
+    pictures = {p.name: p.read_text(encoding="utf-8") for p in (folder / "img").glob("*.svg")}
+    assert set(pictures) == set(plots), f"pictures added or removed; {fix}"
+    stale = sorted(n for n in plots if pictures[n] != plots[n])
+    assert not stale, f"stale pictures {stale[:5]}; {fix}"
+    assert main(["rules", "--markdown", str(tmp_path / "rules")]) == 0
+    assert {p.name: p.read_text(encoding="utf-8") for p in (tmp_path / "rules").glob("*.md")} == pages
+    assert len(list((tmp_path / "rules" / "img").glob("*.svg"))) == len(CATALOG)
+
+
+def test_rule_pictures_show_the_decision(generated):
+    """Readable and honest: a firing stream unlike the healthy one, more than two ticks on each axis, text of
+    12 px or more, and the rule's line drawn where the rule compares a level with one."""
+    _pages, plots = generated
     for r in CATALOG:
-        assert f"### `{r.id}" in text, r.id
-    assert main(["rules", "--markdown", str(tmp_path / "rules.md")]) == 0
-    assert (tmp_path / "rules.md").read_text(encoding="utf-8") == text
-    assert len(list((tmp_path / "rule-plots").glob("*.svg"))) == len(CATALOG)
+        svg = plots[plot_name(r)]
+        ex = r.example
+        key = plot_key(r)
+        fire = [x.get(key) for x in ex.rows(True)]
+        calm = [x.get(key) for x in ex.rows(False)]
+        assert any(a != b and not (a != a and b != b) for a, b in zip(fire, calm, strict=True)), r.id
+        sizes = [int(v) for v in re.findall(r'font-size="(\d+)"', svg)]
+        assert sizes and min(sizes) >= 12, r.id
+        ticks = re.findall(r'<text x="[\d.]+" y="[\d.]+" text-anchor="(end|middle)"', svg)
+        assert ticks.count("end") > 2 and ticks.count("middle") > 2, f"{r.id}: more than two ticks per axis"
+        if r.id in LINES and key == ex.plot:
+            assert re.search(r'<line [^>]*stroke="#d68910" stroke-width="1.5" stroke-dasharray="7,4"/>', svg), r.id
+    assert sum(r.id in LINES for r in CATALOG) >= 40
+    for rid, (kind, what) in LINES.items():  # a line names a parameter the rule really has
+        assert kind == "at" or any(what in r.params for r in CATALOG if r.id == rid), rid
 
 
 def test_the_budget_column_names_the_arl_of_a_rule_that_decides_by_a_sequential_test():

@@ -19,6 +19,7 @@ from wandb_rlcluster.core.stats import (
     RollingWindow,
     RunningRegression,
     ShiftDetector,
+    StepGaps,
     robust_z,
 )
 
@@ -78,6 +79,46 @@ def test_ewma_converges_and_baseline_freezes():
     for x in [10, 1, 2, 3, 4, 100, 200]:
         b.push(float(x))
     assert b.ready and b.value == 3.0  # median of the first five; later values do not move it
+
+
+def _gaps(steps: list[float]) -> list[float]:
+    """The steps whose row follows a gap in the log."""
+    g = StepGaps()
+    return [s for s in steps if g.push(s)]
+
+
+def test_step_gaps_find_a_gap_in_the_log_not_an_odd_first_row():
+    """Baselines span steps (issue #37): a row hundreds of steps after the last is not early in the run."""
+    assert _gaps([float(5 * i) for i in range(1, 400)]) == []  # every 5 steps
+    assert _gaps([1.0] + [float(10 * i) for i in range(1, 100)]) == []  # logging_first_step: 1, 10, 20, ...
+    assert _gaps([1.0, 2.0, 2.0, 3.0, 1.0, 2.0, 3.0]) == []  # a repeated step, a counter that restarted
+    # TinyZero's notes: steps 2, 52, 92, 122 pasted as "part of the log", then 383-399 contiguous
+    assert _gaps([2.0, 52.0, 92.0, 122.0, *map(float, range(383, 400))]) == [383.0]
+    # a resumed run's jump after the interval is learned
+    assert _gaps([*map(float, range(1, 31)), *map(float, range(500, 520))]) == [500.0]
+    g = StepGaps()
+    for s in (2.0, 52.0, 92.0, 122.0, 383.0):
+        g.push(s)
+    g2 = StepGaps()
+    g2.load_state_dict(json.loads(json.dumps(g.state_dict())))
+    assert g2.interval == g.interval == 40.0 and g2.push(1000.0)
+
+
+def test_a_baseline_closed_at_a_gap_keeps_the_start_and_a_restarted_ewma_forgets():
+    b = Baseline(10)
+    for x in (1.2, 1.3, 0.9, 0.8):
+        b.push(x)
+    b.close()
+    b.push(0.005)
+    assert b.ready and b.value == pytest.approx(1.05)
+    empty = Baseline(10)
+    empty.close()
+    assert not empty.ready  # nothing collected: still open
+    e = Ewma(0.2)
+    for x in (1.2, 1.3, 0.9):
+        e.push(x)
+    e.restart()
+    assert e.push(0.005) == 0.005
 
 
 def _corr(xs: list[float], ys: list[float]) -> float:

@@ -3,12 +3,14 @@ anchors and the oracle (a CUSUM that knows the true change, swept over its thres
 
     python benchmarks/detection/frontier_plot.py --seeds 1000-1002 --dials 0 1 2 3
 
-Writes ``frontier.svg`` beside this file (a plain SVG, no plotting library needed) and prints the points.
+Writes ``frontier.svg`` beside this file (a plain SVG, no plotting library needed) and its points as
+``frontier.json``, and prints them; ``--redraw`` redraws the picture from ``frontier.json`` alone.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 from collections.abc import Sequence
@@ -56,33 +58,49 @@ def oracle_curve(results: list[bench.Result], rates: Sequence[float]) -> list[tu
     return out
 
 
+def _ticks(top: float, n: int = 5) -> list[float]:
+    """Round tick values from 0 to at most ``top``: steps of 1, 2 or 5 x 10^k (never a 101 % tick)."""
+    raw = top / n
+    mag = 10 ** math.floor(math.log10(raw))
+    step = next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw)
+    return [k * step for k in range(int(top / step + 1e-9) + 1)]
+
+
 def svg(series: dict[str, list[tuple[float, float]]], title: str) -> str:
-    w, hgt, m = 640, 420, 60
-    xmax = max(0.05, max((x for pts in series.values() for x, _ in pts if x == x), default=1.0)) * 1.05
+    """The frontier: the plot area holds only the points and the target lines; the legend sits below the axis
+    label (so it covers no point); ticks are round numbers inside the axis (a share axis stops at 100 %)."""
+    w, m_l, m_r, top, plot_h = 640, 64, 24, 40, 300
+    legend_y = top + plot_h + 56
+    hgt = legend_y + 20 * ((len(series) + 1) // 2) + 8
+    xmax = min(1.0, max(0.05, max((x for pts in series.values() for x, _ in pts if x == x), default=1.0)) * 1.05)
     ymax = max(0.05, max((y for pts in series.values() for _, y in pts if y == y), default=1.0)) * 1.1
 
     def sx(x: float) -> float:
-        return m + (w - 2 * m) * x / xmax
+        return m_l + (w - m_l - m_r) * x / xmax
 
     def sy(y: float) -> float:
-        return hgt - m - (hgt - 2 * m) * y / ymax
+        return top + plot_h - plot_h * y / ymax
 
     colors = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"]
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{hgt}" font-family="sans-serif" '
-             'font-size="12">', f'<rect width="{w}" height="{hgt}" fill="white"/>',
-             f'<text x="{w / 2}" y="20" text-anchor="middle" font-size="14">{title}</text>',
-             f'<line x1="{m}" y1="{hgt - m}" x2="{w - m}" y2="{hgt - m}" stroke="black"/>',
-             f'<line x1="{m}" y1="{m}" x2="{m}" y2="{hgt - m}" stroke="black"/>',
-             f'<text x="{w / 2}" y="{hgt - 20}" text-anchor="middle">healthy runs with any warn/stop</text>',
-             f'<text x="15" y="{hgt / 2}" transform="rotate(-90 15 {hgt / 2})" text-anchor="middle">median delay '
-             '(share of the run after onset)</text>']
-    for i in range(6):
-        x, y = xmax * i / 5, ymax * i / 5
-        parts.append(f'<text x="{sx(x)}" y="{hgt - m + 16}" text-anchor="middle">{100 * x:.0f}%</text>')
-        parts.append(f'<text x="{m - 6}" y="{sy(y) + 4}" text-anchor="end">{y:.2f}</text>')
+             'font-size="13">', f'<rect width="{w}" height="{hgt}" fill="white"/>',
+             f'<text x="{w / 2}" y="22" text-anchor="middle" font-size="15">{title}</text>']
+    for x in _ticks(xmax):
+        parts.append(f'<line x1="{sx(x):.1f}" y1="{top}" x2="{sx(x):.1f}" y2="{top + plot_h}" stroke="#eee"/>')
+        parts.append(f'<text x="{sx(x):.1f}" y="{top + plot_h + 18}" text-anchor="middle">{100 * x:.0f} %</text>')
+    for y in _ticks(ymax):
+        parts.append(f'<line x1="{m_l}" y1="{sy(y):.1f}" x2="{w - m_r}" y2="{sy(y):.1f}" stroke="#eee"/>')
+        parts.append(f'<text x="{m_l - 6}" y="{sy(y) + 4:.1f}" text-anchor="end">{y:.2f}</text>')
+    parts += [f'<rect x="{m_l}" y="{top}" width="{w - m_l - m_r}" height="{plot_h}" fill="none" stroke="#666"/>',
+              f'<text x="{(m_l + w - m_r) / 2}" y="{top + plot_h + 38}" text-anchor="middle">healthy runs with any '
+              'warn/stop</text>',
+              f'<text x="16" y="{top + plot_h / 2}" transform="rotate(-90 16 {top + plot_h / 2})" '
+              'text-anchor="middle">median delay (share of the run after onset)</text>']
     # the targets: 3 % healthy warned, 0.25 delay
-    parts.append(f'<line x1="{sx(0.03)}" y1="{m}" x2="{sx(0.03)}" y2="{hgt - m}" stroke="#999" stroke-dasharray="4"/>')
-    parts.append(f'<line x1="{m}" y1="{sy(0.25)}" x2="{w - m}" y2="{sy(0.25)}" stroke="#999" stroke-dasharray="4"/>')
+    parts.append(f'<line x1="{sx(0.03):.1f}" y1="{top}" x2="{sx(0.03):.1f}" y2="{top + plot_h}" stroke="#999" '
+                 'stroke-dasharray="4"/>')
+    parts.append(f'<line x1="{m_l}" y1="{sy(0.25):.1f}" x2="{w - m_r}" y2="{sy(0.25):.1f}" stroke="#999" '
+                 'stroke-dasharray="4"/>')
     for k, (name, pts) in enumerate(series.items()):
         c = colors[k % len(colors)]
         pts = [(x, y) for x, y in pts if x == x and y == y]
@@ -91,10 +109,11 @@ def svg(series: dict[str, list[tuple[float, float]]], title: str) -> str:
                 c, " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in pts)))
         for x, y in pts:
             parts.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="4" fill="{c}"/>')
-        parts.append(f'<rect x="{w - m - 170}" y="{m + 16 * k - 9}" width="10" height="10" fill="{c}"/>')
-        parts.append(f'<text x="{w - m - 155}" y="{m + 16 * k}">{name}</text>')
+        lx, ly = m_l + (k % 2) * 280, legend_y + 20 * (k // 2)
+        parts.append(f'<rect x="{lx}" y="{ly - 10}" width="10" height="10" fill="{c}"/>')
+        parts.append(f'<text x="{lx + 15}" y="{ly}">{name}</text>')
     parts.append("</svg>")
-    return "\n".join(parts)
+    return "\n".join(parts) + "\n"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -103,7 +122,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--dials", type=int, nargs="+", default=[0, 1, 2, 3])
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--out", default=str(SVG))
+    ap.add_argument("--redraw", action="store_true", help="redraw --out from the points its last run saved beside it "
+                    "(frontier.json): seconds, no corpus run")
     args = ap.parse_args(argv)
+    if args.redraw:
+        data = json.loads(Path(args.out).with_suffix(".json").read_text())
+        Path(args.out).write_text(svg({k: [tuple(p) for p in v] for k, v in data["series"].items()}, data["title"]))
+        return 0
     seeds = seed_range(args.seeds)
     if any(s in HELD_OUT_SEEDS or s in NEXT_ROUND_SEEDS for s in seeds):
         ap.error("seen seeds only")
@@ -126,8 +151,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     series["oracle (knows the change)"] = oracle_curve(base, [0.01, 0.02, 0.03, 0.05, 0.08, 0.12, 0.2, 0.3, 0.5])
     for name, pts in series.items():
         print(name, [(round(x, 3), round(y, 3)) for x, y in pts if not (math.isnan(x) or math.isnan(y))])
-    Path(args.out).write_text(svg(series, f"Detection frontier, seen seeds {args.seeds}"))
-    print(f"written to {args.out}", file=sys.stderr)
+    title = f"Detection frontier, seen seeds {args.seeds}"
+    Path(args.out).write_text(svg(series, title))
+    # the points themselves, so the picture can be redrawn (--redraw, make docs-build) without rerunning the corpus
+    Path(args.out).with_suffix(".json").write_text(json.dumps({"title": title, "series": series}, indent=1) + "\n")
+    print(f"written to {args.out} and {Path(args.out).with_suffix('.json')}", file=sys.stderr)
     return 0
 
 

@@ -30,6 +30,7 @@ import threading
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "src"))  # this checkout's code, installed or not (the demo runs get it too)
 IMG = ROOT / "docs" / "img"
 WORK = ROOT / "build" / "docs-pictures"
 CHROME_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -84,13 +85,30 @@ def run_demo(name: str, pathology: str, reuse: bool) -> Path:
         return out
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
-    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true", "TQDM_DISABLE": "1"}
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true", "TQDM_DISABLE": "1",
+           # this checkout's code, whatever is installed: the pictures show what this source does
+           "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
     print(f"rlcluster demo --pathology {pathology} ...", flush=True)
     p = subprocess.run([sys.executable, "-m", "wandb_rlcluster", "demo", "--out", str(out), "--pathology", pathology],
                        cwd=out.parent, env=env, capture_output=True, text=True, timeout=1800)
     if p.returncode != 0 or not (out / "dashboard.html").exists():
         sys.exit(f"make_pictures: the {pathology} demo failed (exit {p.returncode}):\n{p.stderr[-3000:]}")
+    # what the terminal showed, paths as the user's `demo-out/...`: the getting-started page shows this run's words
+    # beside this run's dashboard, never another run's
+    # (the alerts are log lines on stderr, printed while it trains; the summary is stdout, printed at the end)
+    said = [x for x in p.stderr.splitlines() if x.startswith("rlcluster")] + p.stdout.splitlines()
+    (out.parent / "transcript.txt").write_text("\n".join(said).replace(str(out.parent) + os.sep, "") + "\n",
+                                               encoding="utf-8")
     return out
+
+
+def transcript(out: Path, stem: str) -> None:
+    """The demo's terminal output, as getting-started.md includes it under the dashboard picture of the same run."""
+    text = (out.parent / "transcript.txt").read_text(encoding="utf-8")
+    lines = [re.sub(r"offline-run-[\w-]+", "offline-run-…", line.rstrip()) for line in text.splitlines()
+             if not line.startswith("[")]  # library log lines ("[INFO] Running in WANDB offline mode"), not ours
+    (IMG / f"{stem}.txt").write_text("\n".join(lines).strip("\n") + "\n", encoding="utf-8")
+    print(f"  {(IMG / f'{stem}.txt').relative_to(ROOT)}")
 
 
 def dashboard_pictures(out: Path, stem: str, full: bool) -> None:
@@ -126,7 +144,7 @@ def alert_message(rec: dict):  # noqa: ANN201
 
     return AlertMessage(title=rec["title"], text=rec["text"], severity=rec["severity"], rule=rec["rule"],
                         gauge=rec["gauge"], step=rec["step"], run_name=None, run_url=None, value=rec.get("value"),
-                        evidence=tuple(rec.get("evidence") or ()))
+                        evidence=tuple(rec.get("evidence") or ()), doc=rec.get("doc") or None)
 
 
 # ----------------------------------------------------------------------------------------------- Slack
@@ -278,6 +296,12 @@ SHORT = {  # the operating points labelled on the picture (every point has its f
 
 
 def frontier_svg() -> None:
+    out = IMG / "frontier.svg"
+    out.write_text(frontier_svg_text(), encoding="utf-8")
+    print(f"  {out.relative_to(ROOT)}  {out.stat().st_size // 1024} KB")
+
+
+def frontier_svg_text() -> str:
     """The speed / false-alarm frontier as an SVG, from the table frontier.py wrote (FRONTIER.md)."""
     src = ROOT / "benchmarks" / "detection" / "FRONTIER.md"
     points = []
@@ -324,14 +348,19 @@ def frontier_svg() -> None:
                          f'fill="{colour}" text-anchor="{"start" if right_side else "end"}">{html.escape(short)}'
                          '</text>')
     parts.append("</svg>")
-    out = IMG / "frontier.svg"
-    out.write_text("\n".join(parts) + "\n", encoding="utf-8")
-    print(f"  {out.relative_to(ROOT)}  {out.stat().st_size // 1024} KB")
+    return "\n".join(parts) + "\n"
+
+
+ORACLE_FRONTIER = ROOT / "benchmarks" / "detection" / "frontier.svg"
 
 
 def oracle_frontier_svg() -> None:
-    """The calibrated-detection frontier with the oracle beside it, as benchmarks/detection/frontier_plot.py drew it."""
-    src = ROOT / "benchmarks" / "detection" / "frontier.svg"
+    """The calibrated-detection frontier with the oracle beside it, as benchmarks/detection/frontier_plot.py drew it
+    (redrawn first from the points its last run saved, when it saved them)."""
+    src = ORACLE_FRONTIER
+    if src.with_suffix(".json").is_file():
+        subprocess.run([sys.executable, str(src.parent / "frontier_plot.py"), "--redraw"], check=True, timeout=120,
+                       env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(src.parent)])})
     if not src.is_file():
         print(f"  {src.relative_to(ROOT)} missing: run benchmarks/detection/frontier_plot.py first (picture kept)")
         return
@@ -373,7 +402,15 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reuse", action="store_true", help="keep demo runs already under build/docs-pictures/")
     ap.add_argument("--fleet-only", action="store_true", help="only the fleet page (no demo runs: seconds)")
+    ap.add_argument("--figures", action="store_true", help="only the pictures drawn from committed data (the two "
+                    "frontiers): seconds, no training and no browser; make docs-build runs this")
     args = ap.parse_args(argv)
+    IMG.mkdir(parents=True, exist_ok=True)
+    if args.figures:
+        print("pictures:")
+        frontier_svg()
+        oracle_frontier_svg()
+        return 0
     chromium()
     IMG.mkdir(parents=True, exist_ok=True)
     WORK.mkdir(parents=True, exist_ok=True)
@@ -385,6 +422,7 @@ def main(argv: list[str] | None = None) -> int:
     healthy = run_demo("healthy", "none", args.reuse)
     print("pictures:")
     dashboard_pictures(kl, "dashboard-kl", full=True)
+    transcript(kl, "demo-kl-transcript")
     dashboard_pictures(healthy, "dashboard-healthy", full=False)
     channel_pictures(kl)
     frontier_svg()

@@ -5,7 +5,8 @@ from typing import Any
 from .core import GAUGE_IDS, InstrumentCluster, analyze_rows
 
 __version__ = "0.1.0"
-__all__ = ["GAUGE_IDS", "InstrumentCluster", "RLClusterCallback", "__version__", "analyze_rows", "watch"]
+__all__ = ["GAUGE_IDS", "InstrumentCluster", "RLClusterCallback", "__version__", "analyze_rows", "watch",
+           "watch_on_init"]
 
 
 def __getattr__(name: str) -> Any:
@@ -18,4 +19,8 @@ def __getattr__(name: str) -> Any:
         from .watcher import watch
 
         return watch
+    if name == "watch_on_init":  # watch the run a framework is about to create (verl's trainer calls wandb.init)
+        from .watcher import watch_on_init
+
+        return watch_on_init
     raise AttributeError(f"module 'wandb_rlcluster' has no attribute {name!r}")

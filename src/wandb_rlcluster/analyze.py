@@ -394,8 +394,12 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
+DOC_INDENT = " " * 17
+"""Where a finding's or an alert's doc link starts: under its message, past the step and severity columns."""
+
+
 def render_text(analysis: Analysis, color: bool | None = None, stream: Any = None) -> str:
-    """The twelve-gauge table plus findings in step order."""
+    """The gauge table plus findings in step order, each with its rule's page in the manual."""
     color = _use_color(stream or sys.stdout) if color is None else color
 
     def paint(text: str, status: str) -> str:
@@ -436,6 +440,7 @@ def render_text(analysis: Analysis, color: bool | None = None, stream: Any = Non
         for f in diagnoses:
             sev = f["severity"]
             lead.append(f"  step {f['step']:>6}  {paint(f'{sev.upper():<4}', sev)}  {f['rule']}: {f['message']}")
+            lead.append(f"{DOC_INDENT}see {c(f['doc'])}")
         at = lines.index("") + 1  # after the header
         lines[at:at] = [*lead, ""]
     if analysis.alerts is not None:
@@ -447,6 +452,7 @@ def render_text(analysis: Analysis, color: bool | None = None, stream: Any = Non
             note = "" if e.notify else f"  [{e.suppressed}]"
             sev = paint(f"{e.severity.upper():<4}", e.severity)
             lines.append(f"  step {e.step:>6}  {sev}  {c(e.rule)}: {c(e.title)}{note}")
+            lines.append(f"{DOC_INDENT}see {c(e.doc)}")
     lines.append("")
     if not findings:
         lines.append("No findings: every gauge stayed inside its thresholds.")
@@ -457,6 +463,7 @@ def render_text(analysis: Analysis, color: bool | None = None, stream: Any = Non
             sev = f["severity"]
             lines.append(f"  step {f['step']:>6}  {paint(f'{sev.upper():<4}', sev)}  {c(f['gauge'])}/{c(f['rule'])}: "
                          f"{c(f['message'])}")
+            lines.append(f"{DOC_INDENT}see {c(f['doc'])}")
             if f.get("evidence") and sev != "info":
                 from .core.rollouts import evidence_lines
 

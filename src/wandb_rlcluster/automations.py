@@ -104,11 +104,23 @@ def _number(n: Node) -> float | None:
     return None
 
 
+def _is_guard(n: Node) -> bool:
+    """``not <a comparison of an rlcluster/ value>``: a guard on the callback's own reading (the KL gauge's
+    ``to_teacher``), which W&B cannot see."""
+    return (n.kind == "not" and n.args[0].kind == "cmp"
+            and any(a.kind == "name" and str(a.value).startswith("rlcluster/") for a in n.args[0].args))
+
+
 def _single_comparison(rule: Rule) -> tuple[str, bool, str, float] | str:
-    """(metric, under abs(), operator, threshold) of a rule that compares one metric with a constant, else why not."""
+    """(metric, under abs(), operator, threshold) of a rule that compares one metric with a constant, else why not.
+
+    A rule that is such a comparison ``and`` a guard on rlcluster's own reading gives W&B the comparison: W&B cannot
+    read the guard, so its rule is the looser one."""
     root = rule.when.root if rule.when is not None else None
     if root is None:
         return "no 'when' expression"
+    if root.kind == "and" and any(_is_guard(a) for a in root.args):
+        root = next(a for a in root.args if not _is_guard(a))
     if root.kind != "cmp":
         return f"{rule.when.text!r} combines conditions (and/or/not): a W&B automation watches one metric"
     op = str(root.value)

@@ -57,7 +57,7 @@ class RLClusterCallback(TrainerCallback, ExportableState):
             own YAML (merged over the shipped rules by name unless it says ``extends: none``);
             False turns alerting off (then core ``stop`` findings stop training directly). The
             file is validated here, before training starts: a bad file raises ConfigError
-            naming the file, the line and the fix. An :class:`AlertConfig` object, or the dict
+            naming the file, the line and the fix. An ``AlertConfig`` object, or the dict
             its ``to_dict()`` gives, goes through the same checks (ConfigError here, before
             training). Checkpoints store the rules themselves, so a
             resume (``restore_callback_states_from_checkpoint=True``) rebuilds the same rules from
@@ -81,7 +81,7 @@ class RLClusterCallback(TrainerCallback, ExportableState):
             output, an attached trainer's rollout statistics) and the last row are always logged; an
             all-clear or an info finding goes out with the next row the interval lets through. 0 logs
             every row.
-        report: at the end of training build the twelve-gauge W&B report for this run's project:
+        report: at the end of training build the fourteen-gauge W&B report for this run's project:
             saved to W&B for an online run (its URL is logged), written as
             ``<output_dir>/rlcluster_report.json`` for an offline one (save it later with
             ``rlcluster report --save``).

@@ -258,7 +258,7 @@ def _cmd_alerts_test(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    """Build the twelve-gauge W&B report: --out writes its spec offline, --save saves it to W&B."""
+    """Build the fourteen-gauge W&B report: --out writes its spec offline, --save saves it to W&B."""
     import os
     from pathlib import Path
 
@@ -399,15 +399,39 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_rules(args: argparse.Namespace) -> int:
-    """The rule catalog: a table, JSON, or the generated reference page (``rules_reference.py``)."""
-    from .rules_reference import render_json, render_table, rule_records, write_reference
+    """The rule catalog: a table, JSON, one rule in full, or the manual's rule pages (``rules_reference.py``)."""
+    from pathlib import Path
+
+    from .rules_reference import (
+        closest,
+        find_rules,
+        render_json,
+        render_rule_text,
+        render_table,
+        rule_records,
+        write_reference,
+    )
 
     if args.markdown:
         try:
             written = write_reference(args.markdown)
         except OSError as e:
             return _fail(f"cannot write {args.markdown!r}: {e.strerror or e}")
-        _say(f"wrote {written[0]} and {len(written) - 1} plots in {written[0].parent / 'rule-plots'}")
+        pages = sum(p.suffix == ".md" for p in written)
+        _say(f"wrote {pages} pages in {args.markdown} and {len(written) - pages} pictures in "
+             f"{Path(args.markdown) / 'img'}")
+        return 0
+    if args.rule:
+        found = find_rules(args.rule)
+        if not found:
+            near = closest(args.rule)
+            hint = f"; did you mean {', '.join(near)}?" if near else ""
+            return _fail(f"no rule {clean_text(args.rule, 60)!r}{hint} (every rule: rlcluster rules)")
+        if args.format == "json":
+            ids = {r.id for r in found}
+            sys.stdout.write(render_json([x for x in rule_records() if x["id"].split(":")[0] in ids]))
+        else:
+            sys.stdout.write(render_rule_text(found))
         return 0
     records = rule_records()
     sys.stdout.write(render_json(records) if args.format == "json" else render_table(records))
@@ -491,7 +515,7 @@ def build_parser() -> argparse.ArgumentParser:
     dest_ae.add_argument("--webhook", metavar="NAME", help="a generic webhook integration of the entity instead")
     ae.set_defaults(func=_cmd_automations_export)
 
-    r = sub.add_parser("report", help="build the twelve-gauge W&B report for a project")
+    r = sub.add_parser("report", help="build the fourteen-gauge W&B report for a project")
     r.add_argument("--entity", required=True)
     r.add_argument("--project", required=True)
     r.add_argument("--trainer", default="grpo",
@@ -541,10 +565,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "seed's words",
                         description="The rule catalog (src/wandb_rlcluster/core/catalog.py): one entry per rule id "
                         "the gauges can raise, thresholds read from the gauges' defaults.")
+    ru.add_argument("rule", nargs="?", help="print this rule in full (e.g. kl-warn): what it means, how it "
+                    "decides, what to do, how to change or silence it, its page in the manual")
     ru.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
-    ru.add_argument("--markdown", metavar="FILE", nargs="?", const="docs/reference/rules.md",
-                    help="write the reference page (default docs/reference/rules.md) and its SVG plots beside it "
-                         "(rule-plots/), instead of printing")
+    ru.add_argument("--markdown", metavar="DIR", nargs="?", const="docs/rules",
+                    help="write the manual's rule pages (default docs/rules: one <id>.md per rule and index.md) "
+                         "and their SVG pictures (DIR/img/), instead of printing")
     ru.set_defaults(func=_cmd_rules)
 
     d = sub.add_parser(

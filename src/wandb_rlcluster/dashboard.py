@@ -181,6 +181,11 @@ def _svg(panel: PanelSpec, store: SeriesStore, marks: list[tuple[str, float, str
     return "".join(parts) + f'<div class="legend">{legend}</div>'
 
 
+def _rule_link(rule: str, doc: str) -> str:
+    """The rule's name, linked to its page in the manual (what it means, what to do, how to tune it)."""
+    return f"<a href=\"{html.escape(doc, quote=True)}\" title=\"the rule's page\">{_esc(rule)}</a>"
+
+
 def _examples(finding: dict[str, Any], sep: str) -> str:
     """A finding's example completions (rollout evidence), each escaped, after ``sep`` (a line break)."""
     return "".join(f"{sep}{_esc('e.g. ' + x)}" for x in evidence_lines(finding.get("evidence") or [], width=160))
@@ -238,8 +243,8 @@ def render_dashboard(analysis: Analysis, store: SeriesStore, layout: Layout, ale
         out.append("<h2>Diagnoses</h2><table><tr><th>step</th><th>diagnosis</th><th>evidence, what to do</th></tr>")
         for f in diagnoses:
             c = SEVERITY_COLOR.get(f["severity"], "#888")
-            out.append(f"<tr><td>{f['step']}</td><td class='sev' style='color:{c}'>{html.escape(f['rule'])}</td>"
-                       f"<td>{html.escape(f['message'])}</td></tr>")
+            out.append(f"<tr><td>{f['step']}</td><td class='sev' style='color:{c}'>{_rule_link(f['rule'], f['doc'])}"
+                       f"</td><td>{html.escape(f['message'])}</td></tr>")
         out.append("</table>")
     out.append("<h2>Status at a glance</h2><div class='status'>")
     for gid, title in GAUGE_TITLES.items():
@@ -267,7 +272,7 @@ def render_dashboard(analysis: Analysis, store: SeriesStore, layout: Layout, ale
         for f in s["findings"]:
             c = SEVERITY_COLOR.get(f["severity"], "#888")
             out.append(f"<tr><td>{f['step']}</td><td class='sev' style='color:{c}'>{f['severity'].upper()}</td>"
-                       f"<td>{_esc(f['gauge'])}/{_esc(f['rule'])}</td><td>{_esc(f['message'])}"
+                       f"<td>{_esc(f['gauge'])}/{_rule_link(f['rule'], f['doc'])}</td><td>{_esc(f['message'])}"
                        f"{_examples(f, '<br>')}</td></tr>")
         out.append("</table>")
     else:
@@ -280,7 +285,7 @@ def render_dashboard(analysis: Analysis, store: SeriesStore, layout: Layout, ale
                 continue
             c = SEVERITY_COLOR.get(a["severity"], "#888")
             out.append(f"<tr><td>{a['step']}</td><td class='sev' style='color:{c}'>{a['severity'].upper()}</td>"
-                       f"<td>{_esc(a['rule'])}</td><td>{_esc(a['title'])}</td></tr>")
+                       f"<td>{_rule_link(a['rule'], a['doc'])}</td><td>{_esc(a['title'])}</td></tr>")
         out.append("</table>")
     out.append("</main></body></html>")
     return "\n".join(out)

@@ -16,6 +16,7 @@ import collections
 import http.client
 import json
 import logging
+import re
 import smtplib
 import ssl as ssl_mod
 import threading
@@ -71,6 +72,8 @@ class AlertMessage:
     #: example completions behind the alert (rollout evidence): dicts as RolloutStats.evidence() gives them
     evidence: tuple[Any, ...] = ()
     evidence_text: bool = True  # False: the examples' numbers only, no prompt/completion text
+    #: the manual's page for the rule (``core/doc_links.py``): what it means, what to do, how to tune it
+    doc: str | None = None
 
     def evidence_lines(self, width: int = 300) -> list[str]:
         return evidence_lines(self.evidence, with_text=self.evidence_text, width=width) if self.evidence else []
@@ -211,6 +214,11 @@ class SlackWebhookChannel:
             context.append(f"<{_slack_escape(msg.run_url).replace('|', '%7C')}|{link_text}>")
         elif msg.run_name:
             context.append(f"*run* {_slack_escape(msg.run_name)}")
+        if msg.doc:  # an address Slack can open becomes a link; a page in the project stays its path
+            if re.match(r"https?://", msg.doc):
+                context.append(f"<{_slack_escape(msg.doc).replace('|', '%7C')}|rule docs>")
+            else:
+                context.append(f"*docs* `{_slack_escape(msg.doc)}`")
         section = _truncate(_slack_escape(msg.text), 3000) or " "  # Slack rejects empty section text
         examples = msg.evidence_lines()
         body: dict = {
@@ -360,6 +368,8 @@ class EmailChannel:
             lines.append(f"run:   {msg.run_name}")
         if msg.run_url:
             lines.append(f"link:  {msg.run_url}")
+        if msg.doc:
+            lines.append(f"docs:  {msg.doc}")
         em.set_content("\n".join(lines) + "\n")
         return em
 

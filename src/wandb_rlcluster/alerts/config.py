@@ -163,7 +163,7 @@ class AlertConfig:
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "checkpoint") -> AlertConfig:
-        """Rebuild the rules written by :meth:`to_dict`, through the same checks as a YAML file; raises
+        """Rebuild the rules written by ``to_dict()``, through the same checks as a YAML file; raises
         ConfigError naming what is wrong."""
         if not isinstance(data, dict) or data.get("format") != CONFIG_FORMAT:
             raise ConfigError([f"{where}: stored alert rules are not in the {CONFIG_FORMAT} format; pass alerts= "

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..core import InstrumentCluster
+from ..core.doc_links import doc_url, rule_doc_url
 from ..core.findings import SEVERITY_RANK as CORE_RANK
 from ..core.findings import Finding
 from ..core.keys import to_float
@@ -45,6 +46,12 @@ class AlertEvent:
     time: float = 0.0
     #: example completions (rollout evidence, see RLClusterCallback.attach); journaled only when present
     evidence: list[dict[str, Any]] = field(default_factory=list)
+    #: the manual's page for what fired (``core/doc_links.py``); empty: worked out from ``rule`` and ``gauge``
+    doc: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.doc:
+            self.doc = event_doc_url(self.rule, self.gauge)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -53,6 +60,20 @@ class AlertEvent:
         if not d["evidence"]:
             del d["evidence"]
         return d
+
+
+LIVENESS_GAUGES = frozenset({"watchdog", "process"})
+"""The gauges of the liveness alerts (stall, crash, signal, kill -9), documented together on one page."""
+
+
+def event_doc_url(rule: str, gauge: str) -> str:
+    """The manual's page for an alert: the core rule's own page when ``rule`` is one (a forwarded finding, or an
+    alert rule named after one), the liveness page for a stall or crash, else the page on ``alerts.yaml`` rules."""
+    from ..core.catalog import rule_ids
+
+    if rule.split(":", 1)[0] in rule_ids():
+        return rule_doc_url(rule)
+    return doc_url("liveness" if gauge in LIVENESS_GAUGES else "alerts")
 
 
 class _SafeFormatter(string.Formatter):
@@ -106,7 +127,7 @@ class AlertEngine:
     """Evaluates the alert rules on every logged row.
 
     Args:
-        config: a validated :class:`AlertConfig`.
+        config: a validated ``AlertConfig``.
         run_name, run_url, project: template fields.
         clock: wall-clock source for cooldowns (None: no cooldown, as in offline analysis).
     """
@@ -236,7 +257,8 @@ class AlertEngine:
         text = render(rule.text, fields) if kind == "firing" else f"Resolved: {title}"
         return AlertEvent(kind=kind, rule=rule.name, gauge=rule.gauge, severity=rule.severity, step=step,
                           value=value, metric=metric, title=title, text=text, notify=kind == "firing",
-                          cooldown=rule.cooldown, time=self.clock() if self.clock else 0.0)
+                          cooldown=rule.cooldown, time=self.clock() if self.clock else 0.0,
+                          doc=event_doc_url(label, rule.gauge))
 
     def _route(self, events: list[AlertEvent]) -> None:
         """Inhibition and cooldown: which firing events are notified."""

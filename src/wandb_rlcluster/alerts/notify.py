@@ -204,6 +204,8 @@ class Notifier:
             if e.evidence:  # the completions behind the alert, bounded: W&B forwards this text to Slack itself
                 lines = evidence_lines(e.evidence, with_text=self.evidence_text, width=200)
                 text = (text + f"\n\nExamples from step {e.step}:\n" + "\n".join(f"- {x}" for x in lines))[:3000]
+            if e.doc:
+                text = text[: 3000 - len(e.doc) - 8] + f"\n\nRule: {e.doc}"
             run.alert(title=e.title[:255], text=text, level=level, wait_duration=max(1, int(e.cooldown)))
             self.sent_wandb += 1
         except Exception as exc:  # noqa: BLE001 - W&B must never break training
@@ -218,7 +220,7 @@ class Notifier:
             {k: v for k, v in x.items() if k not in ("prompt", "completion")} for x in e.evidence)
         msg = AlertMessage(title=e.title, text=e.text, severity=e.severity, rule=e.rule, gauge=e.gauge, step=e.step,
                            run_name=None, run_url=None, value=e.value, evidence=evidence,
-                           evidence_text=self.evidence_text)
+                           evidence_text=self.evidence_text, doc=e.doc or None)
         for name, cfg in self._channel_cfg.items():
             if name not in wanted or SEVERITY_RANK[e.severity] < SEVERITY_RANK.get(cfg.min_severity, 1):
                 continue

@@ -199,7 +199,7 @@ CATALOG: tuple[Rule, ...] = (
        "range and still moves (info)", ("zero_for",),
        "whole batches are solved prompts (all-correct groups, advantages 0): not a dead run",
        "add harder prompts if it persists; a frozen reward or one on the failure side is grad-zero", "none", "",
-       origin="issue #28: above a success rate of 1/2 a uniform group is more likely all-correct than all-wrong "
+       origin="above a success rate of 1/2 a uniform group is more likely all-correct than all-wrong "
        "for every group size"),
     _r("gradients", "grad-zero-step", "grad_norm (not GRPO, where all-equal groups give 0)", "one exact 0", (),
        "no parameter received a gradient on this step", "check for frozen weights, a detached loss, an empty batch",
@@ -289,9 +289,15 @@ CATALOG: tuple[Rule, ...] = (
        "no new best for `plateau_rows` rows and under `progress` gained, after `min_rows`",
        ("plateau_rows", "progress", "min_rows", "warmup_share"), "the run is not learning",
        "check learning rate, data and labels", "trend flat while loss still high (plateau)", INSTRUMENTS),
-    _r("convergence", "eval-plateau", "eval_loss vs its best", "no improvement by `min_delta` in `patience` evals",
-       ("patience", "min_delta"), "converged or stuck: early stopping would stop here", "stop, or change the schedule",
+    _r("convergence", "eval-plateau", "eval_loss vs its best", "no improvement by `min_delta` in `patience` evals, "
+       "before the schedule's end (eval-converged there)", ("patience", "min_delta", "schedule_done_lr"),
+       "converged or stuck: early stopping would stop here", "stop, or change the schedule",
        "patience counter (default patience 5, min_delta 0.001)", INSTRUMENTS),
+    _r("convergence", "eval-converged", "eval_loss vs its best, learning_rate vs its peak, the step vs max_steps",
+       "eval-plateau's test at the end of the schedule: the learning rate at or under `schedule_done_lr` of its "
+       "peak, or past `schedule_done_share` of the planned steps (info; eval-plateau stays quiet there)",
+       ("patience", "min_delta", "schedule_done_lr", "schedule_done_share"),
+       "the run converged where it was planned to end", "nothing; keep the best checkpoint", "none", ""),
     _r("convergence", "overfitting", "train/eval gap velocity (change of eval - train EWMA per eval / eval_loss)",
        "velocity above a line while eval stalls, held 2 evals", ("gap_velocity",), "the model is overfitting",
        "keep the best checkpoint; regularise or stop", "gap velocity > 0.1 (overfitting)", INSTRUMENTS),
@@ -316,6 +322,11 @@ CATALOG: tuple[Rule, ...] = (
        ("plateau_t", "plateau_gain", "plateau_z", "plateau_for", "min_rows", "warmup_share"),
        "the policy is stable but not learning",
        "check the learning rate, the task's difficulty and frac_reward_zero_std", "none", ""),
+    _r("reward", "reward-saturated", "the task score (gold, e.g. verl critic/score) or the reward as a success rate",
+       "flat (reward-flatline's test) or stalled (reward-plateau's) with the smoothed level at or above "
+       "`saturated_level` (info; those two stay quiet there)", ("saturated_level", "flat_rows"),
+       "the task is solved: every completion scores alike, nothing left to climb",
+       "nothing; harder prompts give a signal again", "none", ""),
     _r("reward", "reward-hacking",
        "reward gain in its early sigmas, completions/mean_length ratio and their correlation",
        "length above `hack_length_ratio` x start, corr above `hack_corr`, gain above `hack_gain_sigma`, held 3",
@@ -407,7 +418,7 @@ CATALOG: tuple[Rule, ...] = (
        "prewhitened, rows clipped at `warn_clip` sigmas, reference `warn_k`) crosses its ARL0-budget threshold",
        ("warn", "for", "warn_k", "warn_clip"), "the policy drifts far from the reference",
        "watch the reward; consider a larger beta",
-       _KL_LINES, POST, origin="PPO/Online DPO log a per-sequence sum: their lines are per family (INSTRUMENTS.md)",
+       _KL_LINES, POST, origin="PPO/Online DPO log a per-sequence sum: their lines are per family",
        budgeted=True),
     _r("kl", "kl-stop", "kl / objective/kl", "level above a line, held `for` rows (stop)", ("stop", "for"),
        "the policy ran away from the reference", "stop; raise beta or lower the LR; resume earlier", _KL_LINES, POST,
@@ -426,6 +437,12 @@ CATALOG: tuple[Rule, ...] = (
     _r("kl", "kl-high-at-start", "mean KL of the first `start_rows` rows", "above the warn line once",
        ("start_rows", "warn"), "the reference is not the initial policy, or sampling and scoring differ",
        "check the reference model, temperature and chat template", "none", ""),
+    _r("kl", "kl-to-teacher", "kl / verl actor/kl_loss beside a key naming distill or teacher (verl "
+       "actor/distillation/*, distill_loss, teacher_kl) in the first rows, or `to: teacher`",
+       "above the warn line (info, once); kl-warn, kl-stop, kl-high-at-start and kl-near-zero do not apply",
+       ("to", "warn"), "the KL is to a teacher (on-policy distillation): high from the start by design, it falls as "
+       "the student learns", "nothing; watch that it falls", "none", "",
+       origin="the post's lines measure drift from the reference (the initial policy); a teacher is another model"),
     _r("kl", "kl-near-zero", "median and spread of KL over the window after `near_zero_rows` rows",
        "|median| below `near_zero` and its spread pinned too (under 10x it: not an estimate scattered around 0), "
        "held 20",
@@ -456,7 +473,7 @@ CATALOG: tuple[Rule, ...] = (
        "level above a line, held `warn_for` rows", ("clip_warn", "warn_for"), "updates are too aggressive",
        "lower the learning rate or num_iterations",
        "Clip fraction too high (> 30%): Most of your updates are being clipped.", POST,
-       origin="GRPO's line is 40 %, from the series' GRPO guidance (Part III, INSTRUMENTS.md: "
+       origin="GRPO's line is 40 %, from the series' GRPO guidance (Part III of the series: "
               "'total clip > 40 % excessive ... 10–30 % usually healthy'); the post's 30 % is PPO's"),
     _r("policy_ratio", "clip-stop", "clip fraction", "level above a line, held `for` rows (stop)", ("clip_stop", "for"),
        "each update is far too large: KL explosion usually follows", "stop; lower LR or num_iterations", "none", "",
@@ -479,7 +496,13 @@ CATALOG: tuple[Rule, ...] = (
        "Value function: Value loss, value clipping. (PPO only.)", POST),
     _r("policy_ratio", "value-clip-high", "val/clipfrac_avg", "level above a line, held 3", ("value_clip",),
        "the value function moves too far per update", "lower the LR or widen cliprange_value",
-       "Value function: Value loss, value clipping. (PPO only.)", POST),
+       "Value function: Value loss, value clipping. (PPO only.)", POST,
+       origin="waits out the critic's warm-up (`value_warmup` value rows): a fresh value head is clipped while it "
+              "moves to the first returns (value-clip-warmup)"),
+    _r("policy_ratio", "value-clip-warmup", "val/clipfrac_avg (TRL PPO; verl critic/vf_clipfrac)",
+       "above `value_clip` within the critic's first `value_warmup` value rows (info)", ("value_clip", "value_warmup"),
+       "a fresh value head moving to the returns: a fact of PPO's critic, not the policy's clip",
+       "nothing; it warns (value-clip-high) if it lasts past the warm-up", "none", ""),
     # -- length -------------------------------------------------------------------------------------------------------
     _r("length", "length-explosion", "EWMA (`smooth`) of completions/mean_length / its first `baseline_rows` rows",
        "ratio above a line, held `for` rows", ("explode", "for", "smooth"), "length bias",
@@ -493,7 +516,9 @@ CATALOG: tuple[Rule, ...] = (
        "length normalisation or a brevity penalty",
        _LEN_DEV, POST),
     _r("length", "length-shrank", "slow EWMA of mean length vs the baseline, with the reward's progress",
-       "as length-grew, downwards, while the reward is not improving", ("drift", "significance", "drift_for"),
+       "as length-grew, downwards, while the reward is not improving now, and fallen by `shrink_now` of the baseline "
+       "(and `significance` errors) over the same last 45 rows: a length that fell while the reward climbed and now "
+       "holds is a concise policy", ("drift", "significance", "drift_for", "shrink_now"),
        "short answers are safer for the policy", "check the reward for penalties it avoids by saying less",
        "Length steadily decreasing: The model is learning that short responses are safer.", POST),
     _r("length", "length-shorter-concise", "as length-shrank", "the same fall while the reward improves (info)",
@@ -518,7 +543,8 @@ CATALOG: tuple[Rule, ...] = (
        "the same narrowing while the reward clearly rises now (info)", ("spread_collapse", "significance", "for"),
        "the policy is sharpening", "read samples for one template", "none", ""),
     _r("length", "length-variance-change", "spread ratio squared (and log(max/min)) vs the baseline",
-       "past `variance_change` and `significance` errors, held `drift_for`",
+       "past `variance_change` and `significance` errors, held `drift_for`; a growth of (max - min) / mean counts "
+       "only if the range in tokens grew too (a mean falling under a max pinned at the cap is not a wider shape)",
        ("variance_change", "significance", "drift_for"), "the output distribution changes shape",
        "read samples; compare with the SFT model", _LEN_DEV, POST),
     _r("length", "truncation", "completions/clipped_ratio", "level above a line, held `truncation_for` rows",
@@ -542,8 +568,12 @@ CATALOG: tuple[Rule, ...] = (
     _r("entropy", "entropy-collapse", "EWMA of entropy / its first `baseline_rows`, with the reward's progress",
        "below `collapse_ratio`, the fall `collapse_se` standard errors of the smoothed level (AR(1)-aware) out of "
        "the row noise, with a collapse sign (reward flat and not near its ceiling: smoothed level under "
-       "`saturated_level`; zero-std up) or below `deep_ratio`; held `for`",
-       ("collapse_ratio", "collapse_se", "deep_ratio", "zero_std_rise", "saturated_level", "for"),
+       "`saturated_level`; zero-std up), held `for`; or below `deep_ratio` while the task score's level is under "
+       "`failing_level` (most completions still fail: a template, not sharpening), held `deep_for`. The start is "
+       "the first `baseline_rows` rows before any gap in the log (a row more than 4 logging intervals after the "
+       "last: a trimmed or resumed log), and the smoothed level starts over after such a gap",
+       ("collapse_ratio", "collapse_se", "deep_ratio", "failing_level", "deep_for", "zero_std_rise",
+        "saturated_level", "for", "baseline_rows"),
        "mode collapse: the policy stopped exploring",
        "raise the temperature, clip-higher, an entropy bonus, or filter prompts",
        "Collapse is entropy falling *with* the reward signal drying up", INSTRUMENTS),
@@ -578,7 +608,7 @@ CATALOG: tuple[Rule, ...] = (
        "reward sits on the success side and still moves (solved batches)", ("zero_std_stop", "no_update_for"),
        "these steps changed nothing: the groups fail alike and the optimizer gets no gradient",
        "if it goes on the run is dead: change the prompts or the reward", "none", "",
-       origin="issue #28: one such row is chance on a small batch (4 groups of 2 at p = 1/2: 6 % of rows)"),
+       origin="one such row is chance on a small batch (4 groups of 2 at p = 1/2: 6 % of rows)"),
     _r("reward_signal", "reward-std-low", "reward_std where frac_reward_zero_std is not logged (older TRL)",
        "a runs test: k rows in a row under `std_low` whose chance q^k (q: this run's own rate of such rows before "
        "the streak) is under `std_low_alpha`, while the reward is not rising", ("std_low", "std_low_alpha"),
@@ -607,7 +637,7 @@ CATALOG: tuple[Rule, ...] = (
        "one value outside its range beyond float noise, reported once per key", (),
        "a logging bug (sign, definition or units): every rule reading the key judges a wrong number",
        "fix the logging of the key named in the message", "none", "",
-       origin="issue #28: an entropy cannot be negative, a share cannot pass 1"),
+       origin="an entropy cannot be negative, a share cannot pass 1"),
     # -- diagnoses ----------------------------------------------------------------------------------------------------
     *(_r("diagnosis", p.name, "the firing rules of the other gauges: " + "; or ".join(
         " + ".join("(" + " | ".join(grp) + ")" for grp in groups) for groups, _ in p.when),
@@ -621,6 +651,14 @@ CATALOG: tuple[Rule, ...] = (
 
 def by_key() -> dict[tuple[str, str], Rule]:
     return {r.key: r for r in CATALOG}
+
+
+def rule_ids() -> frozenset[str]:
+    """Every rule id the catalog documents (a per-function rule by its id without ``:<function>``)."""
+    return _RULE_IDS
+
+
+_RULE_IDS = frozenset(r.id for r in CATALOG)
 
 
 # -- what the source can raise --------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from .bounded import RewardLevel
 from .gauge import Gauge, finite
 from .keys import Row
 from .reward_progress import RewardProgress
-from .stats import Baseline, DiffNoise, Ewma, RollingWindow, robust_z
+from .stats import Baseline, DiffNoise, Ewma, RollingWindow, StepGaps, robust_z
 
 
 class EntropyGauge(Gauge):
@@ -23,14 +23,18 @@ class EntropyGauge(Gauge):
     Falling while the reward is flat, or while nearly every group has lost its reward spread (zero-std
     groups also pile up when prompts get solved, so below 90 % they count only with a flat reward), is
     mode collapse: ``warn``, then ``stop`` if it goes on; a collapsing length spread is reported with it.
-    Below 0.2x its start it is a warning whatever the reward does (few alternatives are sampled any more).
-    There is deliberately no absolute floor (Part III's "below 1.0"): where entropy starts is a property
+    Below ``deep_ratio`` (0.2x) of its start it warns while most completions still fail (the task score's level
+    under ``failing_level``: the policy settled on a template that does not work, however the reward creeps), or
+    while it is still falling and the reward has stopped rising now; a fall that went with a climb past half the
+    task stays sharpening once both level off. The start is the first ``baseline_rows`` rows before any gap in the
+    log (``StepGaps``: a trimmed or resumed log's late rows are not its start). There is deliberately no absolute
+    floor (Part III's "below 1.0"): where entropy starts is a property
     of the model family (a base model near 1.5, an instruct model near 0.3), not of the run's health —
     on real healthy GRPO runs that floor was most of the false alarms. The warning holds ``for`` (8) rows:
     a noisy reward's trend dips under the line for a few rows now and then while a policy sharpens.
     A reward that has stopped rising because it sits near its ceiling (a [0, 1] success rate smoothed at or above
     ``saturated_level``) is not "not improving": a solved task leaves little to explore, and real healthy GRPO runs
-    at 0.85-0.93 sharpen exactly so; below ``deep_ratio`` it still warns.
+    at 0.85-0.93 sharpen exactly so.
     """
 
     id = "entropy"
@@ -40,7 +44,8 @@ class EntropyGauge(Gauge):
     defaults = {"collapse_ratio": 0.7, "sharpening_ratio": 0.5, "deep_ratio": 0.2, "stop_ratio": 0.2, "stop_for": 20,
                 "for": 8,
                 "smooth": 0.2, "spike_z": 8.0, "baseline_rows": 10, "zero_std_rise": 0.3, "zero_std_alone": 0.9,
-                "saturated_level": 0.8, "collapse_se": 3.0, "gold": []}
+                "saturated_level": 0.8, "collapse_se": 3.0, "failing_level": 0.5, "deep_for": 1, "fall_now": 0.2,
+                "gold": []}
 
     def setup(self) -> None:
         self.level = RewardLevel()
@@ -53,6 +58,8 @@ class EntropyGauge(Gauge):
         self.zero_base = Baseline(self.p["baseline_rows"])
         self.spread = Ewma(0.2)
         self.spread_base = Baseline(self.p["baseline_rows"])
+        self.recent = RollingWindow(30)  # the smoothed level over the last 30 rows: is it falling now?
+        self.gaps = StepGaps()  # the start is the run's first steps: a gap in the log closes it
 
     def applies(self) -> bool:
         return self.family in ("grpo", "ppo", "online_dpo")
@@ -63,7 +70,10 @@ class EntropyGauge(Gauge):
     def _context(self, v: Mapping[str, float]) -> None:
         """The signals that say whether a falling entropy is sharpening or collapse."""
         self.progress.push(v)
-        self.level.push(v.get("reward", v.get("objective/scores")))
+        # the level of the task score where one is logged beside a shaped reward (verl's critic/score): a shaped
+        # reward carries a KL penalty, which a success rate does not
+        gold = next((v[k] for k in self.progress.gold_keys if k in v), None)
+        self.level.push(gold if gold is not None else v.get("reward", v.get("objective/scores")))
         f = v.get("frac_reward_zero_std")
         if f is not None and finite(f):
             self.zero.push(f)
@@ -100,6 +110,12 @@ class EntropyGauge(Gauge):
         if row.kind != "train" or not self.applies():
             return
         v = row.values
+        if self.gaps.push(row.step):
+            for b in (self.base, self.zero_base, self.spread_base):
+                b.close()
+            for s in (self.ewma, self.zero, self.spread):
+                s.restart()
+            self.recent = RollingWindow(30)
         self._context(v)
         key = next((k for k in self.inputs if k in v), None)
         if key is None:
@@ -112,6 +128,7 @@ class EntropyGauge(Gauge):
         d["entropy"] = h
         e = self.ewma.push(h)
         d["entropy_ewma"] = e
+        self.recent.push(e)
         self.base.push(h)
         self.noise.push(h)
         b = self.base.value
@@ -124,18 +141,31 @@ class EntropyGauge(Gauge):
                 # a small batch swings 0.55-0.75x its start from row to row (issue #28: a real healthy run warned)
                 falling = b - e >= p["collapse_se"] * self.noise.level_se(p["smooth"], p["baseline_rows"])
             context = self._why_collapse() if falling else []
-            if not self.progress.known():  # no reward logged at all: no context, only a halving counts
+            if not self.level.n:  # no reward logged at all: no context, only a halving counts
                 halved = rel < p["sharpening_ratio"]
                 context = ["no reward is logged to tell sharpening from collapse"] if halved else []
             reasons = list(context)
-            if rel < p["deep_ratio"] and not reasons:  # however well the reward does, few alternatives are left
-                reasons.append(f"it is below {p['deep_ratio']}x its start: the policy hardly samples alternatives "
-                               "any more, which caps what it can still learn")
+            # Deep below its start while most completions still fail: the policy has settled on answers that do
+            # not work (a template), not sharpened on ones that do -- a reward that crept up from 0.02 to 0.2 is
+            # still "rising". Read from the level alone, so it holds on the first row after a gap in the log.
+            fail = self.level.smooth
+            deep = rel < p["deep_ratio"] and not reasons
+            deep_failing = deep and fail == fail and fail < p["failing_level"]
+            if deep_failing:
+                reasons.append(f"it is below {p['deep_ratio']}x its start while most completions still fail (the "
+                               f"score's level {fail:.0%}): the policy hardly samples alternatives any more, so it "
+                               "cannot find the answers it is missing")
+            elif deep and self.recent.max() - e >= p["fall_now"] * b and not self.progress.improving(now=True):
+                # falling now, deep, while the reward does not rise now: what the fall goes with is what it means (a
+                # fall that went with a climb stays sharpening once both have levelled off)
+                reasons.append(f"it is below {p['deep_ratio']}x its start and still falling while the reward has "
+                               "stopped rising")
             why = "; ".join(reasons)
             self.check("entropy-collapse", bool(reasons), "warn", key, h,
-                       lambda: f"entropy fell to {rel:.2f}x its start ({b:.3g} -> {e:.3g}) and {why}: mode collapse, "
+                       lambda: f"entropy fell to {rel:.2g}x its start ({b:.3g} -> {e:.3g}) and {why}: mode collapse, "
                        "the policy has stopped exploring. Raise the temperature, use clip-higher (epsilon_high), "
-                       "add an entropy bonus, or filter prompts by difficulty.", for_=p["for"])
+                       "add an entropy bonus, or filter prompts by difficulty.",
+                       for_=p["deep_for"] if deep_failing else p["for"])
             self.check("entropy-collapse-persistent", bool(context) and rel < p["stop_ratio"], "stop", key, h,
                        lambda: f"entropy has stayed below {p['stop_ratio']}x its start ({e:.3g}) for {p['stop_for']} "
                        f"logged steps and {why}: the policy has collapsed and further steps learn nothing. Stop and "

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from .doc_links import rule_doc_url
+
 Severity = Literal["info", "warn", "stop"]
 Status = Literal["ok", "warn", "stop", "no-data"]
 
@@ -49,4 +51,5 @@ class Finding:
             "metric": self.metric,
             "value": value_out,
             "message": self.message,
+            "doc": rule_doc_url(self.rule),  # the rule's page in the manual (core/doc_links.py)
         }

@@ -639,9 +639,12 @@ class ConvergenceGauge(Gauge):
                "eval_oscillation")
     defaults = {"osc_evals": 6, "osc_flips": 4, "osc_amp": 0.02,
                 "patience": 5, "min_delta": 0.001, "gap_velocity": 0.1, "plateau_rows": 25,
-                "min_rows": 40, "warmup_share": 0.08, "progress": 0.05, "diverge_margin": 0.02}
+                "min_rows": 40, "warmup_share": 0.08, "progress": 0.05, "diverge_margin": 0.02,
+                "schedule_done_lr": 0.15, "schedule_done_share": 0.9}
 
     def setup(self) -> None:
+        self.lr_peak = 0.0
+        self.lr_now = math.nan
         self.train = Ewma(0.1)
         self.train_start = Baseline(5)
         self.best_train = math.inf
@@ -651,6 +654,17 @@ class ConvergenceGauge(Gauge):
         self.evals: list[float] = []
         self.gaps: list[float] = []
         self.train_at_eval: list[float] = []
+
+    def _schedule_done(self) -> str:
+        """Why the schedule is at its end (empty: it is not): the learning rate decayed to ``schedule_done_lr`` of its
+        peak, or the run past ``schedule_done_share`` of its planned steps. An eval loss that stops improving there
+        is the run converging where it was planned to end, not a plateau to act on."""
+        lr, peak = self.lr_now, self.lr_peak
+        if peak > 0 and lr == lr and lr <= self.p["schedule_done_lr"] * peak:
+            return f"learning rate {lr:.3g}, {lr / peak:.0%} of its peak"
+        if self.max_steps > 0 and self.step >= self.p["schedule_done_share"] * self.max_steps:
+            return f"step {self.step} of {self.max_steps}"
+        return ""
 
     def applies(self) -> bool:
         # An RL surrogate loss says nothing about convergence; the reward gauge judges progress there.
@@ -662,6 +676,10 @@ class ConvergenceGauge(Gauge):
             return
         v = row.values
         d = self.derived
+        lr = v.get("learning_rate")
+        if lr is not None and finite(lr) and lr >= 0:
+            self.lr_peak = max(self.lr_peak, lr)
+            self.lr_now = lr
         loss = v.get("loss")
         if row.kind == "train" and loss is not None and finite(loss):
             sm = self.train.push(loss)
@@ -693,9 +711,15 @@ class ConvergenceGauge(Gauge):
         else:
             self.since_best_eval += 1
         d["evals_since_improvement"] = float(self.since_best_eval)
-        self.check("eval-plateau", self.since_best_eval >= self.p["patience"], "warn", "eval_loss", ev,
+        still = self.since_best_eval >= self.p["patience"]
+        done = self._schedule_done()
+        self.check("eval-plateau", still and not done, "warn", "eval_loss", ev,
                    lambda: f"eval_loss has not improved by {self.p['min_delta']:.1%} in {self.since_best_eval} "
                    f"evaluations (best {self.best_eval:.4g}): converged or stuck; early stopping would stop here.")
+        self.check("eval-converged", still and done, "info", "eval_loss", ev,
+                   lambda: f"eval_loss has held at its best ({self.best_eval:.4g}) for {self.since_best_eval} "
+                   f"evaluations at the end of the schedule ({done}): the run converged where it was planned to end; "
+                   "nothing to stop.", clear=10**9)
         self._oscillation(ev)
         tr = self.train.mean
         if tr == tr:

@@ -7,6 +7,7 @@ series' own noise and level, so a runaway is caught while it is still below the 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 from .gauge import Gauge, finite
 from .keys import Row
@@ -31,6 +32,12 @@ NEAR_ZERO_SPREAD = 10.0
 """``kl-near-zero`` needs the KL's robust spread under this many times its ``near_zero`` line as well as its median:
 a KL estimate scattered around 0 is an estimator measuring a slowly moving policy, not a collapse (issue #28)."""
 
+
+TEACHER_MARKS = ("distill", "teacher")
+"""A key naming one of these (verl's ``actor/distillation/*``, ``distill_loss``, a custom ``teacher_kl``) says the run
+distils from a teacher: its KL term (verl's reference *is* the teacher there) is the distance to that teacher."""
+TEACHER_SCAN_ROWS = 10
+"""The rows ``to: auto`` reads the keys on before it settles on a KL to the reference."""
 
 _ARL: dict[int, float] = {}
 """``arl_for(warn_sooner)`` by ``warn_sooner``: kl-warn's test reads it on every row."""
@@ -62,14 +69,14 @@ class KLGauge(Gauge):
     title = "KL health"
     inputs = ("kl", "objective/kl")
     outputs = ("kl", "kl_ewma", "kl_slope", "kl_z", "kl_trend_t", "kl_acceleration", "kl_projected", "kl_cv",
-               "kl_negative_share")
+               "kl_negative_share", "to_teacher")
     defaults = {"warn": 0.5, "stop": 1.0, "for": 3, "clear": 10, "near_zero": 1e-4, "near_zero_rows": 50,
                 "negative": -0.01, "spike_z": 10.0, "spike_min": 0.1, "start_rows": 5, "spike_repeat": 3,
                 "spike_repeat_rows": 25, "spike_repeat_p": 1e-3, "grow_rows": 20, "grow_t": 4.0, "grow_min": 0.2,
                 "grow_accel": 1.3, "grow_accel_max": 3.0, "grow_for": 3, "grow_end": 1.0, "grow_end_keep": 0.9,
                 "grow_span_share": 0.125,
                 "noisy_ratio": 3.0, "noisy_cv": 0.3, "noisy_negative": 0.2, "noisy_for": 5, "noisy_min": 0.01,
-                "noisy_c": 3.0, "noisy_p1": 0.3, "noisy_h": 8.0, "warn_k": 0.5, "warn_clip": 4.0}
+                "noisy_c": 3.0, "noisy_p1": 0.3, "noisy_h": 8.0, "warn_k": 0.5, "warn_clip": 4.0, "to": "auto"}
     family_defaults = {
         # per-sequence sums: values scale with completion length
         "ppo": {"warn": 6.0, "stop": 20.0, "near_zero": 1e-3, "negative": -0.5, "spike_min": 2.0},
@@ -101,6 +108,10 @@ class KLGauge(Gauge):
         self.spike_from = -1  # the first row the spike test was armed on (the rate's denominator starts there)
         self.start_checked = False
         self.note = ""
+        # what the KL is measured to: "reference" (the initial policy; the post's lines), "teacher" (on-policy
+        # distillation), or "" while `to: auto` is still reading the keys
+        self.target = "" if self.p["to"] == "auto" else str(self.p["to"])
+        self.teacher_key = ""
 
     def applies(self) -> bool:
         return self.family not in ("dpo", "orpo", "sft", "reward", "kto")
@@ -127,6 +138,12 @@ class KLGauge(Gauge):
         p = self.p
         d = self.derived
         n = self.rows_seen
+        if not self.target:
+            self._read_target(v)
+        if self.target == "teacher":
+            self._teacher(key, kl)
+            return
+        d["to_teacher"] = 0.0  # the shipped kl-warn/kl-stop alert rules read it (a missing value would silence them)
         d["kl"] = kl
         e = self.ewma.push(kl)
         d["kl_ewma"] = e
@@ -192,6 +209,32 @@ class KLGauge(Gauge):
                        (lambda: f"{key} has stayed ~0 (median {med:.2g}) for {self.rows_seen} logged steps: the "
                         "policy is not moving away from the reference (beta too high, LR too low, or the reference is "
                         "updated with the policy).") if pinned else "", for_=20, clear=10)
+
+    def _read_target(self, v: Mapping[str, float]) -> None:
+        """``to: auto``: a KL beside distillation keys is a KL to a teacher; none in the first rows, the reference."""
+        self.teacher_key = next((k for k in v if any(m in k.lower() for m in TEACHER_MARKS)), "")
+        if self.teacher_key:
+            self.target = "teacher"
+        elif self.rows_seen >= TEACHER_SCAN_ROWS:
+            self.target = "reference"
+
+    def _teacher(self, key: str, kl: float) -> None:
+        """A KL to a teacher: large from the first step by design (the student is not the teacher yet) and falling as
+        it learns, so the reference's lines (drifting away, high at the start, pinned at 0) mean nothing: it is said
+        once (info)."""
+        d = self.derived
+        d["kl"] = kl
+        d["to_teacher"] = 1.0  # read by the shipped alert rules: the reference's lines are not this KL's
+        e = self.ewma.push(kl)
+        d["kl_ewma"] = e
+        why = f"the key {self.teacher_key}" if self.teacher_key else "your configuration (kl: to: teacher)"
+        self.note = f"KL to a teacher (on-policy distillation, from {why}), not to the reference"
+        above = kl > self.p["warn"]
+        self.check("kl-to-teacher", above, "info", key, kl,
+                   (lambda: f"{key} {kl:.3g} is a KL to a teacher ({why} says the run distils): it starts high by "
+                    "design and should fall as the student learns, so the reference's lines (0.5 warn, 1.0 stop) do "
+                    "not apply; what matters is that it falls.") if above
+                   else "", clear=10**9)
 
     def _spikes_stand_out(self, count: int, n: int) -> bool:
         """More spikes in the window than the run's own spike rate before it explains (Poisson tail below

@@ -14,7 +14,7 @@ from .keys import Row
 from .reward_progress import RewardProgress
 from .rollouts import ROLLOUT_DEFAULTS, ROLLOUT_OUTPUTS, length_rules
 from .sequential import ar1_inflation
-from .stats import Baseline, DiffNoise, Ewma, RollingCorrelation
+from .stats import Baseline, DiffNoise, Ewma, RollingCorrelation, RollingWindow
 
 
 def _as_fall(rise: float) -> float:
@@ -62,7 +62,7 @@ class LengthGauge(Gauge):
                 "baseline_rows": 10, "drift_for": 5, "trend_rows": 60, "trend_t": 5.0, "trend_min": 0.25,
                 "trend_target": 0.45, "trend_now": 0.15, "drift_sd": 1.0,
                 "trend_for": 3, "gap": 0.1, "baseline_mean": 0.0, "baseline_std": 0.0, "batch_completions": 0,
-                "gold": [], "significance": 4.0, **ROLLOUT_DEFAULTS["length"]}
+                "gold": [], "significance": 4.0, "shrink_now": 0.1, **ROLLOUT_DEFAULTS["length"]}
 
     def setup(self) -> None:
         p = self.p
@@ -79,6 +79,7 @@ class LengthGauge(Gauge):
         self.trend = RollingCorrelation(p["trend_rows"])
         self.progress = RewardProgress(p["gold"])
         self.len_rows = 0
+        self.recent_len = RollingWindow(45)  # the smoothed length over the rows RewardProgress reads "now" on
         self.len_noise = DiffNoise(20)
         self.spread_noise = DiffNoise(20)
         self.log_range_base = Baseline(p["baseline_rows"])
@@ -91,6 +92,7 @@ class LengthGauge(Gauge):
     def plan_short(self) -> None:
         self.trend = RollingCorrelation(self.rows(self.p["trend_rows"]))
         self.progress = RewardProgress.shortened(self)
+        self.recent_len = RollingWindow(self.rows(45))
 
     def observe(self, row: Row) -> None:
         if row.kind != "train":
@@ -107,6 +109,7 @@ class LengthGauge(Gauge):
             self.len_rows += 1
             e = self.ewma.push(L)
             slow = self.slow.push(L)
+            self.recent_len.push(slow)
             self.len_noise.push(L)
             self.trend.push(float(self.len_rows), L)
             self.base.push(L)
@@ -186,7 +189,12 @@ class LengthGauge(Gauge):
                     f"{p['drift']:.0%} that deserves a look: the model is learning that verbosity pays. Check the "
                     "reward for a length bias; consider length normalisation or a brevity penalty.") if grew else "",
                    for_=p["drift_for"], clear=10)
-        shrank = past and pct < 0 and not improving
+        # a length that fell while the reward climbed and now holds beside a reward that holds is a concise policy at
+        # rest, not one learning to say less: the warning needs the length to have fallen over the rows the reward's
+        # "not improving now" is read on
+        fell_now = self.recent_len.max() - slow >= max(p["shrink_now"] * b, p["significance"] * sd
+                                                      if sd < math.inf else 0.0)
+        shrank = past and pct < 0 and not improving and fell_now
         self.check("length-shrank", shrank, "warn", "completions/mean_length", L,
                    (lambda: f"mean length is {pct:+.0%} vs the baseline ({b:.0f} -> {slow:.0f} tokens) and the "
                     "reward is not improving: the model is learning that short answers are safer. Check the reward "
@@ -285,7 +293,11 @@ class LengthGauge(Gauge):
         # a milder narrowing: the reward having risen over the run is enough to call it sharpening
         narrower = significant and var_ratio < 1 - vc and not collapsed and not self.progress.improving()
         log_grew = self._log_spread_grew(mn, mx, 1 + vc)  # every row: its statistics must not skip rows
-        grew = (significant and var_ratio > 1 + vc) or log_grew
+        # (max - min) / mean also grows when only the mean falls: answers getting shorter under a max pinned at the
+        # cap leave the range in tokens where it was, and the shape has not widened
+        lb = self.base.value
+        in_tokens = sratio * self.slow.mean / lb if lb == lb and lb > 0 else sratio
+        grew = (significant and var_ratio > 1 + vc and in_tokens * in_tokens > 1 + vc) or log_grew
         changed = (grew and not collapsed) or narrower
         self.check("length-variance-change", changed, "warn", "completions/max_length", spread,
                    (lambda: f"the length variance is {var_ratio:.2f}x the baseline's (spread (max - min) / mean "

@@ -42,7 +42,7 @@ class PolicyRatioGauge(Gauge):
                 "clip_low": 0.01, "for": 3, "warn_for": 3,
                 "grow_rows": 20, "grow_t": 3.0, "grow_abs": 0.03, "grow_sigma": 3.0, "grow_ratio": 1.5,
                 "grow_for": 3, "grow_share": 0.05, "ratio_var_x": 4.0, "ratio_var_min": 1e-3, "value_growth": 3.0,
-                "value_t": 3.0, "value_clip": 0.3}
+                "value_t": 3.0, "value_clip": 0.3, "value_warmup": 10}
     family_defaults = {"grpo": {"clip_warn": 0.4, "clip_stop": 0.6}}
 
     def setup(self) -> None:
@@ -62,6 +62,7 @@ class PolicyRatioGauge(Gauge):
         self.value_ewma = Ewma(0.2)
         self.value_trend = RollingCorrelation(20)
         self.value_rows = 0
+        self.value_clip_rows = 0
         self.note = ""
 
     def applies(self) -> bool:
@@ -219,6 +220,16 @@ class PolicyRatioGauge(Gauge):
         vc = v.get("val/clipfrac_avg")
         if vc is not None and finite(vc):
             d["value_clip"] = vc
-            self.check("value-clip-high", vc > p["value_clip"], "warn", "val/clipfrac_avg", vc,
-                       lambda: f"{vc:.0%} of value predictions are clipped: the value function moves too far per "
-                       "update (value loss unstable). Lower the learning rate or widen cliprange_value.", for_=3)
+            self.value_clip_rows += 1
+            high = vc > p["value_clip"]
+            # a fresh value head fits the first returns from nothing: its predictions move far in the first updates
+            # and are clipped, whatever the policy does (a critic fact of PPO's warm-up, not the policy's clip)
+            warming = self.value_clip_rows <= p["value_warmup"]
+            self.check("value-clip-warmup", high and warming, "info", "val/clipfrac_avg", vc,
+                       lambda: f"{vc:.0%} of the critic's value predictions are clipped in its warm-up (row "
+                       f"{self.value_clip_rows} of {p['value_warmup']}): a fresh value head moving to the returns. "
+                       "Normal early in PPO; it warns if it lasts.", clear=p["value_warmup"])
+            self.check("value-clip-high", high and not warming, "warn", "val/clipfrac_avg", vc,
+                       lambda: f"{vc:.0%} of the critic's value predictions are clipped after its warm-up: the value "
+                       "function moves too far per update (value loss unstable). Lower the critic's learning rate "
+                       "or widen cliprange_value.", for_=3)

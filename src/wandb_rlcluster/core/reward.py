@@ -12,6 +12,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from .bounded import RewardLevel
 from .gauge import Gauge, finite
 from .keys import Row
 from .rollouts import ROLLOUT_DEFAULTS, ROLLOUT_OUTPUTS, reward_rules
@@ -283,7 +284,7 @@ class RewardGauge(Gauge):
         "gold_explained_se": 2.0, "gold_stall_se": 4.0, "gold_rising_t": 2.0,
         "gold_share": 0.1, "gold_share_z": 2.0, "gold_share_for": 3,
         "component_gain_sigma": 4.0, "component_flat_sigma": 1.0, "component_for": 10, "component_dead": 0.01,
-        "saturated_for": 50,
+        "saturated_for": 50, "saturated_level": 0.8,
         "margin_collapse": 0.5, "margin_collapse_se": 3.0, "margin_peak_min": 0.2, "accuracy_chance": 0.55,
         "dpo_min_rows": 30,
         "margin_learning_t": 2.0, "margin_plateau_growth": 0.2, "plateau_accuracy": 0.7, "margin_plateau_for": 15,
@@ -327,6 +328,7 @@ class RewardGauge(Gauge):
         self.reward_rows = 0
         # gold: the held-out reward functions, averaged into one series
         self.gold_keys = tuple(f"rewards/{g}/mean" for g in self.p["gold"])
+        self.level = RewardLevel()  # the task score as a success rate: a reward at its ceiling has nothing to climb
         self.gold_names = ", ".join(f"'{g}'" for g in self.p["gold"])
         self.gold_e = Ewma(self.p["gold_alpha"])
         self.gold_first = RollingWindow(w)
@@ -435,11 +437,18 @@ class RewardGauge(Gauge):
         if not self.first.full:
             self.first.push(r)
         self.flat.push(r)
+        gold = next((v[k] for k in self.gold_keys if k in v), None)  # the task score beside a shaped reward (verl)
+        self.level.push(gold if gold is not None else r)
+        sat = self.level.smooth
+        saturated = sat == sat and sat >= p["saturated_level"]
         # Flat-lined reward: no learning signal at all.
         span = p["flat_span"] * max(1.0, abs(r))
         # the O(1) variance rules most rows out before the O(window) min/max is needed
         flat = self.flat.full and self.flat.var() <= span * span and (self.flat.max() - self.flat.min()) <= span
         self.flat_rows = self.flat_rows + 1 if flat else 0
+        # a success rate held near its ceiling is the task solved, not a reward without signal nor a stalled run
+        held = flat
+        flat = flat and not saturated
         self.check("reward-flatline", flat, "warn", key, r,
                    lambda: f"{key} has been pinned at {r:.4g} for {p['flat_rows']} logged steps: every "
                    "completion gets the same score (format penalty? broken reward function?). There is no "
@@ -467,11 +476,17 @@ class RewardGauge(Gauge):
                 ucb = self.trend.slope() + p["plateau_z"] * self.trend.slope_se() * ar1_inflation(rho)
                 d["plateau_gain_ucb"] = ucb * horizon / sig if sig > 0 else math.inf
                 stalled = ucb * horizon < p["plateau_gain"] * sig
+            held = held or stalled
+            stalled = stalled and not saturated
             self.check("reward-plateau", stalled, "warn", key, r,
                        lambda: f"reward is not improving: no upward trend over {self.rows_seen} logged steps "
                        f"(t={t:.1f}; started near {m1:.3g}, now {d['reward_ewma']:.3g}). The policy is stable but "
                        "not learning; check the learning rate, the task's difficulty and frac_reward_zero_std.",
                        for_=p["plateau_for"], clear=10)
+        self.check("reward-saturated", held and saturated, "info", key, r,
+                   lambda: f"{key} holds near its ceiling ({sat:.0%} success): the task is solved, so there is little "
+                   "left to learn and no plateau or flatline to fix. Harder prompts would give a signal again.",
+                   for_=p["flat_rows"], clear=10)
         std = v.get("reward_std")
         self.vol_unit = self.vol_unit and 0.0 <= r <= 1.0
         if std is not None and finite(std) and std > 0:

@@ -156,6 +156,13 @@ def _eval_plateau(s: int, firing: bool, g: np.random.Generator) -> float:
     return 1.0 + 0.8 * math.exp(-s / 40) - 0.001 * s
 
 
+def _eval_converged(s: int, firing: bool, g: np.random.Generator) -> float:
+    """Eval loss falling with the schedule, held from step 140 (firing: the learning rate is nearly spent there)."""
+    if firing:
+        return 1.0 + 0.8 * math.exp(-min(s, 140) / 40) + 0.0005 * g.normal()
+    return 1.0 + 0.8 * math.exp(-s / 40) - 0.001 * s
+
+
 def _overfitting(s: int, firing: bool, g: np.random.Generator) -> float:
     base = 1.0 + 0.8 * math.exp(-s / 40) + 0.002 * g.normal()
     return base + (0.2 * ((s - 120) / 5 + 1) if firing and s >= 120 else 0.0)  # the gap widens every evaluation
@@ -312,6 +319,8 @@ EXAMPLES: dict[tuple[str, str], Example] = {
         "sft", lambda i, g: sft(i, g, loss=2.0, noise=0.02), sft, 200, 1, 70, "loss"),
     ("convergence", "eval-plateau"): Example(
         "sft", sft, sft, 200, 60, 120, "eval_loss", extra=evals(10, 200, _eval_plateau)),
+    ("convergence", "eval-converged"): Example(
+        "sft", sft, sft, 200, 140, 200, "eval_loss", extra=evals(10, 200, _eval_converged)),
     ("convergence", "overfitting"): Example(
         "sft", sft, sft, 200, 120, 130, "eval_loss", extra=evals(5, 200, _overfitting)),
     ("convergence", "eval-diverging"): Example(
@@ -325,6 +334,8 @@ EXAMPLES: dict[tuple[str, str], Example] = {
         "grpo", lambda i, g: {**grpo(i, g), **({"reward": -0.1} if i >= 60 else {})}, grpo, 200, 60, 110, "reward"),
     ("reward", "reward-plateau"): Example(
         "grpo", lambda i, g: grpo(i, g, reward=0.4), grpo, 200, 1, 80, "reward"),
+    ("reward", "reward-saturated"): Example(
+        "grpo", lambda i, g: grpo(i, g, reward=0.93), grpo, 200, 1, 90, "reward"),
     ("reward", "reward-hacking"): Example(
         "grpo", lambda i, g: grpo(i, g, reward=0.3 + 0.5 * ramp(i, 100, 60), length=200 * (1 + 1.5 * ramp(i, 100, 60))),
         grpo, 200, 100, 150, "reward"),
@@ -401,6 +412,10 @@ EXAMPLES: dict[tuple[str, str], Example] = {
     ("kl", "kl-high-at-start"): Example(
         "grpo", lambda i, g: grpo(i, g, kl=1.0 + 0.05 * g.normal()),
         lambda i, g: grpo(i, g, kl=0.002 * i + 0.002 * g.normal()), 100, 1, 5, "kl"),
+    ("kl", "kl-to-teacher"): Example(
+        "grpo", lambda i, g: {**grpo(i, g, kl=0.1 + 0.5 * math.exp(-i / 40) + 0.02 * g.normal()),
+                              "distill/teacher_mass": 0.8},
+        lambda i, g: grpo(i, g, kl=0.002 * i + 0.002 * g.normal()), 100, 1, 1, "kl"),
     ("kl", "kl-near-zero"): Example(
         "grpo", lambda i, g: grpo(i, g, kl=1e-6 * abs(g.normal())),
         lambda i, g: grpo(i, g, kl=0.02 + 0.005 * g.normal()), 100, 1, 70, "kl"),
@@ -434,6 +449,8 @@ EXAMPLES: dict[tuple[str, str], Example] = {
     ("policy_ratio", "value-clip-high"): Example(
         "ppo", lambda i, g: ppo(i, g, value_clip=0.05 + 0.45 * ramp(i, 100, 30)), ppo, 200, 100, 130,
         "val/clipfrac_avg"),
+    ("policy_ratio", "value-clip-warmup"): Example(
+        "ppo", lambda i, g: ppo(i, g, value_clip=0.45 * (1 - ramp(i, 1, 8))), ppo, 200, 1, 3, "val/clipfrac_avg"),
     # -- length ---------------------------------------------------------------------------------------------------
     ("length", "length-explosion"): Example(
         "grpo", lambda i, g: grpo(i, g, length=200 * (1 + 1.5 * ramp(i, 60, 10))),

@@ -194,6 +194,12 @@ class Ewma:
         self.var = (1.0 - alpha) * (self.var + diff * incr)
         return mean
 
+    def restart(self) -> None:
+        """Start over from the next value: after a gap in the log (``StepGaps``) the level smoothed so far belongs to
+        another phase of the run."""
+        self.count = 0
+        self.var = 0.0
+
     def state_dict(self) -> dict[str, float]:
         return {"alpha": self.alpha, "mean": self.mean, "var": self.var, "count": self.count}
 
@@ -228,6 +234,13 @@ class Baseline:
             self.value = median(vals)
             self._vals = []
 
+    def close(self) -> None:
+        """Freeze now with the values collected so far (none: stays open): what follows a gap in the log is not the
+        start of the run."""
+        if self.value != self.value and self._vals:
+            self.value = median(self._vals)
+            self._vals = []
+
     @property
     def ready(self) -> bool:
         return self.value == self.value
@@ -239,6 +252,53 @@ class Baseline:
         self.size = int(state["size"])  # type: ignore[arg-type]
         self._vals = [float(v) for v in state["vals"]]  # type: ignore[union-attr]
         self.value = float(state["value"])  # type: ignore[arg-type]
+
+
+class StepGaps:
+    """The log's logging interval in steps and how many of them each row stands for: baselines span steps, not rows.
+
+    The interval is the median step gap of the first ``learn`` gaps (at least ``min_gaps`` of them: a first row at
+    step 1 before an interval of 10 is one odd gap). A row more than ``factor`` intervals after the previous one
+    follows a gap in the log (a trimmed, sparse or resumed log): what comes after it is not "early in the run", so a
+    baseline still collecting closes there, and a smoothed level starts over (``Ewma.restart``).
+    """
+
+    __slots__ = ("factor", "learn", "min_gaps", "last", "gaps", "interval")
+
+    def __init__(self, factor: float = 4.0, learn: int = 9, min_gaps: int = 3) -> None:
+        self.factor = factor
+        self.learn = learn
+        self.min_gaps = min_gaps
+        self.last = math.nan
+        self.gaps: list[float] = []
+        self.interval = math.nan
+
+    def push(self, step: float) -> bool:
+        """Whether the row at ``step`` follows a gap in the log (never on the first rows, before the interval shows,
+        nor on a repeated step or a step counter that went back)."""
+        last, self.last = self.last, step
+        gap = step - last
+        if not gap > 0:
+            return False
+        interval = self.interval
+        if interval != interval:
+            gaps = self.gaps
+            if len(gaps) >= self.min_gaps and gap > self.factor * median(gaps):
+                self.interval = median(gaps)  # the gap itself is not the interval
+                return True
+            gaps.append(gap)
+            if len(gaps) >= self.learn:
+                self.interval = median(gaps)
+            return False
+        return gap > self.factor * interval
+
+    def state_dict(self) -> dict[str, object]:
+        return {"last": self.last, "gaps": list(self.gaps), "interval": self.interval}
+
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        self.last = float(state["last"])  # type: ignore[arg-type]
+        self.gaps = [float(g) for g in state["gaps"]]  # type: ignore[union-attr]
+        self.interval = float(state["interval"])  # type: ignore[arg-type]
 
 
 class RunningRegression:
