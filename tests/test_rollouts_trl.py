@@ -270,7 +270,7 @@ def test_a_trainer_laid_out_differently_costs_one_warning_and_nothing_else(tmp_p
     cb.attach(trainer)
     off = [r for r in caplog.records if "rollout statistics and alert examples are off" in r.getMessage()]
     assert len(off) == 1 and "takes (batch, prompts" in off[0].getMessage()
-    assert cb in trainer.callback_handler.callbacks and cb._tap is None
+    assert cb in trainer.callback_handler.callbacks and cb.rollouts.tap is None
     trainer.train()
     assert cb.cluster.rows >= 2 and cb.rollout_calls == 0 and cb.errors == 0
     assert not any(k.startswith("rollouts/") for k in cb.cluster.keys_seen)
@@ -296,7 +296,7 @@ def test_rollout_state_travels_in_checkpoints(tmp_path: Path):
     plain = RLClusterCallback(alerts=False)
     assert "rollout_state" not in plain.state()["attributes"]
     cb = RLClusterCallback(alerts=False).attach(make_trainer("grpo", output_dir=str(tmp_path / "a"), max_steps=1))
-    cb._rollouts.update(RolloutBatch(step=1, prompts=["p"] * 4, completions=list("abcd"),
+    cb.rollouts.stats.update(RolloutBatch(step=1, prompts=["p"] * 4, completions=list("abcd"),
                                      rewards={"acc": [0.0, 1.0, 0.0, 0.5]}, group_size=4))
     state = json.loads(json.dumps(cb.state()))  # what trainer_state.json holds
     assert state["attributes"]["rollout_state"]["hi"] == {"acc": 1.0}

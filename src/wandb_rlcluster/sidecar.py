@@ -2,7 +2,7 @@
 
 Every W&B run, online ones included, writes its records to ``wandb/run-*/run-<id>.wandb`` on the training
 machine. The sidecar reads that file as it grows (``wandb_offline`` documents the format), feeds each history
-row through the same gauges and alert rules as the callback and ``watch()`` (``monitor.RowMonitor``), journals
+row through the same gauges and alert rules as the callback and ``watch()`` (``pipeline.Pipeline``), journals
 alerts and sends them to the alert file's channels. It never touches the training process: stopping is the
 trainer's business (the sidecar's alerts say what the in-process callback would have done).
 
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from .core.text import clean_text
-from .monitor import RowMonitor
+from .pipeline import Pipeline
 from .wandb_offline import (
     _BLOCK_LEN,
     _CHUNK_HEADER,
@@ -164,7 +164,7 @@ class SidecarResult:
 class Sidecar:
     """Follows one run: ``run()`` polls until the run finishes (or goes idle) and returns a SidecarResult."""
 
-    def __init__(self, run_file: Path, monitor: RowMonitor, *, interval: float = 1.0, idle_timeout: float = 600.0,
+    def __init__(self, run_file: Path, monitor: Pipeline, *, interval: float = 1.0, idle_timeout: float = 600.0,
                  out: TextIO | None = None, live: bool | None = None, clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] = time.sleep) -> None:
         self.reader = TailReader(run_file)
@@ -327,7 +327,7 @@ def watch_path(path: str, *, framework: str | None = None, alerts: Any = None, j
                interval: float = 1.0, idle_timeout: float = 600.0, wait: float = 0.0, stop_on: str | None = "stop",
                warn_sooner: int | None = None, out: TextIO | None = None, live: bool | None = None) -> SidecarResult:
     """Follow the run at ``path`` until it finishes; the ``rlcluster watch`` command in a function."""
-    monitor = RowMonitor(framework=framework, alerts=alerts, stop_on=stop_on, use_wandb=False,
+    monitor = Pipeline(framework=framework, alerts=alerts, stop_on=stop_on, use_wandb=False,
                          warn_sooner=warn_sooner, journal=None)  # the journal goes beside the run, once it is found
     p = Path(path)
     # started before the run it waits for: an older run in the same wandb directory is not it (a live run's file

@@ -20,7 +20,7 @@ def install() -> None:
     """Watch every W&B run started in this process from now on (idempotent). A bad alert file raises its
     ConfigError (file, line and fix) here, at verl's start, before training; anything else is one warning."""
     from .alerts import ConfigError
-    from .monitor import load_alerts
+    from .pipeline import load_alerts
 
     try:
         alerts = load_alerts(os.environ.get("RLCLUSTER_ALERTS") or None)

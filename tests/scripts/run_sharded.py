@@ -161,8 +161,8 @@ def main() -> None:  # noqa: C901, PLR0915
         "errors": cb.errors if cb else 0, "summary": summary,
         "gauge_table": cb.cluster.summary()["gauges"] if cb else {},
         "log": log_path.read_text(), "checkpoint_files": ckpts,
-        "step_times": clock.times, "grad_calls": cb._grads.calls if cb and cb._grads else 0,
-        "grad_seconds": cb._grads.seconds if cb and cb._grads else 0.0,
+        "step_times": clock.times, "grad_calls": cb.gradients.grads.calls if cb and cb.gradients.grads else 0,
+        "grad_seconds": cb.gradients.grads.seconds if cb and cb.gradients.grads else 0.0,
         "on_log_seconds": cb.on_log_seconds if cb else 0.0,
         "reference": ref.norms, "grad_norm": ref.grad_norm, "sharding": ref.sharding,
     }
