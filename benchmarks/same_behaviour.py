@@ -31,6 +31,7 @@ import io
 import json
 import logging
 import math
+import re
 import sys
 import tempfile
 import time
@@ -363,8 +364,19 @@ def differences(a: Any, b: Any, path: str = "") -> Iterator[str]:
         yield f"{path}: {sa[:200]} != {sb[:200]}"
 
 
+ROOTS = ((re.compile(r'"[^"]*/real-logs/'), '"<logs>/'), (re.compile(r'"[^"]*/wandb_rlcluster/'), '"<package>/'))
+"""Where the logs and the package live is no behaviour: paths are compared from those roots on."""
+
+
+def _load(path: Path) -> Any:
+    text = path.read_text()
+    for pattern, root in ROOTS:
+        text = pattern.sub(root, text)
+    return json.loads(text)
+
+
 def compare(a_path: Path, b_path: Path, limit: int = 60) -> int:
-    a, b = json.loads(a_path.read_text()), json.loads(b_path.read_text())
+    a, b = _load(a_path), _load(b_path)
     a.pop("code", None)
     b.pop("code", None)
     for part in ("logs", "bench"):  # a record made with --no-bench (or without the real logs) compares the rest

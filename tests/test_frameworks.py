@@ -19,7 +19,7 @@ from wandb_rlcluster.cli import main
 from wandb_rlcluster.core import InstrumentCluster
 from wandb_rlcluster.core.frameworks import detect_framework, get_profile
 from wandb_rlcluster.core.keys import Normalizer
-from wandb_rlcluster.core.verl_log import CUT_WIDTH, is_verl_log, parse_verl_log
+from wandb_rlcluster.readers.verl import CUT_WIDTH, is_verl_log, parse_verl_log
 
 DATA = Path(__file__).parent / "data" / "verl"
 REAL_LOGS = sorted(DATA.glob("*.log.gz"))

@@ -30,8 +30,8 @@ from wandb_rlcluster.alerts.expr import ExprError, parse
 from wandb_rlcluster.alerts.notify import build_channels
 from wandb_rlcluster.analyze import analyze_stream, render_text
 from wandb_rlcluster.core import InstrumentCluster
-from wandb_rlcluster.core.readers import LogReadError, load_rows, parse_rows_text
 from wandb_rlcluster.core.text import clean_text
+from wandb_rlcluster.readers import LogReadError, load_rows, parse_rows_text
 
 SECRET_URL = "https://hooks.slack.com/services/T0HOSTILE/B0HOSTILE/sEcReTtOkEn1234567890"
 
@@ -118,7 +118,7 @@ def test_memory_error_has_a_reason(tmp_path: Path) -> None:
     """A MemoryError used to print 'cannot read X: ' and nothing after it."""
     path = tmp_path / "rows.json"
     path.write_text(json.dumps([{"loss": 1.0}] * 10))
-    code = ("import sys, json\nimport wandb_rlcluster.core.readers as r\n"
+    code = ("import sys, json\nimport wandb_rlcluster.readers as r\n"
             "def boom(*a, **k):\n    raise MemoryError\n"
             "r.json.loads = boom\nfrom wandb_rlcluster.cli import main\nsys.exit(main(['analyze', sys.argv[1]]))\n")
     p = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=60)
@@ -452,7 +452,7 @@ def test_a_document_without_line_breaks_is_rewritten_once(monkeypatch: pytest.Mo
 
 
 def test_input_limit_and_gzip_ratio_defaults() -> None:
-    from wandb_rlcluster.core.readers import GZIP_RATIO_FLOOR, MAX_GZIP_RATIO, input_limit
+    from wandb_rlcluster.readers import GZIP_RATIO_FLOOR, MAX_GZIP_RATIO, input_limit
 
     assert "RLCLUSTER_MAX_INPUT_BYTES" in os.environ or input_limit() == 512 * 1024**2
     assert MAX_GZIP_RATIO == 100 and GZIP_RATIO_FLOOR == 32 * 1024**2

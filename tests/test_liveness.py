@@ -33,7 +33,7 @@ from wandb_rlcluster.live.crash import Crash, last_checkpoint, redact
 from wandb_rlcluster.live.liveness import LivenessMonitor, _title
 from wandb_rlcluster.live.trainer_internals import TrainFrame, describe_thread, train_frame_alive
 from wandb_rlcluster.live.watchdog import StallWatchdog, StepCadence
-from wandb_rlcluster.wandb_offline import find_run_dirs, read_offline_run
+from wandb_rlcluster.readers.wandb import find_run_dirs, read_offline_run
 
 from .test_alerts_e2e import slack_server  # noqa: F401 - the loopback Slack server fixture
 from .test_callback_trl import SCRIPT, run_trainer

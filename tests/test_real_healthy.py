@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from wandb_rlcluster.analyze import detect_trainer
-from wandb_rlcluster.core.readers import load_rows
+from wandb_rlcluster.readers import load_rows
 
 CORPUS = Path(__file__).resolve().parents[1] / "benchmarks" / "real-healthy"
 MANIFEST = json.loads((CORPUS / "MANIFEST.json").read_text())["runs"]

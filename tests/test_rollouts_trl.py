@@ -29,8 +29,8 @@ import pytest
 
 from wandb_rlcluster.analyze import analyze_stream
 from wandb_rlcluster.dashboard import build_dashboard
+from wandb_rlcluster.readers.wandb import read_offline_run
 from wandb_rlcluster.rollouts_offline import add_evidence, with_rollouts
-from wandb_rlcluster.wandb_offline import read_offline_run
 
 from .test_alerts_e2e import _Hook
 from .test_callback_trl import metrics_run, run_trainer

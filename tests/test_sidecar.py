@@ -21,8 +21,8 @@ import pytest
 from wandb_rlcluster.alerts import load_config
 from wandb_rlcluster.analyze import analyze_path
 from wandb_rlcluster.pipeline import Pipeline
+from wandb_rlcluster.readers.wandb import HEADER_LEN, ChunkScanner, read_offline_run
 from wandb_rlcluster.sidecar import Sidecar, TailReader, locate_run_file, watch_path
-from wandb_rlcluster.wandb_offline import _LogScanner, read_offline_run
 
 pytest.importorskip("wandb")
 
@@ -46,7 +46,7 @@ def verl_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _all_payloads(path: Path) -> list[bytes]:
-    return list(_LogScanner(path.read_bytes()).payloads())
+    return list(ChunkScanner(path.read_bytes()).payloads(HEADER_LEN))
 
 
 def test_tail_reader_on_a_file_growing_in_random_pieces(verl_run: Path, tmp_path: Path) -> None:
@@ -135,7 +135,7 @@ def test_sidecar_beside_a_real_tiny_grpo_run(tmp_path: Path) -> None:
 
 
 def test_locate_waits_then_says_what_is_missing(tmp_path: Path) -> None:
-    from wandb_rlcluster.wandb_offline import WandbReadError
+    from wandb_rlcluster.readers.wandb import WandbReadError
 
     with pytest.raises(WandbReadError, match="no wandb run"):
         locate_run_file(tmp_path, wait=0.3)

@@ -15,9 +15,9 @@ from typing import Any
 from .core import DIAGNOSIS_ID, FAMILY_LABELS, GAUGE_IDS, GAUGE_TITLES, InstrumentCluster, Row
 from .core.cluster import resolve_warn_sooner
 from .core.frameworks import FRAMEWORK_LABELS, detect_framework_rows, get_profile
-from .core.readers import LoadedLog, LogReadError, load_rows
 from .core.text import clean_text
-from .core.verl_log import load_verl_log
+from .readers import LoadedLog, LogReadError, load_rows
+from .readers.verl import load_verl_log
 
 # The one series per gauge that the sparkline shows (first key present wins).
 SPARK_KEYS: dict[str, tuple[str, ...]] = {
@@ -314,7 +314,7 @@ def load_any(path: str) -> LoadedLog:
     """A trainer log file, or a W&B offline run (directory or ``.wandb`` file)."""
     p = Path(path)
     if _is_wandb_run(p):
-        from .wandb_offline import WandbReadError, read_offline_run
+        from .readers.wandb import WandbReadError, read_offline_run
 
         try:
             run = read_offline_run(p)

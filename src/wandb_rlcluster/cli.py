@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from .core.cluster import WARN_SOONER_MAX
 from .core.frameworks import FRAMEWORKS
 from .core.keys import FAMILIES, canonical_family
-from .core.readers import LogReadError
 from .core.text import clean_text
+from .readers import LogReadError
 
 SEVERITY_LEVEL = {"ok": 0, "warn": 1, "stop": 2}
 EXIT_OK, EXIT_FAIL_ON, EXIT_BAD_INPUT = 0, 1, 2
@@ -91,8 +91,8 @@ def _load_alerts(path: str | None) -> tuple[object | None, int]:
 
 
 def _cmd_watch(args: argparse.Namespace) -> int:
+    from .readers.wandb import WandbReadError
     from .sidecar import watch_path
-    from .wandb_offline import WandbReadError
 
     alerts = None
     if args.alerts:

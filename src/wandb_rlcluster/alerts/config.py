@@ -20,8 +20,8 @@ from ..core import DIAGNOSIS_ID, GAUGE_CLASSES, GAUGE_IDS, REPORTING_CLASSES
 from ..core.cluster import WARN_SOONER_MAX, check_warn_sooner
 from ..core.gauge import check_param
 from ..core.keys import FAMILIES, LIVE_INPUT_KEYS, TRL_LOGGED_KEYS, canonical_family, is_reward_function_key
-from ..core.readers import InputRefused, InputTooLarge, read_bounded
 from ..core.text import clean_text, did_you_mean
+from ..readers import InputRefused, InputTooLarge, read_bounded
 from ..safe_yaml import MAX_YAML_CHARS, compose_checked
 from .expr import ExprError, Expression, parse
 from .liveness import RESERVED_RULES, check_value, parse_section
