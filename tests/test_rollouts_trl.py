@@ -256,8 +256,8 @@ def test_a_trainer_laid_out_differently_costs_one_warning_and_nothing_else(tmp_p
     from trl import GRPOTrainer
 
     from wandb_rlcluster import RLClusterCallback
-    from wandb_rlcluster.live.trl_rollouts import RolloutTap
     from wandb_rlcluster.tiny import make_trainer
+    from wandb_rlcluster.trainer.trl_rollouts import RolloutTap
 
     class OtherGRPO(GRPOTrainer):
         def _calculate_rewards(self, batch, prompts, completions, completion_ids_list):  # noqa: ANN001, ANN202

@@ -15,7 +15,7 @@ def __getattr__(name: str) -> Any:
 
         return RLClusterCallback
     if name == "watch":  # any loop that logs to W&B (verl, OpenRLHF, your own): no transformers needed
-        from .watcher import watch
+        from .live.watch import watch
 
         return watch
     raise AttributeError(f"module 'wandb_rlcluster' has no attribute {name!r}")

@@ -20,12 +20,12 @@ from .alerts import AlertConfig
 from .alerts.notify import clamp_wait
 from .core import GAUGE_IDS
 from .core.keys import canonical_family
-from .live.checkpoint import CheckpointState, checked_args
-from .live.distributed import any_rank
-from .live.inputs import TrainerInputs
-from .live.liveness import LivenessHooks, LivenessMonitor, resolve_settings
-from .live.sink import TrainerRows, WandbSink
+from .guard.wiring import LivenessHooks, LivenessMonitor, resolve_settings
 from .pipeline import Decision, Pipeline
+from .trainer.checkpoint import CheckpointState, checked_args
+from .trainer.distributed import any_rank
+from .trainer.inputs import TrainerInputs
+from .trainer.sink import TrainerRows, WandbSink
 
 logger = logging.getLogger("wandb_rlcluster")
 
@@ -88,7 +88,7 @@ class RLClusterCallback(LivenessHooks, TrainerInputs, CheckpointState, TrainerCa
             alerts to go out; what is still undelivered then is journaled as such in ``alerts.jsonl``.
         stall_alert, stall_factor, stall_floor, stall_startup, stall_warmup, stall_check_every, stall_severity,
         crash_alert, crash_timeout, guardian: the liveness alerts that fire when ``on_log`` cannot (a stall, a
-            crash, a kill -9; see ``alerts/liveness.py``). None (default) takes the ``watchdog:`` section of the
+            crash, a kill -9; see ``alerts/watchdog.py``). None (default) takes the ``watchdog:`` section of the
             alerts file, else the defaults: a ``stall`` alert after max(10 x median step time, 10m) without a
             completed step (30m before the cadence is known, the first 3 steps left out), checked every 5s;
             a ``crash`` alert within 10s; a guardian process for hard deaths. Off with ``alerts=False``.

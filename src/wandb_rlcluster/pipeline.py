@@ -1,6 +1,6 @@
 """The one row pipeline: raw rows -> gauges -> alert states -> journal / channels, and the values for W&B.
 
-Every live entry point sits on it: the TRL callback (``callback.py``), ``watch(run)`` (``watcher.py``), the
+Every live entry point sits on it: the TRL callback (``callback.py``), ``watch(run)`` (``live/watch.py``), the
 ``rlcluster watch`` sidecar (``sidecar.py``) and the verl plugin (``watch`` on every run verl starts). They differ
 only in where rows come from and where the ``rlcluster/*`` values go, so the same rows are decided alike.
 """

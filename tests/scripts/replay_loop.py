@@ -63,7 +63,7 @@ def main() -> int:
     watcher = None
     stops: list[str] = []
     if args.plugin:
-        from wandb_rlcluster.watcher import watchers
+        from wandb_rlcluster.live.watch import watchers
 
         watcher = watchers()[0]
     if args.watch:

@@ -85,8 +85,8 @@ def main() -> None:
     from transformers.integrations import WandbCallback
 
     from wandb_rlcluster import RLClusterCallback
-    from wandb_rlcluster.live.distributed import world
     from wandb_rlcluster.tiny import make_trainer
+    from wandb_rlcluster.trainer.distributed import world
 
     rank = int(os.environ.get("RANK", "0"))
     params = json.loads(a.params)

@@ -24,8 +24,8 @@ from ..core.text import clean_text, did_you_mean
 from ..readers import InputRefused, InputTooLarge, read_bounded
 from ..safe_yaml import MAX_YAML_CHARS, compose_checked
 from .expr import ExprError, Expression, parse
-from .liveness import RESERVED_RULES, check_value, parse_section
 from .located import _line, _Loc, _pairs, _value, parse_duration
+from .watchdog import RESERVED_RULES, check_value, parse_section
 
 SEVERITIES = ("info", "warn", "stop")
 SEVERITY_RANK = {"info": 0, "warn": 1, "stop": 2}
@@ -120,7 +120,7 @@ class AlertConfig:
     gauge_params: dict[str, dict[str, Any]] = field(default_factory=dict)
     sources: tuple[str, ...] = ()
     warnings: list[str] = field(default_factory=list)
-    watchdog: dict[str, Any] = field(default_factory=dict)  # validated `watchdog:` settings (see liveness.py)
+    watchdog: dict[str, Any] = field(default_factory=dict)  # validated `watchdog:` settings (see watchdog.py)
     #: `warn_sooner:` rows off every warn hold (``InstrumentCluster``); None where no file sets it
     warn_sooner: int | None = None
 

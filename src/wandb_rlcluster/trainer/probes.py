@@ -23,7 +23,7 @@ def _unwrap(model: Any) -> Any:
     return model
 
 
-# Gradient statistics: live/sharded_grads.py (one process, DDP, FSDP2 and ZeRO alike).
+# Gradient statistics: trainer/sharded_grads.py (one process, DDP, FSDP2 and ZeRO alike).
 
 
 # -- attention entropy ---------------------------------------------------------------------------

@@ -20,9 +20,9 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .alerts import AlertConfig
-from .core.findings import Finding
-from .pipeline import Pipeline, WriteGate, default_journal
+from ..alerts import AlertConfig
+from ..core.findings import Finding
+from ..pipeline import Pipeline, WriteGate, default_journal
 
 logger = logging.getLogger("wandb_rlcluster")
 

@@ -25,12 +25,12 @@ from pathlib import Path
 from typing import Any
 
 from ..alerts.engine import AlertEvent
-from ..alerts.liveness import LivenessSettings
+from ..alerts.watchdog import LivenessSettings
+from ..trainer import internals as trainer_internals
 from . import crash as crash_hooks
-from . import trainer_internals
 from .crash import Crash, CrashReporter, checkpoint_sentence, describe_exception
 from .guardian import Guardian
-from .watchdog import Stall, StallWatchdog
+from .stall import Stall, StallWatchdog
 
 logger = logging.getLogger("wandb_rlcluster")
 
@@ -381,7 +381,7 @@ def _finish_wandb_run(signal_name: str) -> None:
 
 
 def resolve_settings(config_watchdog: Mapping[str, Any] | None, overrides: Mapping[str, Any]) -> LivenessSettings:
-    from ..alerts.liveness import resolve
+    from ..alerts.watchdog import resolve
 
     return resolve(config_watchdog, overrides)
 
