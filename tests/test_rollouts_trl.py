@@ -305,10 +305,10 @@ def test_rollout_state_travels_in_checkpoints(tmp_path: Path):
     for k, v in state["attributes"].items():
         setattr(rebuilt, k, v)
     rebuilt.attach(make_trainer("grpo", output_dir=str(tmp_path / "b"), max_steps=1))
-    assert rebuilt._rollouts.hi == {"acc": 1.0} and rebuilt._rollouts.lo == {"acc": 0.0}
+    assert rebuilt.rollouts.stats.hi == {"acc": 1.0} and rebuilt.rollouts.stats.lo == {"acc": 0.0}
     # and the plain resume path: the state read back from trainer_state.json in on_train_begin
     trainer = make_trainer("grpo", output_dir=str(tmp_path / "c"), max_steps=1)
     resumed = RLClusterCallback(alerts=False).attach(trainer)
     resumed.on_train_begin(trainer.args, TrainerState(global_step=5, stateful_callbacks={"RLClusterCallback": state}),
                            None)
-    assert resumed._rollouts.hi == {"acc": 1.0}
+    assert resumed.rollouts.stats.hi == {"acc": 1.0}
