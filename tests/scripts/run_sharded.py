@@ -95,7 +95,7 @@ def main() -> None:  # noqa: C901, PLR0915
 
     torch.set_num_threads(1)
     if a.fault_rank1 and rank == 1:
-        from wandb_rlcluster.live import sharded_grads
+        from wandb_rlcluster.trainer import sharded_grads
 
         def broken(self, name, grad, weight=1.0):  # noqa: ANN001, ANN202
             raise RuntimeError("injected: this rank cannot read its gradient slice")
