@@ -32,7 +32,7 @@ from synthetic import generate_run  # noqa: E402
 
 CHILD = r"""
 import json, resource, sys, time
-from wandb_rlcluster.core.readers import LogReadError, load_rows
+from wandb_rlcluster.readers import LogReadError, load_rows
 t0, c0 = time.perf_counter(), time.process_time()
 if sys.argv[1] == "-":
     outcome = "imports only"

@@ -43,7 +43,7 @@ def trl_rows(n: int) -> list[dict[str, object]]:
 
 
 def verl_rows(n: int) -> list[tuple[int, dict[str, object]]]:
-    from wandb_rlcluster.core.verl_log import parse_verl_log
+    from wandb_rlcluster.readers.verl import parse_verl_log
 
     rows, _ = parse_verl_log(gzip.decompress(VERL_LOG.read_bytes()).decode())
     rows = [r for r in rows if len(r) > 3]

@@ -185,12 +185,12 @@ def test_python_params_take_numpy_numbers_tuples_and_lists_and_a_checkpoint_keep
 
 
 def test_alerts_modules_import_no_circle():
-    """config.py imports liveness.py and located.py; neither imports config.py back (no import circle)."""
+    """config.py imports watchdog.py and located.py; neither imports config.py back (no import circle)."""
     import ast
 
-    from wandb_rlcluster.alerts import liveness, located
+    from wandb_rlcluster.alerts import located, watchdog
 
-    for mod in (liveness, located):
+    for mod in (watchdog, located):
         tree = ast.parse(Path(mod.__file__).read_text(encoding="utf-8"))
         imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
         assert "config" not in imported, f"{mod.__name__} imports config back"

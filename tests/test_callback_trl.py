@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from wandb_rlcluster.wandb_offline import find_run_dirs, read_offline_run
+from wandb_rlcluster.readers.wandb import find_run_dirs, read_offline_run
 
 pytestmark = pytest.mark.trains  # trains a tiny model for real (make test-kernels)
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from wandb_rlcluster.readers.wandb import read_offline_run
 from wandb_rlcluster.report import report_from_spec
-from wandb_rlcluster.wandb_offline import read_offline_run
 
 pytestmark = pytest.mark.trains  # trains a tiny model for real (make test-kernels)
 

@@ -203,7 +203,7 @@ def test_a_real_grpo_run_ends_with_a_building_warning_in_the_journal_and_the_wan
     hits max_completion_length on every row. The truncation rule is held 30 rows (12 in a 10-row run), longer than
     the run: it never fires while training goes, and at the end it had built up 10 of 12. The end of training
     reports it through the alert rule (whatever its for: 2) to the journal and to W&B's alert-state series."""
-    from wandb_rlcluster.wandb_offline import read_offline_run
+    from wandb_rlcluster.readers.wandb import read_offline_run
 
     from .test_callback_trl import run_trainer
 

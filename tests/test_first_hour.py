@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from wandb_rlcluster.core.readers import parse_rows_text
+from wandb_rlcluster.readers import parse_rows_text
 
 REPO = Path(__file__).resolve().parents[1]
 RUFF = shutil.which("ruff") or str(Path(sys.executable).parent / "ruff")

@@ -20,7 +20,7 @@ from wandb_rlcluster.cli import main
 from wandb_rlcluster.core import InstrumentCluster
 from wandb_rlcluster.core.frameworks import detect_framework, get_profile
 from wandb_rlcluster.core.keys import Normalizer
-from wandb_rlcluster.core.verl_log import CUT_WIDTH, is_verl_log, parse_verl_log
+from wandb_rlcluster.readers.verl import CUT_WIDTH, is_verl_log, parse_verl_log
 
 from .conftest import shared_log, shared_log_params
 

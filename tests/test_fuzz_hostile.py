@@ -35,7 +35,7 @@ from wandb_rlcluster.alerts.config import MAX_RENDERED
 from wandb_rlcluster.alerts.engine import render
 from wandb_rlcluster.alerts.expr import ExprError, parse
 from wandb_rlcluster.cli import main
-from wandb_rlcluster.core.readers import LoadedLog, LogReadError, load_rows, parse_rows_text
+from wandb_rlcluster.readers import LoadedLog, LogReadError, load_rows, parse_rows_text
 
 SECONDS = 2.0
 MEGABYTES = 200

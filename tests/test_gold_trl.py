@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from wandb_rlcluster.analyze import analyze_path
-from wandb_rlcluster.wandb_offline import read_offline_run
+from wandb_rlcluster.readers.wandb import read_offline_run
 
 pytestmark = pytest.mark.trains  # trains a tiny model for real (make test-kernels)
 

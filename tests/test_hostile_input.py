@@ -30,8 +30,8 @@ from wandb_rlcluster.alerts.expr import ExprError, parse
 from wandb_rlcluster.alerts.notify import build_channels
 from wandb_rlcluster.analyze import analyze_stream, render_text
 from wandb_rlcluster.core import InstrumentCluster
-from wandb_rlcluster.core.readers import LogReadError, load_rows, parse_rows_text
 from wandb_rlcluster.core.text import clean_text
+from wandb_rlcluster.readers import LogReadError, load_rows, parse_rows_text
 
 SECRET_URL = "https://hooks.slack.com/services/T0HOSTILE/B0HOSTILE/sEcReTtOkEn1234567890"
 
@@ -118,7 +118,7 @@ def test_memory_error_has_a_reason(tmp_path: Path) -> None:
     """A MemoryError used to print 'cannot read X: ' and nothing after it."""
     path = tmp_path / "rows.json"
     path.write_text(json.dumps([{"loss": 1.0}] * 10))
-    code = ("import sys, json\nimport wandb_rlcluster.core.readers as r\n"
+    code = ("import sys, json\nimport wandb_rlcluster.readers.values as r\n"
             "def boom(*a, **k):\n    raise MemoryError\n"
             "r.json.loads = boom\nfrom wandb_rlcluster.cli import main\nsys.exit(main(['analyze', sys.argv[1]]))\n")
     p = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=60)
@@ -441,16 +441,17 @@ def test_analyze_alerts_see_rows_before_trainer_detection(tmp_path: Path) -> Non
 def test_a_document_without_line_breaks_is_rewritten_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """No newline in the first MiB: the row probe took the whole document as one 'line' and ran json.loads and the
     token rewrite over it a second time."""
-    from wandb_rlcluster.core import readers
+    from wandb_rlcluster.readers import lines, values
 
     calls: list[int] = []
-    real = readers._fix_tokens
+    real = values._fix_tokens
 
     def counting(text: str, *, python: bool) -> tuple[str, int]:
         calls.append(len(text))
         return real(text, python=python)
 
-    monkeypatch.setattr(readers, "_fix_tokens", counting)
+    for reader in (values, lines):  # the document's rewrite, and the line-by-line reader's
+        monkeypatch.setattr(reader, "_fix_tokens", counting)
     text = '{"log_history": [{"loss": None, "a": "' + "a" * 2_000_000 + '\n"}]}'
     with pytest.raises(LogReadError, match="not valid JSON"):
         parse_rows_text(text, "state.json")
@@ -458,7 +459,7 @@ def test_a_document_without_line_breaks_is_rewritten_once(monkeypatch: pytest.Mo
 
 
 def test_input_limit_and_gzip_ratio_defaults() -> None:
-    from wandb_rlcluster.core.readers import GZIP_RATIO_FLOOR, MAX_GZIP_RATIO, input_limit
+    from wandb_rlcluster.readers import GZIP_RATIO_FLOOR, MAX_GZIP_RATIO, input_limit
 
     assert "RLCLUSTER_MAX_INPUT_BYTES" in os.environ or input_limit() == 512 * 1024**2
     assert MAX_GZIP_RATIO == 100 and GZIP_RATIO_FLOOR == 32 * 1024**2
@@ -606,7 +607,7 @@ def test_yaml_duplicate_keys_are_compared_as_values() -> None:
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this platform")
 def test_inputs_are_looked_at_before_they_are_opened(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Opening some devices has effects (/dev/watchdog arms a reboot timer): refuse them without opening."""
-    from wandb_rlcluster.core import readers
+    from wandb_rlcluster.readers import files as readers
 
     fifo = tmp_path / "pipe.json"
     os.mkfifo(fifo)

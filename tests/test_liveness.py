@@ -28,12 +28,12 @@ import pytest
 
 from wandb_rlcluster import RLClusterCallback
 from wandb_rlcluster.alerts import AlertConfig, ConfigError, load_config
-from wandb_rlcluster.alerts.liveness import LivenessSettings, resolve
-from wandb_rlcluster.live.crash import Crash, last_checkpoint, redact
-from wandb_rlcluster.live.liveness import LivenessMonitor, _title
-from wandb_rlcluster.live.trainer_internals import TrainFrame, describe_thread, train_frame_alive
-from wandb_rlcluster.live.watchdog import StallWatchdog, StepCadence
-from wandb_rlcluster.wandb_offline import find_run_dirs, read_offline_run
+from wandb_rlcluster.alerts.watchdog import LivenessSettings, resolve
+from wandb_rlcluster.guard.crash import Crash, last_checkpoint, redact
+from wandb_rlcluster.guard.stall import StallWatchdog, StepCadence
+from wandb_rlcluster.guard.wiring import LivenessMonitor, _title
+from wandb_rlcluster.readers.wandb import find_run_dirs, read_offline_run
+from wandb_rlcluster.trainer.internals import TrainFrame, describe_thread, train_frame_alive
 
 from .test_alerts_e2e import slack_server  # noqa: F401 - the loopback Slack server fixture
 from .test_callback_trl import SCRIPT, run_trainer
@@ -137,7 +137,7 @@ def test_stack_names_a_collective_in_a_real_gloo_pair(tmp_path: Path):
         if rank == 1:  # joins the group, never the collective
             time.sleep(120)
             os._exit(0)
-        from wandb_rlcluster.live.trainer_internals import describe_thread
+        from wandb_rlcluster.trainer.internals import describe_thread
         def my_training_step():
             dist.all_reduce(torch.ones(1))
         t = threading.Thread(target=my_training_step, daemon=True)
@@ -280,7 +280,7 @@ def test_guardian_is_silent_after_a_normal_exit_and_speaks_after_os_exit(tmp_pat
     script = tmp_path / "guarded.py"
     script.write_text(textwrap.dedent("""
         import os, sys
-        from wandb_rlcluster.live.guardian import Guardian
+        from wandb_rlcluster.guard.guardian import Guardian
         g = Guardian({"journal": sys.argv[2], "output_dir": None, "run_name": "r", "timeout": 2, "channels": {}})
         assert g.start()
         print(g.pid, flush=True)
@@ -303,7 +303,7 @@ def test_guardian_is_silent_after_a_normal_exit_and_speaks_after_os_exit(tmp_pat
 
 CRASH_SCRIPT = textwrap.dedent("""
     import asyncio, hashlib, json, multiprocessing as mp, os, signal, sys, threading, time
-    from wandb_rlcluster.live.crash import CrashReporter
+    from wandb_rlcluster.guard.crash import CrashReporter
     mode, out = sys.argv[1], sys.argv[2]
     lock = threading.Lock()  # stands for a lock the main thread may hold when a signal comes (logging's, a file's)
     def write_now(**row):
@@ -624,7 +624,7 @@ def _guardian(p: subprocess.Popen) -> psutil.Process:
     while time.monotonic() - t0 < 240 and p.poll() is None:
         for child in psutil.Process(p.pid).children():
             try:
-                if "wandb_rlcluster.live.guardian" in " ".join(child.cmdline()):
+                if "wandb_rlcluster.guard.guardian" in " ".join(child.cmdline()):
                     return child
             except psutil.NoSuchProcess:
                 continue
@@ -774,7 +774,7 @@ def test_torchrun_rank_death_is_reported_once_by_rank_0(tmp_path: Path, slack_se
         _wait_for_checkpoint(tmp_path, p, 5)
         ranks = {int(c.environ().get("RANK", -1)): c for c in psutil.Process(p.pid).children()}
         guardians = [g for r in ranks.values() for g in r.children()
-                     if "wandb_rlcluster.live.guardian" in " ".join(g.cmdline())]
+                     if "wandb_rlcluster.guard.guardian" in " ".join(g.cmdline())]
         assert sorted(ranks) == [0, 1] and [g.ppid() for g in guardians] == [ranks[0].pid], (ranks, guardians)
         ranks[1].kill()
         _, err = p.communicate(timeout=180)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from wandb_rlcluster.layouts import load_layout
-from wandb_rlcluster.wandb_offline import read_offline_run
+from wandb_rlcluster.readers.wandb import read_offline_run
 
 from .test_callback_trl import metrics_run, ppo_rows_run
 

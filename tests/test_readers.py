@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from wandb_rlcluster.core.readers import LoadedLog, LogReadError, load_rows, parse_rows_text
+from wandb_rlcluster.readers import LoadedLog, LogReadError, load_rows, parse_rows_text
 
 from .conftest import real_logs_root, shared_log
 

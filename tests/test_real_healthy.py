@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from wandb_rlcluster.analyze import detect_trainer
-from wandb_rlcluster.core.readers import load_rows
+from wandb_rlcluster.readers import load_rows
 
 from .conftest import absent, real_log, skipped_param
 

@@ -29,8 +29,8 @@ import pytest
 
 from wandb_rlcluster.analyze import analyze_stream
 from wandb_rlcluster.dashboard import build_dashboard
+from wandb_rlcluster.readers.wandb import read_offline_run
 from wandb_rlcluster.rollouts_offline import add_evidence, with_rollouts
-from wandb_rlcluster.wandb_offline import read_offline_run
 
 from .test_alerts_e2e import _Hook
 from .test_callback_trl import metrics_run, run_trainer
@@ -256,8 +256,8 @@ def test_a_trainer_laid_out_differently_costs_one_warning_and_nothing_else(tmp_p
     from trl import GRPOTrainer
 
     from wandb_rlcluster import RLClusterCallback
-    from wandb_rlcluster.live.trl_rollouts import RolloutTap
     from wandb_rlcluster.tiny import make_trainer
+    from wandb_rlcluster.trainer.trl_rollouts import RolloutTap
 
     class OtherGRPO(GRPOTrainer):
         def _calculate_rewards(self, batch, prompts, completions, completion_ids_list):  # noqa: ANN001, ANN202
@@ -270,7 +270,7 @@ def test_a_trainer_laid_out_differently_costs_one_warning_and_nothing_else(tmp_p
     cb.attach(trainer)
     off = [r for r in caplog.records if "rollout statistics and alert examples are off" in r.getMessage()]
     assert len(off) == 1 and "takes (batch, prompts" in off[0].getMessage()
-    assert cb in trainer.callback_handler.callbacks and cb._tap is None
+    assert cb in trainer.callback_handler.callbacks and cb.rollouts.tap is None
     trainer.train()
     assert cb.cluster.rows >= 2 and cb.rollout_calls == 0 and cb.errors == 0
     assert not any(k.startswith("rollouts/") for k in cb.cluster.keys_seen)
@@ -296,7 +296,7 @@ def test_rollout_state_travels_in_checkpoints(tmp_path: Path):
     plain = RLClusterCallback(alerts=False)
     assert "rollout_state" not in plain.state()["attributes"]
     cb = RLClusterCallback(alerts=False).attach(make_trainer("grpo", output_dir=str(tmp_path / "a"), max_steps=1))
-    cb._rollouts.update(RolloutBatch(step=1, prompts=["p"] * 4, completions=list("abcd"),
+    cb.rollouts.stats.update(RolloutBatch(step=1, prompts=["p"] * 4, completions=list("abcd"),
                                      rewards={"acc": [0.0, 1.0, 0.0, 0.5]}, group_size=4))
     state = json.loads(json.dumps(cb.state()))  # what trainer_state.json holds
     assert state["attributes"]["rollout_state"]["hi"] == {"acc": 1.0}
@@ -305,10 +305,10 @@ def test_rollout_state_travels_in_checkpoints(tmp_path: Path):
     for k, v in state["attributes"].items():
         setattr(rebuilt, k, v)
     rebuilt.attach(make_trainer("grpo", output_dir=str(tmp_path / "b"), max_steps=1))
-    assert rebuilt._rollouts.hi == {"acc": 1.0} and rebuilt._rollouts.lo == {"acc": 0.0}
+    assert rebuilt.rollouts.stats.hi == {"acc": 1.0} and rebuilt.rollouts.stats.lo == {"acc": 0.0}
     # and the plain resume path: the state read back from trainer_state.json in on_train_begin
     trainer = make_trainer("grpo", output_dir=str(tmp_path / "c"), max_steps=1)
     resumed = RLClusterCallback(alerts=False).attach(trainer)
     resumed.on_train_begin(trainer.args, TrainerState(global_step=5, stateful_callbacks={"RLClusterCallback": state}),
                            None)
-    assert resumed._rollouts.hi == {"acc": 1.0}
+    assert resumed.rollouts.stats.hi == {"acc": 1.0}

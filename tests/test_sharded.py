@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from wandb_rlcluster.live.sharded_grads import GradientSums
-from wandb_rlcluster.wandb_offline import find_run_dirs, read_offline_run
+from wandb_rlcluster.readers.wandb import find_run_dirs, read_offline_run
+from wandb_rlcluster.trainer.sharded_grads import GradientSums
 
 SCRIPT = Path(__file__).parent / "scripts" / "run_sharded.py"
 STOP_RULE = "rules:\n  - name: loss-any\n    gauge: loss\n    when: \"loss > 0\"\n    for: 4\n    severity: stop\n"

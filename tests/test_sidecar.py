@@ -19,9 +19,9 @@ import pytest
 
 from wandb_rlcluster.alerts import load_config
 from wandb_rlcluster.analyze import analyze_path
-from wandb_rlcluster.monitor import RowMonitor
+from wandb_rlcluster.pipeline import Pipeline
+from wandb_rlcluster.readers.wandb import HEADER_LEN, ChunkScanner, read_offline_run
 from wandb_rlcluster.sidecar import Sidecar, TailReader, locate_run_file, watch_path
-from wandb_rlcluster.wandb_offline import _LogScanner, read_offline_run
 
 pytest.importorskip("wandb")
 
@@ -44,7 +44,7 @@ def verl_run(tmp_path_factory: pytest.TempPathFactory, verl_ppo_log: Path) -> Pa
 
 
 def _all_payloads(path: Path) -> list[bytes]:
-    return list(_LogScanner(path.read_bytes()).payloads())
+    return list(ChunkScanner(path.read_bytes()).payloads(HEADER_LEN))
 
 
 def test_tail_reader_on_a_file_growing_in_random_pieces(verl_run: Path, tmp_path: Path) -> None:
@@ -75,13 +75,13 @@ def test_sidecar_on_a_cut_and_a_damaged_file(verl_run: Path, tmp_path: Path) -> 
     cut.parent.mkdir()
     cut.write_bytes(data[: len(data) * 2 // 3 + 5])  # a copy cut mid-record: no exit record
     out = io.StringIO()
-    res = Sidecar(cut, RowMonitor(use_wandb=False), interval=0.01, idle_timeout=0.05, out=out).run()
+    res = Sidecar(cut, Pipeline(use_wandb=False), interval=0.01, idle_timeout=0.05, out=out).run()
     assert 100 < res.rows < 435 and not res.finished and "no new data" in res.reason
     damaged = tmp_path / "damaged" / verl_run.name
     damaged.parent.mkdir()
     mid = len(data) // 2
     damaged.write_bytes(data[:mid] + bytes(b ^ 0x5A for b in data[mid:mid + 200]) + data[mid + 200:])
-    res2 = Sidecar(damaged, RowMonitor(use_wandb=False), interval=0.01, idle_timeout=0.05, out=io.StringIO()).run()
+    res2 = Sidecar(damaged, Pipeline(use_wandb=False), interval=0.01, idle_timeout=0.05, out=io.StringIO()).run()
     assert res2.finished and res2.skipped >= 1 and 380 < res2.rows < 435  # one block lost, the rest read
     assert "Traceback" not in out.getvalue()
 
@@ -133,7 +133,7 @@ def test_sidecar_beside_a_real_tiny_grpo_run(tmp_path: Path) -> None:
 
 
 def test_locate_waits_then_says_what_is_missing(tmp_path: Path) -> None:
-    from wandb_rlcluster.wandb_offline import WandbReadError
+    from wandb_rlcluster.readers.wandb import WandbReadError
 
     with pytest.raises(WandbReadError, match="no wandb run"):
         locate_run_file(tmp_path, wait=0.3)
@@ -152,7 +152,7 @@ def test_a_late_sidecar_catches_up_without_waiting(verl_run: Path, monkeypatch: 
 
     monkeypatch.setattr(sidecar, "READ_CHUNK", 5000)  # many pieces for this small file
     sleeps: list[float] = []
-    res = Sidecar(verl_run, RowMonitor(use_wandb=False), interval=5.0, out=io.StringIO(),
+    res = Sidecar(verl_run, Pipeline(use_wandb=False), interval=5.0, out=io.StringIO(),
                   sleep=sleeps.append).run()
     assert res.finished and res.rows == len(read_offline_run(verl_run.parent).history)
     assert len(sleeps) <= 1  # pieces read back to back; a 5 s poll per 5 kB piece would take minutes

@@ -21,7 +21,7 @@ import pytest
 
 from wandb_rlcluster.dashboard import build_dashboard
 from wandb_rlcluster.layouts import load_layout
-from wandb_rlcluster.wandb_offline import read_offline_run
+from wandb_rlcluster.readers.wandb import read_offline_run
 
 from .conftest import shared_log
 

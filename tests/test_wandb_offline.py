@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from wandb_rlcluster.wandb_offline import (
+from wandb_rlcluster.readers.wandb import (
     OfflineRun,
     WandbReadError,
     find_run_dirs,

@@ -12,7 +12,7 @@ import json
 import pytest
 
 from wandb_rlcluster.analyze import analyze_path
-from wandb_rlcluster.wandb_offline import read_offline_run
+from wandb_rlcluster.readers.wandb import read_offline_run
 
 from .test_callback_trl import run_trainer
 

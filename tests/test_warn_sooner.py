@@ -274,7 +274,7 @@ def test_a_real_grpo_run_warns_a_row_sooner_and_its_wandb_run_says_so(tmp_path: 
     """A real tiny TRL GRPO run (W&B offline, read back): its random model almost never ends with EOS, so the
     truncation rule is active from the first logged row. Held 4 rows it would fire at step 4; with warn_sooner=1 the
     run warns at step 3, journals the alert there, and its W&B summary records the setting."""
-    from wandb_rlcluster.wandb_offline import read_offline_run
+    from wandb_rlcluster.readers.wandb import read_offline_run
 
     from .test_callback_trl import run_trainer
 

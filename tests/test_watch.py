@@ -17,7 +17,7 @@ import pytest
 
 from wandb_rlcluster.alerts import load_config
 from wandb_rlcluster.analyze import analyze_path
-from wandb_rlcluster.wandb_offline import read_offline_run
+from wandb_rlcluster.readers.wandb import read_offline_run
 
 pytest.importorskip("wandb")
 

@@ -57,7 +57,7 @@ from oracle import OracleTrace, threshold_for, trace  # noqa: E402
 from wandb_rlcluster.analyze import analyze_path  # noqa: E402
 from wandb_rlcluster.core import analyze_rows  # noqa: E402
 from wandb_rlcluster.core.gauge import BUILDING_PREFIX  # noqa: E402
-from wandb_rlcluster.core.readers import load_rows  # noqa: E402
+from wandb_rlcluster.readers import load_rows  # noqa: E402
 
 from real_logs import real_log, real_logs_root  # noqa: E402
 from seed_rules import SEED_RULES, seed_findings  # noqa: E402

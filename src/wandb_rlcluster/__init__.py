@@ -16,11 +16,11 @@ def __getattr__(name: str) -> Any:
 
         return RLClusterCallback
     if name == "watch":  # any loop that logs to W&B (verl, OpenRLHF, your own): no transformers needed
-        from .watcher import watch
+        from .live.watch import watch
 
         return watch
     if name == "watch_on_init":  # watch the run a framework is about to create (verl's trainer calls wandb.init)
-        from .watcher import watch_on_init
+        from .live.watch import watch_on_init
 
         return watch_on_init
     raise AttributeError(f"module 'wandb_rlcluster' has no attribute {name!r}")

@@ -16,9 +16,9 @@ from .core import DIAGNOSIS_ID, FAMILY_LABELS, GAUGE_IDS, GAUGE_TITLES, Instrume
 from .core.cluster import resolve_warn_sooner
 from .core.frameworks import FRAMEWORK_LABELS, detect_framework_rows, get_profile
 from .core.keymap import KeyMap, merge_keys
-from .core.readers import LoadedLog, LogReadError, load_rows
 from .core.text import clean_text
-from .core.verl_log import load_verl_log
+from .readers import LoadedLog, LogReadError, load_rows
+from .readers.verl import load_verl_log
 
 # The one series per gauge that the sparkline shows (first key present wins).
 SPARK_KEYS: dict[str, tuple[str, ...]] = {
@@ -319,7 +319,7 @@ def load_any(path: str) -> LoadedLog:
     """A trainer log file, or a W&B offline run (directory or ``.wandb`` file)."""
     p = Path(path)
     if _is_wandb_run(p):
-        from .wandb_offline import WandbReadError, read_offline_run
+        from .readers.wandb import WandbReadError, read_offline_run
 
         try:
             run = read_offline_run(p)

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 from .core.cluster import WARN_SOONER_MAX
 from .core.frameworks import FRAMEWORKS
 from .core.keys import FAMILIES, canonical_family
-from .core.readers import LogReadError
 from .core.text import clean_text
+from .readers import LogReadError
 
 if TYPE_CHECKING:
     from .sweep import RunRecord
@@ -192,8 +192,8 @@ def _load_alerts(path: str | None) -> tuple[object | None, int]:
 
 
 def _cmd_watch(args: argparse.Namespace) -> int:
+    from .readers.wandb import WandbReadError
     from .sidecar import watch_path
-    from .wandb_offline import WandbReadError
 
     alerts = None
     if args.alerts:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import logging
+from pathlib import Path
 from typing import Any
 
 from .core import GAUGE_IDS, GAUGE_TITLES
@@ -132,3 +134,23 @@ def report_from_spec(text: str) -> Any:
 
     wr = _wr()
     return wr.Report._from_model(internal.ReportViewspec.model_validate_json(text))
+
+
+def report_for_run(run: Any, family: str, alerts: Any, output_dir: str) -> str:
+    """The report at the end of training (``RLClusterCallback(report=True)``): saved to W&B for an online run (its
+    URL returned), written as ``<output_dir>/rlcluster_report.json`` for an offline one (its path returned)."""
+    log = logging.getLogger("wandb_rlcluster")
+    entity = getattr(run, "entity", None) or "my-entity"
+    project = getattr(run, "project", None) or "my-project"
+    report = build_report(entity, project, family, alerts=alerts)
+    offline = run is None or getattr(getattr(run, "settings", None), "mode", "") in ("offline", "dryrun") \
+        or getattr(getattr(run, "settings", None), "_offline", False)
+    if offline:
+        path = Path(output_dir) / "rlcluster_report.json"
+        path.write_text(report_spec(report), encoding="utf-8")
+        log.warning("rlcluster: report spec written to %s; after `wandb sync`, save it with: rlcluster report "
+                    "--entity %s --project %s --trainer %s --save", path, entity, project, family)
+        return str(path)
+    report.save()
+    log.warning("rlcluster: report saved: %s", report.url)
+    return str(report.url)

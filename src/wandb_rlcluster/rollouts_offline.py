@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .core.readers import InputRefused, read_bounded
 from .core.rollouts import ROLLOUT_GAUGES, RolloutBatch, RolloutStats, batch_from_table, evidence_focus
+from .readers import InputRefused, read_bounded
 
 __all__ = ["OfflineRollouts", "add_evidence", "with_rollouts"]
 

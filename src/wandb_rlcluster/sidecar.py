@@ -1,10 +1,11 @@
 """``rlcluster watch RUN``: follow a live run's W&B transaction log from another process.
 
-Every W&B run, online ones included, writes its records to ``wandb/run-*/run-<id>.wandb`` on the training
-machine. The sidecar reads that file as it grows (``wandb_offline`` documents the format), feeds each history
-row through the same gauges and alert rules as the callback and ``watch()`` (``monitor.RowMonitor``), journals
-alerts and sends them to the alert file's channels. It never touches the training process: stopping is the
-trainer's business (the sidecar's alerts say what the in-process callback would have done).
+Every W&B run, online ones included, writes its records to ``wandb/run-*/run-<id>.wandb`` on the training machine.
+The sidecar reads that file as it grows (with the chunk scanner of ``readers/wandb.py``, which documents the format
+and reads whole runs the same way), feeds each history row through the same gauges and alert rules as the callback
+and ``watch()`` (``pipeline.Pipeline``), journals alerts and sends them to the alert file's channels. It never
+touches the training process: stopping is the trainer's business (the sidecar's alerts say what the in-process
+callback would have done).
 
 A file caught mid-write is normal here: wandb-core flushes in pieces, so the tail may end inside a chunk or a
 record. The reader keeps the offset of the last whole record and reads on from there at the next poll; a
@@ -18,30 +19,22 @@ import logging
 import os
 import sys
 import time
-import zlib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
 from .core.text import clean_text
-from .monitor import RowMonitor
-from .wandb_offline import (
-    _BLOCK_LEN,
-    _CHUNK_HEADER,
-    _FIRST,
-    _FULL,
-    _HEADER_LEN,
-    _MIDDLE,
-    _TYPE_CRC,
+from .pipeline import Pipeline
+from .readers.wandb import (
+    HEADER_LEN,
+    ChunkScanner,
     WandbReadError,
-    _check_header,
-    _decode,
-    _item_path,
-    _load_record_class,
-    _run_file_in,
-    _set_path,
+    check_header,
     find_run_dirs,
+    history_row,
+    load_record_class,
+    run_file_in,
 )
 
 logger = logging.getLogger("wandb_rlcluster")
@@ -70,12 +63,12 @@ class TailReader:
                     self.offset, self.header_ok = 0, False
                 self.size_seen = size
                 if not self.header_ok:
-                    head = fh.read(_HEADER_LEN)
-                    if len(head) < _HEADER_LEN:
+                    head = fh.read(HEADER_LEN)
+                    if len(head) < HEADER_LEN:
                         return
-                    _check_header(head, self.path)  # a foreign file raises WandbReadError once, at the start
+                    check_header(head, self.path)  # a foreign file raises WandbReadError once, at the start
                     self.header_ok = True
-                    self.offset = _HEADER_LEN
+                    self.offset = HEADER_LEN
                 fh.seek(self.offset)
                 data = fh.read(READ_CHUNK)
         except OSError:
@@ -84,67 +77,12 @@ class TailReader:
         yield from self._scan(data, self.offset)
 
     def _scan(self, data: bytes, base: int) -> Iterator[bytes]:
-        pos, n = 0, len(data)
-        pending: list[bytes] | None = None
-        while pos < n:
-            absolute = base + pos
-            block_left = _BLOCK_LEN - absolute % _BLOCK_LEN
-            if block_left < _HEADER_LEN:  # trailer padding
-                if pos + block_left > n:
-                    break
-                pos += block_left
-                if pending is None:
-                    self.offset = base + pos
-                continue
-            if pos + _HEADER_LEN > n:
-                break  # the chunk header is still being written
-            crc, length, ctype = _CHUNK_HEADER.unpack_from(data, pos)
-            if ctype == 0 and length == 0:  # zero fill: the block's rest is unused, or not written yet
-                if pos + block_left > n:
-                    break  # might be a chunk not yet written over the preallocated zeros: wait
-                pos += block_left
-                if pending is None:
-                    self.offset = base + pos
-                continue
-            end = pos + _HEADER_LEN + length
-            if ctype not in _TYPE_CRC or length > block_left - _HEADER_LEN:
-                self.skipped += 1
-                pending = None
-                pos += block_left
-                self.offset = base + min(pos, n)
-                continue
-            if end > n:
-                break  # the chunk's data is still being written
-            chunk = data[pos + _HEADER_LEN:end]
-            if zlib.crc32(chunk, _TYPE_CRC[ctype]) != crc:
-                if end == n:
-                    break  # the last bytes may still be landing: judge this chunk at the next poll
-                self.skipped += 1
-                pending = None
-                pos += block_left
-                self.offset = base + min(pos, n)
-                continue
-            if ctype == _FULL:
-                pending = None
-                pos = end
-                self.offset = base + pos
-                yield chunk
-            elif ctype == _FIRST:
-                pending = [chunk]
-                pos = end
-            elif pending is None:  # MIDDLE or LAST without its FIRST
-                self.skipped += 1
-                pos = end
-                self.offset = base + pos
-            elif ctype == _MIDDLE:
-                pending.append(chunk)
-                pos = end
-            else:  # _LAST
-                pending.append(chunk)
-                pos = end
-                self.offset = base + pos
-                yield b"".join(pending)
-                pending = None
+        scanner = ChunkScanner(data, base, live=True)
+        try:
+            yield from scanner.payloads()
+        finally:  # read on from the last whole record, also when the caller stops early
+            self.offset = scanner.offset
+            self.skipped += scanner.skipped
 
 
 @dataclass
@@ -164,7 +102,7 @@ class SidecarResult:
 class Sidecar:
     """Follows one run: ``run()`` polls until the run finishes (or goes idle) and returns a SidecarResult."""
 
-    def __init__(self, run_file: Path, monitor: RowMonitor, *, interval: float = 1.0, idle_timeout: float = 600.0,
+    def __init__(self, run_file: Path, monitor: Pipeline, *, interval: float = 1.0, idle_timeout: float = 600.0,
                  out: TextIO | None = None, live: bool | None = None, clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] = time.sleep) -> None:
         self.reader = TailReader(run_file)
@@ -175,7 +113,7 @@ class Sidecar:
         self.live = self.out.isatty() if live is None and hasattr(self.out, "isatty") else bool(live)
         self.clock = clock
         self.sleep = sleep
-        self.record_cls = _load_record_class()
+        self.record_cls = load_record_class()
         self.result = SidecarResult(run_dir=str(run_file.parent))
         self._last_progress = -1e18
         self._kl: float | None = None
@@ -215,12 +153,7 @@ class Sidecar:
                 self.result.skipped += 1
                 continue
             if kind == "history":
-                row: dict[str, object] = {}
-                for item in record.history.item:
-                    _set_path(row, _item_path(item), _decode(item.value_json))
-                if "_step" not in row and record.history.HasField("step"):
-                    row["_step"] = record.history.step.num
-                self._feed(row)
+                self._feed(history_row(record))
                 fed += 1
             elif kind == "exit":
                 self.result.finished = True
@@ -299,13 +232,13 @@ def locate_run_file(path: str | os.PathLike[str], wait: float = 0.0, clock: Call
             if p.is_file():
                 return p
             if p.is_dir():
-                f = _run_file_in(p)
+                f = run_file_in(p)
                 if f is not None:
                     return f
-                dirs = [d for d in find_run_dirs(p) if _run_file_in(d) is not None]
-                dirs = [d for d in dirs if _newer(_run_file_in(d), newer_than)]
+                dirs = [d for d in find_run_dirs(p) if run_file_in(d) is not None]
+                dirs = [d for d in dirs if _newer(run_file_in(d), newer_than)]
                 if dirs:
-                    found = _run_file_in(dirs[-1])
+                    found = run_file_in(dirs[-1])
                     if found is not None:
                         return found
         except (OSError, WandbReadError):
@@ -329,13 +262,13 @@ def watch_path(path: str, *, framework: str | None = None, alerts: Any = None, j
                keys: Mapping[str, Any] | None = None) -> SidecarResult:
     """Follow the run at ``path`` until it finishes; the ``rlcluster watch`` command in a function (``keys``: which
     logged key is what, as ``watch(run, keys=...)``)."""
-    monitor = RowMonitor(framework=framework, alerts=alerts, stop_on=stop_on, use_wandb=False,
-                         warn_sooner=warn_sooner, journal=None,  # the journal goes beside the run, once it is found
-                         keys=keys)
+    monitor = Pipeline(framework=framework, alerts=alerts, stop_on=stop_on, use_wandb=False,
+                       warn_sooner=warn_sooner, journal=None,  # the journal goes beside the run, once it is found
+                       keys=keys)
     p = Path(path)
     # started before the run it waits for: an older run in the same wandb directory is not it (a live run's file
     # is written at least every flush interval, 15 s by default)
-    fresh = time.time() - 60 if wait > 0 and p.is_dir() and _run_file_in(p) is None else 0.0
+    fresh = time.time() - 60 if wait > 0 and p.is_dir() and run_file_in(p) is None else 0.0
     run_file = locate_run_file(path, wait=wait, newer_than=fresh)
     if monitor.notifier is not None:
         monitor.notifier.journal = Path(journal) if journal else run_file.parent / "rlcluster-watch-alerts.jsonl"

@@ -151,7 +151,7 @@ def _alert_config(path: str | None) -> Any:
 def analyze_one(path: str, options: SweepOptions) -> RunRecord:
     """Analyse one run into its row; whatever goes wrong becomes the row's reason (runs in a worker process)."""
     from .analyze import analyze_path
-    from .core.readers import LogReadError
+    from .readers import LogReadError
 
     try:
         alerts = _alert_config(options.alerts) if options.alerts else None

@@ -20,7 +20,7 @@ def install() -> None:
     """Watch every W&B run started in this process from now on (idempotent). A bad alert file raises its
     ConfigError (file, line and fix) here, at verl's start, before training; anything else is one warning."""
     from .alerts import ConfigError
-    from .monitor import load_alerts
+    from .pipeline import load_alerts
 
     try:
         alerts = load_alerts(os.environ.get("RLCLUSTER_ALERTS") or None)
@@ -30,7 +30,7 @@ def install() -> None:
         logger.warning("rlcluster: verl plugin not installed (%s: %s); training runs unwatched", type(e).__name__, e)
         return
     try:
-        from .watcher import watch_on_init
+        from .live.watch import watch_on_init
 
         watch_on_init(framework=os.environ.get("RLCLUSTER_FRAMEWORK", "verl"), alerts=alerts)
     except Exception as e:  # noqa: BLE001 - a monitoring add-on must never stop verl from starting

@@ -47,7 +47,7 @@ def main() -> int:
     import wandb
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
-    from wandb_rlcluster.core.verl_log import parse_verl_log
+    from wandb_rlcluster.readers.verl import parse_verl_log
 
     raw = Path(args.log).read_bytes()
     text = (gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw).decode("utf-8", errors="replace")
@@ -63,7 +63,7 @@ def main() -> int:
     watcher = None
     stops: list[str] = []
     if args.plugin:
-        from wandb_rlcluster.watcher import watchers
+        from wandb_rlcluster.live.watch import watchers
 
         watcher = watchers()[0]
     if args.watch:

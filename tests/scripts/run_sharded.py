@@ -95,7 +95,7 @@ def main() -> None:  # noqa: C901, PLR0915
 
     torch.set_num_threads(1)
     if a.fault_rank1 and rank == 1:
-        from wandb_rlcluster.live import sharded_grads
+        from wandb_rlcluster.trainer import sharded_grads
 
         def broken(self, name, grad, weight=1.0):  # noqa: ANN001, ANN202
             raise RuntimeError("injected: this rank cannot read its gradient slice")
@@ -161,8 +161,8 @@ def main() -> None:  # noqa: C901, PLR0915
         "errors": cb.errors if cb else 0, "summary": summary,
         "gauge_table": cb.cluster.summary()["gauges"] if cb else {},
         "log": log_path.read_text(), "checkpoint_files": ckpts,
-        "step_times": clock.times, "grad_calls": cb._grads.calls if cb and cb._grads else 0,
-        "grad_seconds": cb._grads.seconds if cb and cb._grads else 0.0,
+        "step_times": clock.times, "grad_calls": cb.gradients.grads.calls if cb and cb.gradients.grads else 0,
+        "grad_seconds": cb.gradients.grads.seconds if cb and cb.gradients.grads else 0.0,
         "on_log_seconds": cb.on_log_seconds if cb else 0.0,
         "reference": ref.norms, "grad_norm": ref.grad_norm, "sharding": ref.sharding,
     }

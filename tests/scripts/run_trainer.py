@@ -85,8 +85,8 @@ def main() -> None:
     from transformers.integrations import WandbCallback
 
     from wandb_rlcluster import RLClusterCallback
-    from wandb_rlcluster.live.distributed import world
     from wandb_rlcluster.tiny import make_trainer
+    from wandb_rlcluster.trainer.distributed import world
 
     rank = int(os.environ.get("RANK", "0"))
     params = json.loads(a.params)
@@ -216,7 +216,7 @@ def main() -> None:
         "output_dir": str(out / "trainer"), **timing, "leftovers": leftovers, "user_sigterm_calls": user_sigterm_calls,
         "written_at": time.time(),  # the parent measures from here to the process's end (exit hooks, daemon threads)
         "rollout_calls": cb.rollout_calls, "rollout_seconds": cb.rollout_seconds,
-        "rollout_problem": cb._tap.problem if cb._tap is not None else None,
+        "rollout_problem": cb.rollouts.tap.problem if cb.rollouts.tap is not None else None,
     }
     (out / f"result-rank{rank}.json").write_text(json.dumps(result, indent=1, default=str))
 

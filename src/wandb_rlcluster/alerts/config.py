@@ -21,12 +21,12 @@ from ..core.cluster import WARN_SOONER_MAX, check_warn_sooner
 from ..core.gauge import check_param
 from ..core.keymap import check_keys, role_problem
 from ..core.keys import FAMILIES, LIVE_INPUT_KEYS, TRL_LOGGED_KEYS, canonical_family, is_reward_function_key
-from ..core.readers import InputRefused, InputTooLarge, read_bounded
 from ..core.text import clean_text, did_you_mean
+from ..readers import InputRefused, InputTooLarge, read_bounded
 from ..safe_yaml import MAX_YAML_CHARS, compose_checked
 from .expr import ExprError, Expression, parse
-from .liveness import RESERVED_RULES, check_value, parse_section
 from .located import _line, _Loc, _pairs, _value, parse_duration
+from .watchdog import RESERVED_RULES, check_value, parse_section
 
 SEVERITIES = ("info", "warn", "stop")
 SEVERITY_RANK = {"info": 0, "warn": 1, "stop": 2}
@@ -121,7 +121,7 @@ class AlertConfig:
     gauge_params: dict[str, dict[str, Any]] = field(default_factory=dict)
     sources: tuple[str, ...] = ()
     warnings: list[str] = field(default_factory=list)
-    watchdog: dict[str, Any] = field(default_factory=dict)  # validated `watchdog:` settings (see liveness.py)
+    watchdog: dict[str, Any] = field(default_factory=dict)  # validated `watchdog:` settings (see watchdog.py)
     #: `warn_sooner:` rows off every warn hold (``InstrumentCluster``); None where no file sets it
     warn_sooner: int | None = None
     #: `keys:` which logged key is what, for a custom loop (``core/keymap.py``): ``{"reward": ["reward/g"]}``

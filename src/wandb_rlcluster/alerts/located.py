@@ -1,6 +1,6 @@
 """Reading ``alerts.yaml`` with its locations: ``FILE:LINE: problem; fix`` for every check.
 
-Shared by the rule/channel checks (config.py) and the ``watchdog:`` section (liveness.py), so neither imports
+Shared by the rule/channel checks (config.py) and the ``watchdog:`` section (watchdog.py), so neither imports
 the other: the durations, the located problem list and the node helpers live here.
 """
 

@@ -405,8 +405,8 @@ def long_hold_factor(planned_rows: float) -> float:
     1 + 0.5 * log2(rows / 300) past 300 rows (x1.5 at 600, x2 at 1,200, x2.4 at 2,000).
 
     A run of 2,000 rows offers a noise-driven excursion seven times as many chances to hold 5 rows as one of 300
-    (benchmarks/detection, round 6: healthy runs of 300+ rows warned 11.7 %, under 100 rows 1.5 %). Read with a
-    leaky count (a quiet row takes one off), so a pathology that flickers still builds up.
+    (measured in docs/detection-history.md). Read with a leaky count (a quiet row takes one off), so a pathology that
+    flickers still builds up.
     """
     if planned_rows <= LONG_RUN_ROWS:
         return 1.0
@@ -418,7 +418,7 @@ def persistence_factor(planned_rows: float) -> float:
 
     A trend or spread rule held 20 rows must see the pathology for half of a 40-row run's remaining rows; a
     run that short has 20x fewer rows than a 2000-row one to raise a false alarm on, so it can decide sooner
-    (benchmarks/detection, round 3: 16 fewer misses of 1230 on the tuning seeds, no more healthy alarms).
+    (measured in docs/detection-history.md).
     """
     return min(max(planned_rows / SHORT_RUN_ROWS, PERSIST_FLOOR), 1.0)
 

@@ -6,7 +6,7 @@ whether length is paid *inside* groups (before the mean length moves), whether a
 are all the same text, whether most completions hit a reward function's ceiling. This module turns
 one batch into a handful of numbers per step (:class:`RolloutStats`), picks the completions that
 show a problem (:meth:`RolloutStats.evidence`), and holds the gauge rules that read those numbers.
-The live callback feeds it from the trainer (``live/trl_rollouts.py``), ``rlcluster analyze`` from
+The live callback feeds it from the trainer (``trainer/trl_rollouts.py``), ``rlcluster analyze`` from
 the completions table TRL logs to W&B with ``log_completions=True`` (``rollouts_offline.py``).
 
 Canonical row keys, the one place they are defined (values per logged step, from the last

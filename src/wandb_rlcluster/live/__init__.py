@@ -1,1 +1,1 @@
-"""Live-run pieces: the probes that measure what only a running trainer can, and the W&B sink."""
+"""In-process watching of any training loop that logs to W&B: ``watch(run)`` (``watch.py``)."""

@@ -23,11 +23,12 @@ from __future__ import annotations
 import inspect
 import itertools
 import logging
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.rollouts import RolloutBatch, as_text
+from ..core.rollouts import ROLLOUT_GAUGES, RolloutBatch, RolloutStats, as_text, evidence_focus
 
 logger = logging.getLogger("wandb_rlcluster")
 
@@ -184,3 +185,69 @@ class RolloutTap:
             logger.warning("rlcluster: rollout statistics and alert examples are off: %s. They read the trainer's "
                            "internals as of %s (here: %s); every other gauge and alert works as without attach().",
                            reason, TESTED_WITH, version)
+
+
+class RolloutJudge:
+    """The callback's rollouts: each logged step's completions judged (``rollouts/...`` statistics for the row), and
+    example completions put in every alert of a rollout-aware gauge. Off until a trainer is attached."""
+
+    def __init__(self) -> None:
+        self.tap: RolloutTap | None = None
+        self.stats: RolloutStats | None = None
+        self.row: dict[str, float] = {}  # this step's statistics, written to W&B with the row
+        self.opts: dict[str, Any] = {}
+        self.stored: Mapping[str, Any] | None = None  # a checkpoint's state, until a trainer is attached
+        self.seconds = 0.0
+        self.calls = 0
+
+    def attach(self, trainer: Any, ceilings: Mapping[str, float] | None, opts: dict[str, Any]) -> None:
+        self.opts = opts
+        if not getattr(getattr(trainer, "accelerator", None), "is_main_process", True):
+            return  # statistics and evidence come from the main process, like every other live input
+        tap = RolloutTap(trainer)
+        if tap.install():
+            self.tap = tap
+            self.stats = RolloutStats(ceilings)
+            if self.stored:
+                self.stats.load_state_dict(self.stored)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.stats.state_dict() if self.stats is not None else {}
+
+    def load_state_dict(self, value: Mapping[str, Any]) -> None:
+        self.stored = dict(value or {})
+        if self.stats is not None and value:
+            try:
+                self.stats.load_state_dict(value)
+            except Exception as e:  # noqa: BLE001
+                logger.warning("rlcluster: could not restore rollout state from the checkpoint (%s)", e)
+
+    def judge(self, row: dict[str, Any], step: int) -> None:
+        """Add this step's rollout statistics to the row (main process, attached trainer only)."""
+        self.row = {}
+        if self.tap is None or self.stats is None:
+            return
+        batch = self.tap.take(step)
+        if batch is None:
+            return
+        t0 = time.perf_counter()
+        stats = self.stats.update(batch)
+        self.seconds += time.perf_counter() - t0
+        self.calls += 1
+        row.update(stats)
+        self.row = stats
+
+    def evidence(self, events: list[Any]) -> None:
+        """Example completions for every alert of a rollout-aware gauge that fired on this row."""
+        if self.stats is None or self.stats.last is None:
+            return
+        opts = self.opts
+        cache: dict[str | None, list[dict[str, Any]]] = {}
+        for e in events:
+            if e.kind != "firing" or e.gauge not in ROLLOUT_GAUGES:
+                continue
+            focus = evidence_focus(e.metric)
+            if focus not in cache:
+                cache[focus] = self.stats.evidence(focus, max_chars=opts["max_chars"], redact=opts["redact"],
+                                                   max_examples=opts["max_examples"])
+            e.evidence = cache[focus]

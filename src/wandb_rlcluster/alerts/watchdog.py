@@ -27,12 +27,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any
 
-from .located import parse_duration
+from ..alerts.located import parse_duration
 
 if TYPE_CHECKING:
     import yaml
 
-    from .located import _Loc
+    from ..alerts.located import _Loc
 
 STALL_SEVERITIES = ("info", "warn")  # "stop" would promise what nothing can do: the loop is stuck
 RESERVED_RULES = ("stall", "crash", "signal")  # the liveness alerts' names: a rule of that name would reroute them
@@ -96,8 +96,8 @@ def parse_section(loc: _Loc, node: yaml.Node, line: int) -> dict[str, Any]:
     """The ``watchdog:`` section of one file: validated values by key; problems go to ``loc``."""
     import yaml
 
+    from ..alerts.located import _line, _pairs, _value
     from ..core.text import did_you_mean
-    from .located import _line, _pairs, _value
 
     if not isinstance(node, yaml.MappingNode):
         loc.err(line, f"'watchdog' must be a mapping of settings ({', '.join(KEYS)})")

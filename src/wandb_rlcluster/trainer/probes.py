@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -22,7 +23,7 @@ def _unwrap(model: Any) -> Any:
     return model
 
 
-# Gradient statistics: live/sharded_grads.py (one process, DDP, FSDP2 and ZeRO alike).
+# Gradient statistics: trainer/sharded_grads.py (one process, DDP, FSDP2 and ZeRO alike).
 
 
 # -- attention entropy ---------------------------------------------------------------------------
@@ -285,3 +286,50 @@ def _rss_gb() -> float | None:
         return _PROCESS.memory_info().rss / 1e9
     except Exception:  # noqa: BLE001
         return None
+
+
+class ForwardProbes:
+    """The callback's probes that run the model: LoRA adapters, attention entropy on a fixed batch, greedy samples.
+
+    Each runs every N steps (0: off); a failing one is one warning through ``on_error``, never an exception."""
+
+    def __init__(self, lora_every: int, attention_every: int, sample_every: int, sample_tokens: int,
+                 on_error: Callable[[str, BaseException], None]) -> None:
+        self.lora_every = lora_every
+        self.attention_every = attention_every
+        self.sample_every = sample_every
+        self.sample_tokens = sample_tokens
+        self.on_error = on_error
+        self.batch: Any = None
+        self.lora = LoraTracker()
+        self.samples: list[list[Any]] = []  # the samples table's rows, until the next W&B write
+
+    def run(self, model: Any, tokenizer: Any, step: int, live: dict[str, float], *, main: bool, together: bool,
+            lora: bool, forward: bool) -> None:
+        """The probes due at ``step``; their values go to ``live`` on the main process. ``together``: every rank
+        runs the forward (sharded parameters); ``lora`` / ``forward``: whether those may run under this engine."""
+        try:
+            if main and lora and self.lora_every and step % self.lora_every == 0:
+                live.update(self.lora.measure(model))
+        except Exception as e:  # noqa: BLE001
+            self.on_error("LoRA probe", e)
+        if not forward:
+            return
+        try:
+            if self.attention_every and step % self.attention_every == 0:
+                if self.batch is None:
+                    vocab = getattr(getattr(_base_model(model), "config", None), "vocab_size", 32) or 32
+                    self.batch = make_probe_batch(tokenizer, vocab)
+                entropy = attention_entropy(model, self.batch)
+                if main:
+                    live.update(entropy)
+        except Exception as e:  # noqa: BLE001
+            self.on_error("attention probe", e)
+        try:
+            if self.sample_every and step % self.sample_every == 0 and tokenizer is not None:
+                stats, rows = generate_samples(model, tokenizer, self.sample_tokens, synced=together)
+                if main:
+                    live.update(stats)
+                    self.samples = [[step, *r] for r in rows]
+        except Exception as e:  # noqa: BLE001
+            self.on_error("sample probe", e)

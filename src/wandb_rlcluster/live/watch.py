@@ -20,9 +20,9 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .alerts import AlertConfig
-from .core.findings import Finding
-from .monitor import RowMonitor, default_journal
+from ..alerts import AlertConfig
+from ..core.findings import Finding
+from ..pipeline import Pipeline, WriteGate, default_journal
 
 logger = logging.getLogger("wandb_rlcluster")
 
@@ -30,21 +30,19 @@ logger = logging.getLogger("wandb_rlcluster")
 class Watcher:
     """The handle ``watch()`` returns. ``should_stop``, ``stop_finding``, ``verdict()``, ``close()``."""
 
-    def __init__(self, run: Any, monitor: RowMonitor, *, prefix: str, on_stop: Callable[[Finding], Any] | None,
+    def __init__(self, run: Any, monitor: Pipeline, *, prefix: str, on_stop: Callable[[Finding], Any] | None,
                  log_to_run: bool, min_interval: float) -> None:
         self.run = run
         self.monitor = monitor
         self.prefix = prefix
         self.on_stop = on_stop
         self.log_to_run = log_to_run
-        self.min_interval = float(min_interval)
+        self.gate = WriteGate(min_interval)
         self.should_stop = False
         self.rows = 0
         self.seconds = 0.0  # seconds in the gauges, the rules and building our keys (not W&B's own call)
         self._pending: dict[str, Any] = {}  # rows logged with commit=False, completed by the next committing call
         self._pending_step: int | None = None
-        self._last_write = -1e18
-        self._last_status: dict[str, float] = {}
         self._orig = run._log
         self._closed = False
         run._log = self._log  # this run object only; detach() puts it back
@@ -91,16 +89,9 @@ class Watcher:
                     self.monitor.error("on_stop", e)
         if not (write and self.log_to_run) or self.monitor.cluster is None:
             return {}
-        now = time.perf_counter()
         statuses = {gid: g.status for gid, g in self.monitor.cluster.gauges.items()}
-        worse = any(_rank(st) > _rank(self._last_status.get(gid, "ok")) for gid, st in statuses.items())
-        due = (now - self._last_write >= self.min_interval or decision.stop or worse
-               or any(e.kind == "firing" for e in decision.events)
-               or any(f.severity != "info" for f in decision.findings))
-        self._last_status = statuses  # type: ignore[assignment]
-        if not due:
+        if not self.gate.due(statuses, decision.urgent()):
             return {}
-        self._last_write = now
         return self.monitor.metrics(self.prefix)
 
     # -- ending -----------------------------------------------------------------------------------------------
@@ -148,10 +139,6 @@ class Watcher:
         self.detach()
 
 
-def _rank(status: str) -> int:
-    return {"ok": 0, "warn": 1, "stop": 2}.get(status, 0)
-
-
 def watch(run: Any = None, framework: str | None = None, alerts: str | os.PathLike[str] | AlertConfig | bool | None
           = None, *, trainer: str | None = None, params: Mapping[str, Mapping[str, Any]] | None = None,
           stop_on: str | None = "stop", on_stop: Callable[[Finding], Any] | None = None,
@@ -189,7 +176,7 @@ def watch(run: Any = None, framework: str | None = None, alerts: str | os.PathLi
         raise TypeError(f"rlcluster.watch(): {type(run).__name__} has no _log method to watch (wandb >= 0.19 needed)")
     if params is None and gold_rewards:
         params = {"reward": {"gold": list(gold_rewards)}}
-    monitor = RowMonitor(framework=framework, alerts=alerts, trainer=trainer, params=params,
+    monitor = Pipeline(framework=framework, alerts=alerts, trainer=trainer, params=params,
                          journal=journal if journal is not None else default_journal(run), stop_on=stop_on,
                          warn_sooner=warn_sooner, max_steps=max_steps,
                          run_name=getattr(run, "name", None) or None, keys=keys)

@@ -15,7 +15,7 @@ The guardian imports neither torch nor wandb (no GPU, ~20 MB), ignores SIGINT/SI
 Ctrl-C or a preemption is the training process's to report), and exits as soon as it knows
 the outcome, leaving nothing running. A process forked from the training process (a
 multiprocessing pool, DataLoader workers) closes its copy of the write end at once. Run as
-``python -m wandb_rlcluster.live.guardian FD``.
+``python -m wandb_rlcluster.guard.guardian FD``.
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ class Guardian:
         env["PYTHONPATH"] = _PACKAGE_ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "wandb_rlcluster.live.guardian", str(r)], pass_fds=(r,),
+                [sys.executable, "-m", "wandb_rlcluster.guard.guardian", str(r)], pass_fds=(r,),
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True, env=env, close_fds=True)
         except OSError as e:
             os.close(r)
@@ -226,7 +226,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         fd = int(args[0])
     except (IndexError, ValueError):
-        print("usage: python -m wandb_rlcluster.live.guardian FD (started by RLClusterCallback)", file=sys.stderr)
+        print("usage: python -m wandb_rlcluster.guard.guardian FD (started by RLClusterCallback)", file=sys.stderr)
         return 2
     parent = os.getppid()
     config, step, end = _watch(fd)

@@ -90,3 +90,52 @@ class WandbSink:
             logger.warning("rlcluster: W&B %s failed (%s: %s); training continues, metrics are still computed "
                            "and findings still reported locally. Further %s errors are counted silently.",
                            what, type(exc).__name__, exc, what)
+
+
+class TrainerRows:
+    """The callback's ``rlcluster/*`` rows in W&B, keyed by ``train/global_step``, thinned by a WriteGate.
+
+    What gets worse is written at once, so is the last row, and a row with values that exist only now (probe output,
+    rollout statistics: set on ``layer_norms``, ``rollout_row``, ``samples`` before ``publish``): thinning merges
+    rows of running gauges, it never drops a value. An all-clear held back goes out with the next write, which then
+    carries every gauge's status."""
+
+    def __init__(self, sink: WandbSink, pipeline: Any, min_interval: float) -> None:
+        from ..pipeline import WriteGate
+
+        self.sink = sink
+        self.pipeline = pipeline
+        self.prefix = sink.prefix
+        self.gate = WriteGate(min_interval)
+        self.unsent = False  # an all-clear or an info finding not yet in W&B
+        self.layer_norms: dict[str, float] = {}
+        self.rollout_row: dict[str, float] = {}
+        self.samples: list[list[Any]] = []  # the samples table's rows
+
+    def publish(self, step: int, max_steps: int, decision: Any, stop: bool, only_now: bool) -> None:
+        urgent = stop or only_now or decision.urgent() or step >= max_steps > 0
+        if not self.gate.due(self.pipeline.cluster.statuses(), urgent):
+            self.unsent = self.unsent or self.gate.changed or bool(decision.events) or bool(decision.findings)
+            return  # the gauges still saw this row; only the W&B write is thinned out
+        self.write(step, self.pipeline.cluster.last_updated, decision.events)
+
+    def write(self, step: int, updated: set[str], events: Any = ()) -> None:
+        """One row: the derived values of the gauges this row updated, their statuses (every gauge's, when an
+        all-clear was held back since the last write), the alert states, probe output, rollout evidence."""
+        every_status, self.unsent = self.unsent, False
+        p = self.prefix
+        metrics = self.pipeline.metrics(p, updated, every_status=every_status, status=int)
+        metrics.update({f"{p}/gradients/{k}": v for k, v in self.layer_norms.items()})
+        self.layer_norms = {}
+        metrics.update({f"{p}/{k}": v for k, v in self.rollout_row.items()})  # raw, for offline analysis of the run
+        self.sink.log(metrics, step)
+        if self.samples:
+            self.sink.log_table(f"{p}/samples/table", ["step", "prompt", "completion", "repetition_rate"],
+                                self.samples, step)
+            self.samples = []
+        shown = [e for e in events if e.evidence]
+        if shown:
+            from ..core.rollouts import evidence_table
+
+            columns, data = evidence_table(shown)
+            self.sink.log_table(f"{p}/rollouts/evidence", columns, data, step)

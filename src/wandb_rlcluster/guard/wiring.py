@@ -25,12 +25,12 @@ from pathlib import Path
 from typing import Any
 
 from ..alerts.engine import AlertEvent
-from ..alerts.liveness import LivenessSettings
+from ..alerts.watchdog import LivenessSettings
+from ..trainer import internals as trainer_internals
 from . import crash as crash_hooks
-from . import trainer_internals
 from .crash import Crash, CrashReporter, checkpoint_sentence, describe_exception
 from .guardian import Guardian
-from .watchdog import Stall, StallWatchdog
+from .stall import Stall, StallWatchdog
 
 logger = logging.getLogger("wandb_rlcluster")
 
@@ -381,9 +381,46 @@ def _finish_wandb_run(signal_name: str) -> None:
 
 
 def resolve_settings(config_watchdog: Mapping[str, Any] | None, overrides: Mapping[str, Any]) -> LivenessSettings:
-    from ..alerts.liveness import resolve
+    from ..alerts.watchdog import resolve
 
     return resolve(config_watchdog, overrides)
 
 
 __all__ = ["LivenessMonitor", "LivenessSettings", "hooks_can_arm_now", "resolve_settings"]
+
+
+class LivenessHooks:
+    """The Trainer events that tell the stall watchdog where the training thread is (a few attribute writes per
+    step), for RLClusterCallback; ``liveness`` is its LivenessMonitor or None. Events that other parts of the
+    callback also handle go on to them (``super()``) after the watchdog's note."""
+
+    liveness: LivenessMonitor | None
+
+    def _where(self, text: str, phase: bool = False) -> None:
+        if self.liveness is not None and self.liveness.active:
+            (self.liveness.phase if phase else self.liveness.progress)(text)
+
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.liveness is not None and self.liveness.active:
+            self.liveness.step_begin()
+
+    def on_substep_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._where("in a training step (between gradient-accumulation micro-batches)")
+
+    def on_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._where("finishing a training step (after the optimizer step)", phase=True)
+
+    def on_prediction_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._where("in evaluation")
+
+    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._where("between steps (a checkpoint was just saved)")
+
+    def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._where("in the optimizer step", phase=True)
+        super().on_pre_optimizer_step(args, state, control, **kwargs)  # type: ignore[misc]
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.liveness is not None and self.liveness.active:
+            self.liveness.step_end(state.global_step)
+        super().on_step_end(args, state, control, **kwargs)  # type: ignore[misc]

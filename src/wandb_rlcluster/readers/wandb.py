@@ -35,15 +35,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["OfflineRun", "WandbReadError", "find_run_dirs", "history_rows", "read_offline_run"]
+__all__ = ["ChunkScanner", "OfflineRun", "WandbReadError", "check_header", "find_run_dirs", "history_row",
+           "history_rows", "load_record_class", "read_offline_run", "run_file_in"]
 
 _IDENT = b":W&B"
 _MAGIC = 0xBEE1
 _VERSION = 0
 _FILE_HEADER = struct.Struct("<4sHB")
 _CHUNK_HEADER = struct.Struct("<IHB")
-_HEADER_LEN = 7
-_BLOCK_LEN = 32768
+HEADER_LEN = 7
+BLOCK_LEN = 32768
 _FULL, _FIRST, _MIDDLE, _LAST = 1, 2, 3, 4
 # CRC-32 of the type byte alone: the chunk checksum continues from it over the data.
 _TYPE_CRC = {t: zlib.crc32(bytes([t])) for t in (_FULL, _FIRST, _MIDDLE, _LAST)}
@@ -75,73 +76,92 @@ class OfflineRun:
     truncated: bool = False  # the file ends inside a chunk or record (live run or cut copy)
 
 
-class _LogScanner:
-    """Yield the record payloads of a wandb LevelDB-style log held in memory.
+class ChunkScanner:
+    """The record payloads of a wandb LevelDB-style log held in memory: a whole file, or (``live``) the bytes a
+    growing file has gained since ``base``, the offset after the last whole record.
 
-    Corrupt chunks are skipped the LevelDB way (resume at the next block) so one bad byte loses at
-    most one block instead of the rest of the run.
-    """
+    Corrupt chunks are skipped the LevelDB way (resume at the next block) so one bad byte loses at most one block
+    instead of the rest of the run. Live, a file caught mid-write is normal (wandb-core flushes in pieces): a chunk
+    whose checksum fails at the very end may still be landing and is judged at the next read, and ``offset`` is
+    where that read starts (always a record boundary)."""
 
-    def __init__(self, data: bytes) -> None:
+    def __init__(self, data: bytes, base: int = 0, *, live: bool = False) -> None:
         self.data = data
+        self.base = base  # the file offset of data[0]
+        self.live = live
         self.skipped = 0
         self.truncated = False
+        self.offset = base  # the file offset after the last whole record (or skipped region)
 
-    def payloads(self) -> Iterator[bytes]:
-        data, n = self.data, len(self.data)
-        pos = _HEADER_LEN
+    def payloads(self, start: int = 0) -> Iterator[bytes]:
+        data, n, base = self.data, len(self.data), self.base
+        pos = start
         pending: list[bytes] | None = None
         while pos < n:
-            block_left = _BLOCK_LEN - pos % _BLOCK_LEN
-            if block_left < _HEADER_LEN:  # trailer padding
+            block_left = BLOCK_LEN - (base + pos) % BLOCK_LEN
+            if block_left < HEADER_LEN:  # trailer padding
+                if pos + block_left > n:
+                    break
                 pos += block_left
+                if pending is None:
+                    self.offset = base + pos
                 continue
-            if pos + _HEADER_LEN > n:
-                self.truncated = True
+            if pos + HEADER_LEN > n:
+                self.truncated = True  # the chunk header is still being written, or was cut off
                 break
             crc, length, ctype = _CHUNK_HEADER.unpack_from(data, pos)
-            if ctype == 0 and length == 0:  # zero fill: the rest of this block is unused
+            if ctype == 0 and length == 0:  # zero fill: the block's rest is unused, or not written yet
+                if pos + block_left > n:
+                    break  # live: might be a chunk not yet written over the preallocated zeros
                 pos += block_left
+                if pending is None:
+                    self.offset = base + pos
                 continue
-            end = pos + _HEADER_LEN + length
-            if ctype not in _TYPE_CRC or length > block_left - _HEADER_LEN:
+            end = pos + HEADER_LEN + length
+            if ctype not in _TYPE_CRC or length > block_left - HEADER_LEN:
                 self.skipped += 1
                 pending = None
                 pos += block_left
+                self.offset = base + min(pos, n)
                 continue
             if end > n:
-                self.truncated = True
+                self.truncated = True  # the chunk's data is still being written, or was cut off
                 break
-            chunk = data[pos + _HEADER_LEN : end]
+            chunk = data[pos + HEADER_LEN:end]
             if zlib.crc32(chunk, _TYPE_CRC[ctype]) != crc:
+                if self.live and end == n:
+                    break  # the last bytes may still be landing: judge this chunk at the next read
                 self.skipped += 1
                 pending = None
                 pos += block_left
+                self.offset = base + min(pos, n)
                 continue
             pos = end
             if ctype == _FULL:
-                if pending is not None:
+                if pending is not None and not self.live:
                     self.skipped += 1
-                    pending = None
+                pending = None
+                self.offset = base + pos
                 yield chunk
             elif ctype == _FIRST:
-                if pending is not None:
+                if pending is not None and not self.live:
                     self.skipped += 1
                 pending = [chunk]
             elif pending is None:  # MIDDLE or LAST without its FIRST
                 self.skipped += 1
+                self.offset = base + pos
             elif ctype == _MIDDLE:
                 pending.append(chunk)
-            else:
+            else:  # _LAST
                 pending.append(chunk)
+                self.offset = base + pos
                 yield b"".join(pending)
                 pending = None
         if pending is not None:
             self.truncated = True
 
-
-def _check_header(data: bytes, where: Path) -> None:
-    if len(data) < _HEADER_LEN:
+def check_header(data: bytes, where: Path) -> None:
+    if len(data) < HEADER_LEN:
         raise WandbReadError(f"{where}: too short for a wandb log header ({len(data)} bytes)")
     ident, magic, version = _FILE_HEADER.unpack_from(data, 0)
     if ident != _IDENT or magic != _MAGIC:
@@ -229,7 +249,18 @@ def _media_refs(row: dict[str, object], step: object, prefix: str = "") -> list[
     return refs
 
 
-def _load_record_class() -> Any:
+def history_row(record: Any) -> dict[str, object]:
+    """One history record as the dict the loop logged (nested keys as nested dicts, ``_step`` always there)."""
+    hist = record.history
+    row: dict[str, object] = {}
+    for item in hist.item:
+        _set_path(row, _item_path(item), _decode(item.value_json))
+    if "_step" not in row and hist.HasField("step"):
+        row["_step"] = hist.step.num
+    return row
+
+
+def load_record_class() -> Any:
     try:
         from wandb.proto import wandb_internal_pb2
     except Exception as exc:  # ImportError, or wandb's own protobuf-version ImportError
@@ -241,12 +272,7 @@ def _apply_record(run: OfflineRun, config: _Updates, summary: _Updates, record: 
     """Fold one parsed Record into ``run``; record types nobody asked for are ignored."""
     kind = record.WhichOneof("record_type")
     if kind == "history":
-        hist = record.history
-        row: dict[str, object] = {}
-        for item in hist.item:
-            _set_path(row, _item_path(item), _decode(item.value_json))
-        if "_step" not in row and hist.HasField("step"):
-            row["_step"] = hist.step.num
+        row = history_row(record)
         run.history.append(row)
         run.tables.extend(_media_refs(row, row.get("_step")))
     elif kind == "summary":
@@ -274,7 +300,7 @@ def _apply_record(run: OfflineRun, config: _Updates, summary: _Updates, record: 
         run.run_id = record._info.stream_id
 
 
-def _run_file_in(run_dir: Path) -> Path | None:
+def run_file_in(run_dir: Path) -> Path | None:
     """The run's ``run-<id>.wandb`` inside ``run_dir`` (the newest if, oddly, there are several)."""
     try:
         files = [p for p in run_dir.iterdir() if _RUN_FILE_RE.match(p.name) and p.is_file()]
@@ -304,10 +330,10 @@ def _start_time(run_file: Path) -> float | None:
     """
     try:
         with run_file.open("rb") as fh:
-            data = fh.read(_BLOCK_LEN)
-        _check_header(data, run_file)
-        record_cls = _load_record_class()
-        for i, payload in enumerate(_LogScanner(data).payloads()):
+            data = fh.read(BLOCK_LEN)
+        check_header(data, run_file)
+        record_cls = load_record_class()
+        for i, payload in enumerate(ChunkScanner(data).payloads(HEADER_LEN)):
             record = record_cls()
             record.ParseFromString(payload)
             if record.WhichOneof("record_type") == "run" and record.run.HasField("start_time"):
@@ -322,7 +348,7 @@ def _start_time(run_file: Path) -> float | None:
 def _sort_key(run_dir: Path) -> tuple[str, float, str]:
     m = _RUN_DIR_RE.match(run_dir.name)
     stamp = m.group(1) if m else ""
-    f = _run_file_in(run_dir)
+    f = run_file_in(run_dir)
     started = _start_time(f) if f else None
     return (stamp, started if started is not None else _mtime(f or run_dir), run_dir.name)
 
@@ -341,7 +367,7 @@ def find_run_dirs(root: str | os.PathLike[str]) -> list[Path]:
             if _RUN_FILE_RE.match(base.name):
                 return [base.parent]
             raise WandbReadError(f"{base}: not a run directory or .wandb file")
-        if _RUN_DIR_RE.match(base.name) or _run_file_in(base) is not None:
+        if _RUN_DIR_RE.match(base.name) or run_file_in(base) is not None:
             return [base.resolve() if base.is_symlink() else base]  # e.g. wandb/latest-run
         found: list[Path] = []
         for parent in (base, base / "wandb", base / ".wandb"):
@@ -364,13 +390,13 @@ def _locate(path: str | os.PathLike[str]) -> tuple[Path, Path]:
         if not p.exists():
             raise WandbReadError(f"{p}: no such file or directory")
         run_dir = p.resolve() if p.is_symlink() else p  # e.g. wandb/latest-run
-        f = _run_file_in(run_dir)
+        f = run_file_in(run_dir)
         if f is not None:
             return run_dir, f
-        dirs = [d for d in find_run_dirs(p) if _run_file_in(d) is not None]
+        dirs = [d for d in find_run_dirs(p) if run_file_in(d) is not None]
     except OSError as exc:
         raise WandbReadError(f"{p}: {exc.strerror or exc}") from None
-    f = _run_file_in(dirs[-1]) if dirs else None
+    f = run_file_in(dirs[-1]) if dirs else None
     if f is None:
         raise WandbReadError(f"{p}: no wandb run (run-<id>.wandb) found")
     return dirs[-1], f
@@ -382,22 +408,22 @@ def read_offline_run(path: str | os.PathLike[str]) -> OfflineRun:
     Bad input raises only WandbReadError. A damaged or still-growing file yields what could be
     decoded: see ``OfflineRun.skipped`` / ``truncated`` / ``finished``.
     """
-    from .core.readers import InputRefused, read_bounded
+    from .files import InputRefused, read_bounded
 
     run_dir, wandb_file = _locate(path)
     try:
         data = read_bounded(wandb_file)  # regular files only, size-capped: the same rule as every input
     except InputRefused as exc:
         raise WandbReadError(f"{wandb_file}: {exc}") from None
-    _check_header(data, wandb_file)
-    record_cls = _load_record_class()
+    check_header(data, wandb_file)
+    record_cls = load_record_class()
 
     m = _RUN_FILE_RE.match(wandb_file.name)
     run = OfflineRun(path=str(run_dir), run_id="")
     config, summary = _Updates(), _Updates()
-    scanner = _LogScanner(data)
+    scanner = ChunkScanner(data)
     skipped = 0
-    for payload in scanner.payloads():
+    for payload in scanner.payloads(HEADER_LEN):
         record = record_cls()
         try:
             record.ParseFromString(payload)

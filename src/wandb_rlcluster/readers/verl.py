@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-from .readers import InputRefused, LoadedLog, LogReadError, _decode, read_bounded
+from .files import InputRefused, LoadedLog, LogReadError, _decode, read_bounded
 
 __all__ = ["CUT_WIDTH", "is_verl_log", "load_verl_log", "parse_verl_log"]
 

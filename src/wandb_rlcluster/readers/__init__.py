@@ -1,0 +1,24 @@
+"""One reader per log format, and the bounded file reading they all share.
+
+``load_rows`` / ``parse_rows_text`` detect the format from the content (``dispatch.py``) and hand it to its reader:
+``json_document.py`` (a transformers ``trainer_state.json``, a JSON list of rows, a wrapper dict), ``lines.py`` (JSON
+Lines, the HF Trainer's stdout), ``csv_export.py`` (a W&B CSV export); ``verl.py`` reads verl's console log and
+``wandb.py`` a W&B run's ``.wandb`` transaction log (offline runs, and the sidecar's tail of a live one). Every file is
+read through ``files.read_bounded``. Standard library only, except ``wandb.py``'s use of wandb's protobuf classes.
+"""
+
+from .dispatch import load_rows, parse_rows_text
+from .files import (
+    GZIP_RATIO_FLOOR,
+    MAX_GZIP_RATIO,
+    MAX_INPUT_BYTES,
+    InputRefused,
+    InputTooLarge,
+    LoadedLog,
+    LogReadError,
+    input_limit,
+    read_bounded,
+)
+
+__all__ = ["GZIP_RATIO_FLOOR", "MAX_GZIP_RATIO", "MAX_INPUT_BYTES", "InputRefused", "InputTooLarge", "LoadedLog",
+           "LogReadError", "input_limit", "load_rows", "parse_rows_text", "read_bounded"]
