@@ -483,7 +483,7 @@ def test_integers_over_4300_digits_are_infinite_in_every_format(tmp_path: Path) 
 SECRET_PW = "correcthorsebatterystaple"
 
 
-def _secret_config():  # noqa: ANN202 - a local helper
+def _secret_config():
     from wandb_rlcluster.alerts.config import AlertConfig, ChannelConfig
 
     config = load_config(write_yaml_text("channels:\n  ok: {type: slack, webhook_url_env: MY_HOOK}\n"))

@@ -250,7 +250,7 @@ class _Recorder:
         self.events: list = []
         self.config = None
 
-    def handle(self, events) -> None:  # noqa: ANN001
+    def handle(self, events) -> None:
         self.events.extend(events)
 
     def close(self, timeout: float | None = None) -> None:

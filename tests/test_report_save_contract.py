@@ -129,7 +129,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     do_GET = do_POST = _handle
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+    def log_message(self, format: str, *args: Any) -> None:
         """Quiet: the test reads the recorded requests instead."""
 
 

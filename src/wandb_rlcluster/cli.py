@@ -451,7 +451,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     except MemoryError:
         return _fail("out of memory (is the input far larger than a training log?)")
-    except Exception as e:  # noqa: BLE001 - never a traceback; RLCLUSTER_DEBUG=1 shows it
+    except Exception as e:
         if os.environ.get("RLCLUSTER_DEBUG"):
             raise
         first = str(e).splitlines()[0] if str(e) else ""

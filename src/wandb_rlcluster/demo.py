@@ -152,10 +152,10 @@ def run_demo(out: str | Path = "demo-out", trainer: str = "grpo", pathology: str
     class ProgressBar(TrainerCallback):
         """Users look, not read: one bar with the plugin's verdict and the last alert."""
 
-        def on_train_begin(self, args, state, control, **kw):  # noqa: ANN001, ANN003, ANN201
+        def on_train_begin(self, args, state, control, **kw):
             self.bar = tqdm(total=state.max_steps, desc=f"demo {trainer}/{pathology}", unit="step", disable=quiet)
 
-        def on_log(self, args, state, control, logs=None, **kw):  # noqa: ANN001, ANN003, ANN201
+        def on_log(self, args, state, control, logs=None, **kw):
             fired = [e for e in plugin.alert_events]
             post = {"verdict": plugin.cluster.verdict()}
             if logs and "kl" in logs:
@@ -165,7 +165,7 @@ def run_demo(out: str | Path = "demo-out", trainer: str = "grpo", pathology: str
             self.bar.set_postfix(post, refresh=False)
             self.bar.update(state.global_step - self.bar.n)
 
-        def on_train_end(self, args, state, control, **kw):  # noqa: ANN001, ANN003, ANN201
+        def on_train_end(self, args, state, control, **kw):
             self.bar.close()
 
     common = {"output_dir": str(out / "trainer"), "report_to": "wandb", "seed": seed,

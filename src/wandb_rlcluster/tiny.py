@@ -15,16 +15,16 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
-import warnings  # noqa: E402
-from collections.abc import Callable, Sequence  # noqa: E402
-from pathlib import Path  # noqa: E402
-from typing import Any  # noqa: E402
+import warnings
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
 
-import torch  # noqa: E402
-from datasets import Dataset  # noqa: E402
-from datasets import disable_progress_bars as disable_datasets_progress_bars  # noqa: E402
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers  # noqa: E402
-from transformers import (  # noqa: E402
+import torch
+from datasets import Dataset
+from datasets import disable_progress_bars as disable_datasets_progress_bars
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+from transformers import (
     LlamaConfig,
     LlamaForCausalLM,
     LlamaForSequenceClassification,
@@ -33,7 +33,7 @@ from transformers import (  # noqa: E402
     Trainer,
     TrainerCallback,
 )
-from transformers.utils import logging as hf_logging  # noqa: E402
+from transformers.utils import logging as hf_logging
 
 __all__ = [
     "CHAT_TEMPLATE",

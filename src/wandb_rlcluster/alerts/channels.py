@@ -252,7 +252,7 @@ class SlackWebhookChannel:
             status = exc.code
             try:
                 body = exc.read(_MAX_ERROR_BODY).decode("utf-8", "replace")
-            except Exception:
+            except Exception:  # noqa: BLE001 - the body is only for the message; the status decides
                 body = ""
             finally:
                 exc.close()
@@ -590,7 +590,7 @@ class AsyncDispatcher:
             return None
         except ChannelError as exc:
             return ChannelError(_safe_text(channel, str(exc)), retryable=exc.retryable, retry_after=exc.retry_after)
-        except Exception as exc:  # third-party channels may raise anything
+        except Exception as exc:  # noqa: BLE001 - third-party channels may raise anything
             return _safe_text(channel, f"{_name(channel)}: {type(exc).__name__}: {exc}")
 
     def _note(self, channel: Channel, msg: AlertMessage, doing: str, *, last: str | None = None) -> None:
@@ -630,6 +630,6 @@ def _safe_text(channel: Channel, text: str) -> str:
     if callable(redact):
         try:
             return str(redact(text))
-        except Exception:
+        except Exception:  # noqa: BLE001 - a channel's own redact may raise anything
             return f"{_name(channel)}: delivery failed (error text withheld)"
     return text
