@@ -760,7 +760,7 @@ class RLClusterCallback(TrainerCallback, ExportableState):
         offline = run is None or getattr(getattr(run, "settings", None), "mode", "") in ("offline", "dryrun") \
             or getattr(getattr(run, "settings", None), "_offline", False)
         if offline:
-            path = Path(args.output_dir) / "rlcluster_report.json"
+            path = Path(args.output_dir) / "rlcluster_report.json"  # type: ignore[arg-type]  # set by then
             path.write_text(report_spec(report), encoding="utf-8")
             self.report_location = str(path)
             logger.warning("rlcluster: report spec written to %s; after `wandb sync`, save it with: rlcluster report "

@@ -10,6 +10,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from typing import TextIO
 
 from .core.cluster import WARN_SOONER_MAX
 from .core.frameworks import FRAMEWORKS
@@ -22,7 +23,7 @@ EXIT_OK, EXIT_FAIL_ON, EXIT_BAD_INPUT = 0, 1, 2
 REPORT_TITLE_MAX = 128  # W&B's limit on a report title
 
 
-def _say(msg: object, stream: object = None) -> None:
+def _say(msg: object, stream: TextIO | None = None) -> None:
     """Print one item of output with its control characters escaped (file names, metric names and
     titles come from logs and configs, and a raw ESC sequence could rewrite the terminal)."""
     print(clean_text(msg), file=stream or sys.stdout)

@@ -234,7 +234,7 @@ def _load_record_class() -> Any:
         from wandb.proto import wandb_internal_pb2
     except Exception as exc:  # noqa: BLE001 - ImportError, or wandb's own protobuf-version ImportError
         raise WandbReadError(f"cannot import wandb's protobuf classes: {exc}") from None
-    return wandb_internal_pb2.Record
+    return wandb_internal_pb2.Record  # type: ignore[attr-defined]  # generated: no stub lists it
 
 
 def _apply_record(run: OfflineRun, config: _Updates, summary: _Updates, record: Any) -> None:

@@ -152,7 +152,7 @@ def _slack_escape(text: str) -> str:
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
     """Webhooks never redirect legitimately; following one could re-send the payload elsewhere."""
 
-    def redirect_request(self, req, fp, code, msg, headers, newurl):  # type: ignore[override]
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
         return None
 
 

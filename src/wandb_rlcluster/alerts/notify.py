@@ -196,7 +196,7 @@ class Notifier:
     def _wandb_alert(self, e: AlertEvent) -> None:
         wandb = sys.modules.get("wandb")
         run = getattr(wandb, "run", None) if wandb is not None else None
-        if run is None:
+        if wandb is None or run is None:
             return
         try:
             level = getattr(wandb.AlertLevel, WANDB_LEVEL[e.severity])

@@ -23,7 +23,7 @@ from .sequential import arl_for
 from .stats import is_finite
 from .text import clean_text, did_you_mean
 
-Message = str | Callable[[], str]
+Message = str | Callable[..., str]  # a lambda whose defaults bind the values it formats
 
 
 class Gauge:
@@ -371,7 +371,7 @@ class Gauge:
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         for k, v in state.items():
-            cur = getattr(self, k, None)
+            cur: Any = getattr(self, k, None)
             if isinstance(v, dict) and "__state__" in v and hasattr(cur, "load_state_dict"):
                 cur.load_state_dict(v["__state__"])
             elif not hasattr(cur, "load_state_dict"):
