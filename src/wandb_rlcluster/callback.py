@@ -19,7 +19,7 @@ from .alerts.engine import stop_finding
 from .alerts.notify import Notifier, clamp_wait
 from .core import GAUGE_IDS, InstrumentCluster
 from .core.cluster import check_warn_sooner, checked_params, resolve_warn_sooner
-from .core.findings import Finding
+from .core.findings import Finding, Level
 from .core.keys import canonical_family, to_float
 from .core.rollouts import ROLLOUT_GAUGES, RolloutStats, evidence_focus
 from .core.text import clean_text
@@ -32,7 +32,6 @@ from .live.sink import WandbSink
 
 logger = logging.getLogger("wandb_rlcluster")
 
-STATUS_CODE = {"ok": 0, "warn": 1, "stop": 2}
 
 # TRL config classes name the trainer; plain TrainingArguments leave it to detection from the keys.
 CONFIG_FAMILIES = {
@@ -801,7 +800,7 @@ class RLClusterCallback(TrainerCallback, ExportableState):
         # resolved) and info findings go out with the next row the interval lets through; the core and the
         # notifier saw them already.
         last, self._prev_statuses = self._prev_statuses, statuses
-        worse = statuses != last and any(STATUS_CODE.get(st, 0) > STATUS_CODE.get(last.get(gid, "ok"), 0)
+        worse = statuses != last and any(Level.of(st) > Level.of(last.get(gid, "ok"))
                                          for gid, st in statuses.items())
         due = (now - self._last_wandb_time >= self.wandb_min_interval or stop or worse or only_now
                or any(e.kind == "firing" for e in events) or any(f.severity != "info" for f in fired)
@@ -826,7 +825,7 @@ class RLClusterCallback(TrainerCallback, ExportableState):
             elif not (every_status and g.rows_seen):
                 continue
             if g.applies():
-                metrics[f"{p}/{gid}/status"] = STATUS_CODE.get(g.status, 0)
+                metrics[f"{p}/{gid}/status"] = int(Level.of(g.status))
         for k, v in self._layer_norms.items():
             metrics[f"{p}/gradients/{k}"] = v
         self._layer_norms = {}

@@ -21,12 +21,11 @@ from .alerts.engine import stop_finding
 from .alerts.notify import Notifier
 from .core import InstrumentCluster
 from .core.cluster import resolve_warn_sooner
-from .core.findings import Finding
+from .core.findings import STATUSES, Finding, Level
 from .core.text import clean_text
 
 logger = logging.getLogger("wandb_rlcluster")
 
-STATUS_CODE = {"ok": 0, "warn": 1, "stop": 2}
 
 
 def load_alerts(alerts: str | os.PathLike[str] | AlertConfig | bool | None) -> AlertConfig | None:
@@ -173,8 +172,8 @@ class RowMonitor:
         """The worst alert that fired (with rules), else the worst finding."""
         if self.engine is None:
             return self.cluster.verdict() if self.cluster is not None else "ok"
-        rank = max((STATUS_CODE[e.severity] for e in self.alert_events if e.severity in STATUS_CODE), default=0)
-        return ("ok", "warn", "stop")[rank]
+        rank = max((Level.of(e.severity) for e in self.alert_events), default=0)
+        return STATUSES[rank]
 
     def metrics(self, prefix: str = "rlcluster", updated: set[str] | None = None) -> dict[str, float]:
         """``<prefix>/<gauge>/<name>`` for what the last row updated, every gauge's status, the alert states."""
@@ -189,7 +188,7 @@ class RowMonitor:
                     if isinstance(v, float) and math.isfinite(v):
                         out[f"{prefix}/{gid}/{k}"] = v
             if g.rows_seen and g.applies():
-                out[f"{prefix}/{gid}/status"] = float(STATUS_CODE.get(g.status, 0))
+                out[f"{prefix}/{gid}/status"] = float(Level.of(g.status))
         out[f"{prefix}/findings"] = float(len(cluster.findings))
         if self.engine is not None:
             for name, st in self.engine.states().items():

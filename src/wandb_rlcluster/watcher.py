@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .alerts import AlertConfig
-from .core.findings import Finding
+from .core.findings import Finding, Level
 from .monitor import RowMonitor, default_journal
 
 logger = logging.getLogger("wandb_rlcluster")
@@ -44,7 +44,7 @@ class Watcher:
         self._pending: dict[str, Any] = {}  # rows logged with commit=False, completed by the next committing call
         self._pending_step: int | None = None
         self._last_write = -1e18
-        self._last_status: dict[str, float] = {}
+        self._last_status: dict[str, str] = {}
         self._orig = run._log
         self._closed = False
         run._log = self._log  # this run object only; detach() puts it back
@@ -93,11 +93,11 @@ class Watcher:
             return {}
         now = time.perf_counter()
         statuses = {gid: g.status for gid, g in self.monitor.cluster.gauges.items()}
-        worse = any(_rank(st) > _rank(self._last_status.get(gid, "ok")) for gid, st in statuses.items())
+        worse = any(Level.of(st) > Level.of(self._last_status.get(gid, "ok")) for gid, st in statuses.items())
         due = (now - self._last_write >= self.min_interval or decision.stop or worse
                or any(e.kind == "firing" for e in decision.events)
                or any(f.severity != "info" for f in decision.findings))
-        self._last_status = statuses  # type: ignore[assignment]
+        self._last_status = statuses
         if not due:
             return {}
         self._last_write = now
@@ -146,10 +146,6 @@ class Watcher:
         except Exception as e:  # noqa: BLE001
             self.monitor.error("close", e)
         self.detach()
-
-
-def _rank(status: str) -> int:
-    return {"ok": 0, "warn": 1, "stop": 2}.get(status, 0)
 
 
 def watch(run: Any = None, framework: str | None = None, alerts: str | os.PathLike[str] | AlertConfig | bool | None

@@ -28,7 +28,6 @@ from .liveness import RESERVED_RULES, check_value, parse_section
 from .located import _line, _Loc, _pairs, _value, parse_duration
 
 SEVERITIES = ("info", "warn", "stop")
-SEVERITY_RANK = {"info": 0, "warn": 1, "stop": 2}
 DEFAULT_PATH = Path(__file__).with_name("alerts.yaml")
 TEMPLATE_FIELDS = frozenset({"value", "step", "rule", "gauge", "severity", "run_name", "run_url", "metric",
                              "trainer", "message", "expr", "project", "rows"})

@@ -18,10 +18,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..core import InstrumentCluster
-from ..core.findings import SEVERITY_RANK as CORE_RANK
-from ..core.findings import Finding
+from ..core.findings import SEVERITY_RANK, Finding, Level
 from ..core.keys import to_float
-from .config import MAX_RENDERED, SEVERITY_RANK, AlertConfig, Rule, format_spec_problem
+from .config import MAX_RENDERED, AlertConfig, Rule, format_spec_problem
 
 INACTIVE, PENDING, FIRING = 0, 1, 2
 
@@ -89,7 +88,8 @@ def stop_finding(stop_on: str | None, events: Iterable[AlertEvent] | None, fired
     wanted = ("stop",) if stop_on == "stop" else ("stop", "warn")
     if events is not None:
         e = next((e for e in events if e.kind == "firing" and e.severity in wanted), None)
-        return None if e is None else Finding(e.gauge, e.rule, e.severity, e.step, e.metric, e.value, e.title)
+        # a rule's severity was checked against SEVERITIES when its file was loaded
+        return None if e is None else Finding(e.gauge, e.rule, e.severity, e.step, e.metric, e.value, e.title)  # type: ignore[arg-type]
     return next((f for f in fired if f.severity in wanted), None)
 
 
@@ -220,10 +220,10 @@ class AlertEngine:
         best: Finding | None = None
         min_rank = SEVERITY_RANK[rule.min_severity]
         for f in findings:
-            if (f is None or f.gauge != rule.gauge or CORE_RANK.get(f.severity, 0) < min_rank
+            if (f is None or f.gauge != rule.gauge or SEVERITY_RANK.get(f.severity, 0) < min_rank
                     or not pat.match(f.rule)):
                 continue
-            if best is None or CORE_RANK[f.severity] > CORE_RANK[best.severity]:
+            if best is None or SEVERITY_RANK[f.severity] > SEVERITY_RANK[best.severity]:
                 best = f
         return best
 
@@ -318,7 +318,7 @@ class _Lookup:
                 g = self.cluster.gauges.get(parts[1])
                 if g is not None:
                     if parts[2] == "status":
-                        return float({"ok": 0, "warn": 1, "stop": 2}.get(g.status, 0))
+                        return float(Level.of(g.status))
                     return g.derived.get(parts[2])
             return None
         v = self.raw.get(name)

@@ -27,9 +27,10 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from ..core.findings import SEVERITY_RANK
 from ..core.rollouts import evidence_lines
 from ..core.text import clean_text
-from .config import ENV_FIELDS, SEVERITY_RANK, AlertConfig, ChannelConfig, env_name_problem
+from .config import ENV_FIELDS, AlertConfig, ChannelConfig, env_name_problem
 from .engine import AlertEvent
 
 logger = logging.getLogger("wandb_rlcluster")

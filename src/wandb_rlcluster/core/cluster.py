@@ -13,7 +13,7 @@ from typing import Any
 
 from .diagnosis import DIAGNOSIS_ID, Diagnoser, publish
 from .entropy import EntropyGauge
-from .findings import SEVERITY_RANK, Finding
+from .findings import SEVERITY_RANK, STATUSES, Finding
 from .frameworks import get_profile, profile_params
 from .fundamentals import (
     AttentionEntropyGauge,
@@ -314,7 +314,7 @@ class InstrumentCluster:
 
     def verdict(self) -> str:
         worst = max((SEVERITY_RANK[f.severity] for f in self.findings), default=0)
-        return {0: "ok", 1: "warn", 2: "stop"}[worst]
+        return STATUSES[worst]
 
     def summary(self) -> dict[str, Any]:
         """The analyzer's JSON contract."""

@@ -14,7 +14,7 @@ import numbers
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
-from .findings import SEVERITY_RANK, Finding, Severity
+from .findings import SEVERITY_RANK, STATUSES, Finding, Severity
 from .keys import Row
 from .sanity import RANGES, ranges_for
 from .sanity import RULE as RANGE_RULE
@@ -331,7 +331,7 @@ class Gauge:
         if not self._nfiring:
             return "ok"
         rank = max((st[3] for st in self._rules.values() if st[1]), default=0)
-        return {0: "ok", 1: "warn", 2: "stop"}[rank]
+        return STATUSES[rank]
 
     def compute(self) -> dict[str, float]:
         return dict(self.derived)
