@@ -21,3 +21,20 @@ def real_logs() -> Path:
     if not REAL_LOGS.is_dir() or not any(REAL_LOGS.glob("*.json")):
         pytest.skip(f"real logs not present at {REAL_LOGS}")
     return REAL_LOGS
+
+
+# Modules whose tests share one expensive module- or session-scoped result (a training run, a W&B run written by a
+# subprocess, a detection corpus): under pytest-xdist each worker would build its own copy, so each module is one
+# xdist group and runs on one worker (make test passes --dist loadgroup).
+SHARED_RUN_MODULES = frozenset({
+    "test_callback_trl", "test_gold_trl", "test_hardening_runs", "test_rollouts_trl", "test_sft_epoch_staircase",
+    "test_wandb_thinning", "test_watch", "test_sidecar", "test_verl_layout", "test_wandb_offline",
+    "test_detection_slice", "test_gauge_outputs",
+})
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.stem in SHARED_RUN_MODULES:
+            item.add_marker(pytest.mark.xdist_group(item.path.stem))
