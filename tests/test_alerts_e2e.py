@@ -168,6 +168,7 @@ def test_alerts_test_command_reaches_local_servers(tmp_path: Path, slack_server)
         ctl.stop()
 
 
+@pytest.mark.slow
 def test_analyze_with_alerts_matches_live_verdicts(real_logs: Path):
     """Offline, the shipped rules give the same verdict as the findings on every real log."""
     for f in sorted(real_logs.glob("*.json")):

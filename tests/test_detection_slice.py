@@ -32,6 +32,8 @@ from bench import (
 from seed_rules import seed_findings
 from synthetic import combinations
 
+pytestmark = pytest.mark.slow  # scores a corpus of generated runs (minutes)
+
 
 @pytest.fixture(scope="module")
 def results() -> list[Result]:

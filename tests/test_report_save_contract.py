@@ -25,6 +25,8 @@ from typing import Any
 
 import pytest
 
+pytestmark = pytest.mark.slow  # the CLI against a loopback W&B, one subprocess per case
+
 pytest.importorskip("wandb_workspaces")
 
 API_KEY = "x" * 40

@@ -260,6 +260,7 @@ def test_rules_command_lists_every_rule_as_a_table_and_as_json(capsys):
     assert clip["false_alarm_budget"] is None and clip["seed_source"] == POST and "Part III" in clip["origin"]
 
 
+@pytest.mark.slow
 def test_the_committed_reference_page_is_current(tmp_path):
     """CI's check (make test): regenerate the page and its plots and compare with the committed copy."""
     page = ROOT / "docs" / "reference" / "rules.md"

@@ -22,6 +22,8 @@ import pytest
 from wandb_rlcluster.live.sharded_grads import GradientSums
 from wandb_rlcluster.wandb_offline import find_run_dirs, read_offline_run
 
+pytestmark = pytest.mark.slow  # two-rank torch.distributed runs under each engine
+
 SCRIPT = Path(__file__).parent / "scripts" / "run_sharded.py"
 STOP_RULE = "rules:\n  - name: loss-any\n    gauge: loss\n    when: \"loss > 0\"\n    for: 4\n    severity: stop\n"
 MAX_STEPS = 8

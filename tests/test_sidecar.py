@@ -24,6 +24,8 @@ from wandb_rlcluster.monitor import RowMonitor
 from wandb_rlcluster.sidecar import Sidecar, TailReader, locate_run_file, watch_path
 from wandb_rlcluster.wandb_offline import _LogScanner, read_offline_run
 
+pytestmark = pytest.mark.slow  # a sidecar beside real runs written by subprocesses
+
 pytest.importorskip("wandb")
 
 HERE = Path(__file__).parent

@@ -23,6 +23,8 @@ from wandb_rlcluster.dashboard import build_dashboard
 from wandb_rlcluster.layouts import load_layout
 from wandb_rlcluster.wandb_offline import read_offline_run
 
+pytestmark = pytest.mark.slow  # W&B runs written by subprocesses replaying real logs
+
 pytest.importorskip("wandb")
 
 HERE = Path(__file__).parent
