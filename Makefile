@@ -11,7 +11,7 @@ KERNEL_CAPS ?= default avx2 $(if $(shell grep -qsw avx512f /proc/cpuinfo && echo
 # Which tests make test-kernels reruns (default: every test marked trains); e.g. KERNEL_TESTS=tests/test_demo.py
 KERNEL_TESTS ?=
 
-.PHONY: demo test test-kernels smoke docs docs-build docs-serve bench bench-callback bench-detection bench-faults bench-readers bench-real clean install
+.PHONY: demo test test-fast test-kernels smoke docs docs-build docs-serve bench bench-callback bench-detection bench-faults bench-readers bench-real clean install
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -27,9 +27,21 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/rlcluster demo
 
+# Test workers (pytest-xdist): 2 fits a 2-core machine; more on a bigger one (make test TEST_WORKERS=8). Tests that
+# share one expensive run stay on one worker (xdist_group, see tests/conftest.py; --dist loadgroup).
+TEST_WORKERS ?= 2
+PYTEST_PARALLEL = -n $(TEST_WORKERS) --dist loadgroup
+
 test: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/python -m pytest -q
+	$(BIN)/mypy
+	$(BIN)/python -m pytest -q $(PYTEST_PARALLEL) --durations=40
+
+# While working: the core, the readers, the alert rules and channels, the CLI -- nothing that trains a model or is
+# marked slow (a real browser, the docs build, a detection corpus). Under 2 minutes on 2 cores.
+test-fast: $(STAMP)
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/python -m pytest -q $(PYTEST_PARALLEL) -m "not trains and not slow"
 
 # The tests that train a tiny model, once per CPU kernel set: a test must hold for any trajectory, not this CPU's.
 test-kernels: $(STAMP)
@@ -86,4 +98,4 @@ bench-real: $(STAMP)
 	$(BIN)/python benchmarks/real_logs_bench.py
 
 clean:
-	rm -rf $(VENV) build dist site *.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) build dist site *.egg-info .pytest_cache .ruff_cache .mypy_cache

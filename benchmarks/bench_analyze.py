@@ -21,9 +21,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "detection"))  # the labelled-log generator
 
-from wandb_rlcluster.core import GAUGE_IDS, InstrumentCluster  # noqa: E402
+from wandb_rlcluster.core import GAUGE_IDS, InstrumentCluster
 
-from synthetic import generate_run  # noqa: E402
+from synthetic import generate_run
 
 
 def main() -> None:

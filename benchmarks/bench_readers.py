@@ -28,7 +28,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "detection"))  # the labelled-log generator
-from synthetic import generate_run  # noqa: E402
+from synthetic import generate_run
 
 CHILD = r"""
 import json, resource, sys, time

@@ -24,8 +24,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "detection"))  # the labelled-log generator
 
-from synthetic import generate_run  # noqa: E402
-from synthetic.catalog import combinations  # noqa: E402
+from synthetic import generate_run
+from synthetic.catalog import combinations
 
 
 def write_sweep(folder: Path, runs: int, rows: int) -> dict[str, str | None]:

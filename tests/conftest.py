@@ -58,3 +58,34 @@ def verl_ppo_log() -> Path:
     """A real verl PPO console log (Qwen2.5-0.5B, GSM8K, 435 steps) whose KL to the reference crosses 0.15 in its
     second third: the run the watch/sidecar tests replay through real wandb."""
     return shared_log("verl", "eric-haibin-lin__gsm8k_Qwen2.5-0.5B-ppo-resp512.log.gz")
+
+
+# Modules whose tests share one expensive module- or session-scoped result (a training run, a W&B run written by a
+# subprocess, a detection corpus): under pytest-xdist each worker would build its own copy, so each module is one
+# xdist group and runs on one worker (make test passes --dist loadgroup).
+SHARED_RUN_MODULES = frozenset({
+    "test_gold_trl", "test_hardening_runs", "test_rollouts_trl", "test_sft_epoch_staircase", "test_wandb_thinning",
+    "test_watch", "test_sidecar", "test_verl_layout", "test_wandb_offline", "test_detection_slice",
+    "test_gauge_outputs",
+})
+# test_callback_trl's session-shared runs (metrics_run, ppo_rows_run), read by tests in several modules: one group per
+# run rather than per module, so the many different runs still spread over the workers.
+SHARED_RUN_TESTS = {
+    "test_callback_trl.py::test_callback_metrics_reach_wandb": lambda p: f"metrics-run-{p['kind']}-{p['order']}",
+    "test_panel_keys.py::test_every_plotted_key_exists_in_a_real_run": lambda p: f"metrics-run-{p['kind']}-after",
+    "test_panel_keys.py::test_sft_eval_loss_is_stored_as_eval_slash_loss": lambda p: "metrics-run-sft-after",
+    "test_callback_trl.py::test_ppo_shaped_rows_through_real_trainer_log": lambda p: "ppo-rows-run",
+    "test_panel_keys.py::test_every_plotted_ppo_key_exists_in_the_replayed_ppo_run": lambda p: "ppo-rows-run",
+}
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.stem in SHARED_RUN_MODULES:
+            item.add_marker(pytest.mark.xdist_group(item.path.stem))
+            continue
+        group = SHARED_RUN_TESTS.get(f"{item.path.name}::{getattr(item, 'originalname', item.name)}")
+        if group is not None:
+            params = item.callspec.params if hasattr(item, "callspec") else {}
+            item.add_marker(pytest.mark.xdist_group(group(params)))

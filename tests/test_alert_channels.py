@@ -70,7 +70,7 @@ def http_server() -> Iterator[tuple[str, _Recorder]]:
     rec = _Recorder()
 
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 - http.server API
+        def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
             with rec.lock:
                 rec.bodies.append(body)
@@ -273,7 +273,7 @@ def smtp_server() -> Iterator[tuple[int, list]]:
     received: list = []
 
     class Handler:
-        async def handle_DATA(self, server, session, envelope):  # noqa: N802 - aiosmtpd hook name
+        async def handle_DATA(self, server, session, envelope):
             received.append(envelope)
             return "250 OK"
 
@@ -289,7 +289,7 @@ def smtp_server() -> Iterator[tuple[int, list]]:
         )
         try:
             ctl.start()
-        except Exception as exc:  # pragma: no cover - port race
+        except Exception as exc:  # noqa: BLE001 - pragma: no cover - port race
             last = exc
             continue
         try:

@@ -22,7 +22,7 @@ from .test_callback_trl import run_trainer
 class _Hook(BaseHTTPRequestHandler):
     bodies: list[dict] = []
 
-    def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+    def do_POST(self) -> None:
         n = int(self.headers.get("Content-Length", 0))
         type(self).bodies.append(json.loads(self.rfile.read(n)))
         self.send_response(200)
@@ -137,7 +137,7 @@ def test_alerts_test_command_reaches_local_servers(tmp_path: Path, slack_server)
         def __init__(self) -> None:
             self.messages: list[bytes] = []
 
-        async def handle_DATA(self, server, session, envelope):  # noqa: N802, ANN001, ANN201 - aiosmtpd's API
+        async def handle_DATA(self, server, session, envelope):
             self.messages.append(envelope.content)
             return "250 OK"
 
@@ -168,6 +168,7 @@ def test_alerts_test_command_reaches_local_servers(tmp_path: Path, slack_server)
         ctl.stop()
 
 
+@pytest.mark.slow
 def test_analyze_with_alerts_matches_live_verdicts(real_logs: Path):
     """Offline, the shipped rules give the same verdict as the findings on every real log."""
     for f in sorted(real_logs.glob("*.json")):

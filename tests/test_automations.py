@@ -166,6 +166,7 @@ def test_json_without_dry_run_is_refused_before_anything_is_sent(tmp_path: Path)
                                 "export creates the automations in W&B)")
 
 
+@pytest.mark.slow
 def test_protocol_contract_refused_create_is_one_line_exit_2(tmp_path: Path):
     """PROTOCOL CONTRACT (fake server): the server refuses createFilterTrigger -> exit 2, one line, stops there."""
     with serve(FakeWandbAutomations, refuse=True) as srv:
@@ -181,6 +182,7 @@ def test_protocol_contract_refused_create_is_one_line_exit_2(tmp_path: Path):
 
 
 @pytest.mark.parametrize("slack", [True, False], ids=["slack-integration", "no-integration"])
+@pytest.mark.slow
 def test_protocol_contract_export_creates_what_dry_run_printed(tmp_path: Path, slack: bool):
     """PROTOCOL CONTRACT (fake server): each createFilterTrigger input is the --dry-run --json line, ids filled in."""
     f = tmp_path / "mine.yaml"

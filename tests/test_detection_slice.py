@@ -33,6 +33,8 @@ from real_logs import absent, real_log
 from seed_rules import seed_findings
 from synthetic import combinations
 
+pytestmark = pytest.mark.slow  # scores a corpus of generated runs (minutes)
+
 
 @pytest.fixture(scope="module")
 def results() -> list[Result]:

@@ -51,6 +51,7 @@ def test_every_getting_started_block_is_run_or_says_why_not():
     assert sum(m == "runnable" for m, *_ in found) >= 2
 
 
+@pytest.mark.slow
 def test_getting_started_runnable_blocks(tmp_path: Path):
     """Run the runnable blocks in order in one fresh directory, `.venv/bin/` being this interpreter's."""
     bindir = Path(sys.executable).parent
@@ -82,6 +83,7 @@ def test_getting_started_runnable_blocks(tmp_path: Path):
 @pytest.mark.skipif(importlib.util.find_spec("mkdocs") is None or importlib.util.find_spec("mkdocstrings") is None,
                     reason="the docs extra (mkdocs, mkdocs-material, mkdocstrings) is not installed: pip install "
                            "'.[docs]' (make test installs it)")
+@pytest.mark.slow
 def test_mkdocs_strict_build(tmp_path: Path):
     site = tmp_path / "site"
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}

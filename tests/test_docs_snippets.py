@@ -114,7 +114,7 @@ def test_python_blocks_use_names_and_arguments_that_exist(page, n, lang, code):
     if page in RUN:
         rows = EXAMPLES[("kl", "kl-warn")].rows(True)
         trainer = SimpleNamespace(state=SimpleNamespace(log_history=rows))
-        exec(compile(tree, f"docs/{page}", "exec"), {"trainer": trainer, "print": lambda *a: None})  # noqa: S102
+        exec(compile(tree, f"docs/{page}", "exec"), {"trainer": trainer, "print": lambda *a: None})
 
 
 def test_the_verl_recipe_calls_a_function_the_package_has():

@@ -361,6 +361,7 @@ def test_spikes_at_the_runs_own_rate_are_not_repeated_spikes():
     assert [f.step for f in found(quiet, "grpo", "kl-spike-repeated")] == [1412]
 
 
+@pytest.mark.slow
 def test_kl_growing_slowly_in_a_long_run_is_projected_to_the_end_of_the_run():
     """A climb too slow to reach the warn line within one window reaches it before the planned end: a warning
     while KL is still half the line. A run with no planned length, a wander, and a KL that rises early and levels
@@ -743,6 +744,7 @@ def test_a_short_run_reads_loss_oscillation_with_a_shorter_warm_up():
                       max_steps=45) is None
 
 
+@pytest.mark.slow
 def test_a_long_runs_trend_windows_cover_a_share_of_it():
     """Slow climbs over a long run, logged every step: the clip fraction creeping from 6 % and a DPO chosen reward
     running away are trends over 5 % of the planned run, not over a fixed 20-30 rows that per-step noise hides."""

@@ -59,7 +59,7 @@ def test_a_warning_that_had_barely_started_is_not_reported():
         for r in rows[:n]:
             cluster.update(r)
         st = cluster.gauges["policy_ratio"]._rules.get("ratio-variance")
-        if st and st[0] == 1:
+        if st and st.held == 1:
             need = cluster.gauges["policy_ratio"]._building["ratio-variance"][0]
             assert BUILDING_SHARE * need > 1
             assert not [f for f in cluster.finalize() if f.rule == "ratio-variance"]
@@ -78,7 +78,7 @@ def zero_std_end(quiet_rows: int) -> tuple[list[str], int]:
     for r in rows:
         cluster.update(r)
     assert not [f for f in cluster.findings if f.rule == "zero-std-high"]  # it never fires while the run goes
-    count = cluster.gauges["reward_signal"]._rules["zero-std-high"][0]
+    count = cluster.gauges["reward_signal"]._rules["zero-std-high"].held
     return [f.message for f in cluster.finalize() if f.rule == "zero-std-high"], count
 
 
@@ -125,13 +125,13 @@ def test_end_of_training_findings_fire_finding_rules_only(tmp_path: Path):
     for r in ratio_var_rows(first_fire("ratio-variance") - 1):
         events += engine.evaluate(int(r["step"]), r, cluster, cluster.update(r), cluster.last_updated)
     assert [e for e in events if e.rule == "ratio"] == []
-    kl_count = engine.state["kl-line"][1]
+    kl_count = engine.state["kl-line"].held
     final = cluster.finalize()
     end = engine.evaluate(N, {}, cluster, final, {x.gauge for x in final}, findings_only=True)
     # at the end, whatever its for: 3, through the rule that takes info findings; not through the default rule
     assert [(e.kind, e.rule) for e in end] == [("firing", "ratio")]
     assert "when the log ended" in end[0].text or "ratio-variance" in end[0].title
-    assert engine.state["kl-line"][1] == kl_count  # the last row is not counted twice by a metric rule
+    assert engine.state["kl-line"].held == kl_count  # the last row is not counted twice by a metric rule
 
 
 INFO_RULES = """

@@ -43,7 +43,8 @@ MEGABYTES = 200
 WALL_GUARD = 30.0
 T = TypeVar("T")
 
-pytestmark = pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="needs SIGALRM for the time limit")
+pytestmark = [pytest.mark.slow,  # fuzzes the readers, configs and CLI for many seconds
+              pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="needs SIGALRM for the time limit")]
 
 
 class CaseTooSlow(Exception):

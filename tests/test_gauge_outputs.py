@@ -17,6 +17,8 @@ from wandb_rlcluster.core.keys import LIVE_INPUT_KEYS, TRL_LOGGED_KEYS, is_rewar
 
 from synthetic import combinations, generate_run
 
+pytestmark = pytest.mark.slow  # its fixture runs every gauge over generated runs
+
 TRAINER = {"grpo": "grpo", "grpo_kl": "grpo", "dpo": "dpo", "ppo": "ppo", "sft": "sft"}
 
 

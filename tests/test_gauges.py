@@ -56,6 +56,7 @@ def _caught(family: str, pathology: str, seed: int) -> tuple[bool, bool]:
     return hit, any(f.step < run.onset_step for f in found)
 
 
+@pytest.mark.slow
 def test_trend_and_spread_pathologies_are_caught():
     """Every trend/spread pathology of the corpus on seeds 0-2: >= 90 % caught by an expected gauge at or after
     onset, <= 5 % with an alarm before onset."""

@@ -278,6 +278,7 @@ def test_smtp_login_without_tls_is_a_config_error(tmp_path: Path) -> None:
         load_config(write_yaml(tmp_path, base + "    starttls: 'no'\n"))
 
 
+@pytest.mark.slow
 def test_env_field_holding_a_url_or_token_is_an_error_that_never_echoes_it(tmp_path: Path) -> None:
     for value in (SECRET_URL, "xoxb-1234567890-abcdefghijkl", "sEcReTtOkEn1234567890abcdef"):
         path = write_yaml(tmp_path, f"channels:\n  slack: {{type: slack, webhook_url_env: '{value}'}}\n")
@@ -490,7 +491,7 @@ def test_integers_over_4300_digits_are_infinite_in_every_format(tmp_path: Path) 
 SECRET_PW = "correcthorsebatterystaple"
 
 
-def _secret_config():  # noqa: ANN202 - a local helper
+def _secret_config():
     from wandb_rlcluster.alerts.config import AlertConfig, ChannelConfig
 
     config = load_config(write_yaml_text("channels:\n  ok: {type: slack, webhook_url_env: MY_HOOK}\n"))

@@ -124,6 +124,7 @@ def test_watchdog_holds_off_while_a_checkpoint_is_written_but_not_forever():
     assert w.last_step == 120  # not "after step 0" when a resumed run stalls before its first new step
 
 
+@pytest.mark.slow
 def test_stack_names_a_collective_in_a_real_gloo_pair(tmp_path: Path):
     """Rank 0 blocks in a real gloo all_reduce that rank 1 never joins (a dead or stuck rank): the stack reading
     names the collective, and the innermost frame outside the libraries."""
@@ -250,7 +251,7 @@ class _Recorder:
         self.events: list = []
         self.config = None
 
-    def handle(self, events) -> None:  # noqa: ANN001
+    def handle(self, events) -> None:
         self.events.extend(events)
 
     def close(self, timeout: float | None = None) -> None:

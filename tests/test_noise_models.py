@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 import random
 
+import pytest
+
 from wandb_rlcluster.core import analyze_rows
 
 from .test_early_warning import N, build, grpo, ppo
@@ -162,6 +164,7 @@ def test_a_length_that_really_grows_under_autocorrelated_noise_still_warns():
         assert fired and min(fired) > N / 2, (seed, fired)
 
 
+@pytest.mark.slow
 def test_a_slow_verifier_reward_early_in_a_long_run_is_not_a_plateau():
     """A verifier reward climbing 0.15 -> 0.45 over a planned 700 rows, 16 completions a step (binomial noise ~0.1):
     at row 80 its whole-run t is often under 1, but the slope's upper bound still adds several noise sigmas by the

@@ -41,7 +41,7 @@ def webhooks() -> Iterator[str]:
     """/ok answers 200; /slow answers 200 after 1.5 s; /e400 and /e500 answer with a body of ESC sequences."""
 
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 - http.server API
+        def do_POST(self) -> None:
             self.rfile.read(int(self.headers.get("Content-Length", "0")))
             if "/slow/" in self.path:
                 time.sleep(1.5)

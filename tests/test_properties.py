@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 import math
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from wandb_rlcluster.core import DIAGNOSIS_ID, GAUGE_IDS, InstrumentCluster
 from wandb_rlcluster.core.keys import FAMILIES
+
+pytestmark = pytest.mark.slow  # hypothesis searches
 
 KEYS = [
     "loss", "grad_norm", "learning_rate", "lr", "reward", "reward_std", "frac_reward_zero_std", "kl",

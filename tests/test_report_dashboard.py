@@ -14,6 +14,8 @@ from wandb_rlcluster.core import GAUGE_IDS
 from wandb_rlcluster.layouts import LAYOUT_NAMES, load_layout
 from wandb_rlcluster.report import build_report, report_from_spec, report_spec
 
+pytestmark = pytest.mark.slow  # report specs for every trainer and a real browser
+
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "wandb_rlcluster", *args], capture_output=True, text=True,

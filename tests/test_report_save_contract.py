@@ -25,6 +25,8 @@ from typing import Any
 
 import pytest
 
+pytestmark = pytest.mark.slow  # the CLI against a loopback W&B, one subprocess per case
+
 pytest.importorskip("wandb_workspaces")
 
 API_KEY = "x" * 40
@@ -129,7 +131,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     do_GET = do_POST = _handle
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+    def log_message(self, format: str, *args: Any) -> None:
         """Quiet: the test reads the recorded requests instead."""
 
 

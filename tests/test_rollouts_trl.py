@@ -260,7 +260,7 @@ def test_a_trainer_laid_out_differently_costs_one_warning_and_nothing_else(tmp_p
     from wandb_rlcluster.trainer.trl_rollouts import RolloutTap
 
     class OtherGRPO(GRPOTrainer):
-        def _calculate_rewards(self, batch, prompts, completions, completion_ids_list):  # noqa: ANN001, ANN202
+        def _calculate_rewards(self, batch, prompts, completions, completion_ids_list):
             return super()._calculate_rewards(batch, prompts, completions, completion_ids_list)
 
     caplog.set_level(logging.WARNING, logger="wandb_rlcluster")

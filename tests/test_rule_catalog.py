@@ -265,6 +265,7 @@ def generated():
     return render_pages()
 
 
+@pytest.mark.slow
 def test_the_committed_rule_pages_and_pictures_are_current(tmp_path, generated):
     """CI's check (make test): regenerate the pages and their pictures and compare with the committed copy."""
     folder = ROOT / "docs" / "rules"

@@ -23,6 +23,8 @@ from wandb_rlcluster.pipeline import Pipeline
 from wandb_rlcluster.readers.wandb import HEADER_LEN, ChunkScanner, read_offline_run
 from wandb_rlcluster.sidecar import Sidecar, TailReader, locate_run_file, watch_path
 
+pytestmark = pytest.mark.slow  # a sidecar beside real runs written by subprocesses
+
 pytest.importorskip("wandb")
 
 HERE = Path(__file__).parent

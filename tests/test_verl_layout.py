@@ -25,6 +25,8 @@ from wandb_rlcluster.readers.wandb import read_offline_run
 
 from .conftest import shared_log
 
+pytestmark = pytest.mark.slow  # W&B runs written by subprocesses replaying real logs
+
 pytest.importorskip("wandb")
 
 HERE = Path(__file__).parent

@@ -19,6 +19,8 @@ from wandb_rlcluster.alerts import load_config
 from wandb_rlcluster.analyze import analyze_path
 from wandb_rlcluster.readers.wandb import read_offline_run
 
+pytestmark = pytest.mark.slow  # watch() over W&B runs written by subprocesses
+
 pytest.importorskip("wandb")
 
 HERE = Path(__file__).parent

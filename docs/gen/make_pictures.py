@@ -53,7 +53,7 @@ def screenshot(page: Path, png: Path, width: int, height: int) -> None:
                         f"--screenshot={png}", page.as_uri()], capture_output=True, timeout=180, check=True)
 
 
-def save_small(img, out: Path, width: int | None = None, colors: int = 128) -> None:  # noqa: ANN001
+def save_small(img, out: Path, width: int | None = None, colors: int = 128) -> None:
     """Scale to ``width`` and store as a palette PNG: these are flat UI pictures, a palette keeps them small."""
     from PIL import Image
 
@@ -64,7 +64,7 @@ def save_small(img, out: Path, width: int | None = None, colors: int = 128) -> N
     print(f"  {out.relative_to(ROOT)}  {img.width}x{img.height}  {out.stat().st_size // 1024} KB")
 
 
-def crop_to_content(img, background=(255, 255, 255), pad: int = 12):  # noqa: ANN001, ANN201
+def crop_to_content(img, background=(255, 255, 255), pad: int = 12):
     from PIL import Image, ImageChops
 
     rgb = img.convert("RGB")
@@ -138,7 +138,7 @@ def journal_alert(out: Path, rule: str | None = None) -> dict:
     return alerts[-1]
 
 
-def alert_message(rec: dict):  # noqa: ANN201
+def alert_message(rec: dict):
     """The message the notifier hands the channels for this journal record (as alerts/notify.py builds it)."""
     from wandb_rlcluster.alerts.channels import AlertMessage
 
@@ -150,14 +150,14 @@ def alert_message(rec: dict):  # noqa: ANN201
 # ----------------------------------------------------------------------------------------------- Slack
 
 
-def posted_slack_payload(msg) -> dict:  # noqa: ANN001
+def posted_slack_payload(msg) -> dict:
     """Send ``msg`` through the real Slack channel to a loopback webhook and return the JSON it posted."""
     from wandb_rlcluster.alerts.channels import SlackWebhookChannel
 
     got: list[bytes] = []
 
     class Hook(http.server.BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802
+        def do_POST(self) -> None:
             got.append(self.rfile.read(int(self.headers.get("Content-Length", 0))))
             self.send_response(200)
             self.end_headers()
@@ -257,7 +257,7 @@ pre { font: 13px/1.5 'DejaVu Sans Mono', monospace; white-space: pre-wrap; margi
 """
 
 
-def email_page(em) -> str:  # noqa: ANN001
+def email_page(em) -> str:
     hdr = "".join(f'<div class="hdr">{k}: <b>{html.escape(str(em[k]))}</b></div>' for k in ("From", "To", "Date"))
     body = em.get_content()
     return (f"<!doctype html><meta charset=utf-8><style>{EMAIL_CSS}</style><div class=mail>"

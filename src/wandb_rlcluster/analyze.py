@@ -14,6 +14,7 @@ from typing import Any
 
 from .core import DIAGNOSIS_ID, FAMILY_LABELS, GAUGE_IDS, GAUGE_TITLES, InstrumentCluster, Row
 from .core.cluster import resolve_warn_sooner
+from .core.findings import SEVERITY_RANK, STATUSES
 from .core.frameworks import FRAMEWORK_LABELS, detect_framework_rows, get_profile
 from .core.keymap import KeyMap, merge_keys
 from .core.text import clean_text
@@ -176,9 +177,8 @@ class Analysis:
         """The worst finding; with alert rules, the worst alert that fired (as the live run would act)."""
         if self.alerts is None:
             return self.cluster.verdict()
-        rank = max(({"info": 0, "warn": 1, "stop": 2}[e.severity] for e in self.alerts if e.kind == "firing"),
-                   default=0)
-        return ("ok", "warn", "stop")[rank]
+        rank = max((SEVERITY_RANK[e.severity] for e in self.alerts if e.kind == "firing"), default=0)
+        return STATUSES[rank]
 
     def to_dict(self) -> dict[str, Any]:
         out = self.cluster.summary()

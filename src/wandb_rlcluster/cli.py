@@ -10,9 +10,10 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 from .core.cluster import WARN_SOONER_MAX
+from .core.findings import SEVERITY_RANK
 from .core.frameworks import FRAMEWORKS
 from .core.keys import FAMILIES, canonical_family
 from .core.text import clean_text
@@ -21,12 +22,14 @@ from .readers import LogReadError
 if TYPE_CHECKING:
     from .sweep import RunRecord
 
-SEVERITY_LEVEL = {"ok": 0, "warn": 1, "stop": 2}
+if TYPE_CHECKING:
+    from .alerts import AlertConfig
+
 EXIT_OK, EXIT_FAIL_ON, EXIT_BAD_INPUT = 0, 1, 2
 REPORT_TITLE_MAX = 128  # W&B's limit on a report title
 
 
-def _say(msg: object, stream: object = None) -> None:
+def _say(msg: object, stream: TextIO | None = None) -> None:
     """Print one item of output with its control characters escaped (file names, metric names and
     titles come from logs and configs, and a raw ESC sequence could rewrite the terminal)."""
     print(clean_text(msg), file=stream or sys.stdout)
@@ -92,7 +95,7 @@ def _analyze_one_run(args: argparse.Namespace, path: str, trainer: str | None, a
     out = render_json(analysis) if args.format == "json" else render_text(analysis)
     print(out)  # render_text escapes what came from the log; JSON escapes control characters itself
     verdict = analysis.verdict()
-    if args.fail_on and SEVERITY_LEVEL[verdict] >= SEVERITY_LEVEL[args.fail_on]:
+    if args.fail_on and SEVERITY_RANK[verdict] >= SEVERITY_RANK[args.fail_on]:
         return EXIT_FAIL_ON
     return EXIT_OK
 
@@ -158,7 +161,7 @@ def _analyze_sweep(args: argparse.Namespace, trainer: str | None, gold: list[str
         print(RENDERERS[args.format](records))
     if all(r.verdict == "error" for r in records):
         return _fail(f"none of the {len(records)} run(s) could be read (see the table for each reason)")
-    if args.fail_on and SEVERITY_LEVEL[worst_verdict(records)] >= SEVERITY_LEVEL[args.fail_on]:
+    if args.fail_on and SEVERITY_RANK[worst_verdict(records)] >= SEVERITY_RANK[args.fail_on]:
         return EXIT_FAIL_ON
     return EXIT_OK
 
@@ -176,7 +179,7 @@ def _write_fleet_page(path: str, records: Sequence[RunRecord]) -> int:
     return EXIT_OK
 
 
-def _load_alerts(path: str | None) -> tuple[object | None, int]:
+def _load_alerts(path: str | None) -> tuple[AlertConfig | None, int]:
     """(AlertConfig or None, exit code): prints every problem as FILE:LINE: message."""
     from .alerts import ConfigError, load_config
 
@@ -209,7 +212,7 @@ def _cmd_watch(args: argparse.Namespace) -> int:
                             warn_sooner=args.warn_sooner, keys=keys)
     except WandbReadError as e:
         return _fail(str(e).splitlines()[0])
-    if args.fail_on and SEVERITY_LEVEL[result.verdict] >= SEVERITY_LEVEL[args.fail_on]:
+    if args.fail_on and SEVERITY_RANK[result.verdict] >= SEVERITY_RANK[args.fail_on]:
         return EXIT_FAIL_ON
     return EXIT_OK
 
@@ -218,12 +221,12 @@ def _cmd_alerts_validate(args: argparse.Namespace) -> int:
     config, code = _load_alerts(args.file)
     if config is None:
         return code
-    rules = config.rules  # type: ignore[attr-defined]
+    rules = config.rules
     by_sev: dict[str, int] = {}
     for r in rules:
         by_sev[r.severity] = by_sev.get(r.severity, 0) + 1
     _say(f"{args.file}: OK — {len(rules)} rules ({', '.join(f'{n} {s}' for s, n in sorted(by_sev.items()))}), "
-          f"{len(config.channels)} channels; from {' + '.join(config.sources)}")  # type: ignore[attr-defined]
+          f"{len(config.channels)} channels; from {' + '.join(config.sources)}")
     return 0
 
 
@@ -237,10 +240,10 @@ def _cmd_alerts_test(args: argparse.Namespace) -> int:
     config, code = _load_alerts(args.file)
     if config is None:
         return code
-    if not config.channels:  # type: ignore[attr-defined]
+    if not config.channels:
         _say(f"{args.file}: no channels configured (add a 'channels:' section); W&B alerts need no test")
         return EXIT_OK
-    channels, problems = build_channels(config)  # type: ignore[arg-type]
+    channels, problems = build_channels(config)
     failed = len(problems)
     for p in problems:
         _say(f"FAIL  {p}", sys.stderr)
@@ -318,7 +321,7 @@ def _cmd_automations_export(args: argparse.Namespace) -> int:
     config, code = _load_alerts(args.file)
     if config is None:
         return code
-    planned, unmapped = plan(config, args.project, args.run_name)  # type: ignore[arg-type]
+    planned, unmapped = plan(config, args.project, args.run_name)
     target = (f"the generic webhook {args.webhook!r}" if args.webhook else
               f"the Slack integration posting to {args.slack_channel!r}" if args.slack_channel else
               f"the first Slack integration of {args.entity!r}")
@@ -599,7 +602,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     except MemoryError:
         return _fail("out of memory (is the input far larger than a training log?)")
-    except Exception as e:  # noqa: BLE001 - never a traceback; RLCLUSTER_DEBUG=1 shows it
+    except Exception as e:
         if os.environ.get("RLCLUSTER_DEBUG"):
             raise
         first = str(e).splitlines()[0] if str(e) else ""

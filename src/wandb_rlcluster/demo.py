@@ -152,10 +152,10 @@ def run_demo(out: str | Path = "demo-out", trainer: str = "grpo", pathology: str
     class ProgressBar(TrainerCallback):
         """Users look, not read: one bar with the plugin's verdict and the last alert."""
 
-        def on_train_begin(self, args, state, control, **kw):  # noqa: ANN001, ANN003, ANN201
+        def on_train_begin(self, args, state, control, **kw):
             self.bar = tqdm(total=state.max_steps, desc=f"demo {trainer}/{pathology}", unit="step", disable=quiet)
 
-        def on_log(self, args, state, control, logs=None, **kw):  # noqa: ANN001, ANN003, ANN201
+        def on_log(self, args, state, control, logs=None, **kw):
             fired = [e for e in plugin.alert_events]
             post = {"verdict": plugin.cluster.verdict()}
             if logs and "kl" in logs:
@@ -165,10 +165,10 @@ def run_demo(out: str | Path = "demo-out", trainer: str = "grpo", pathology: str
             self.bar.set_postfix(post, refresh=False)
             self.bar.update(state.global_step - self.bar.n)
 
-        def on_train_end(self, args, state, control, **kw):  # noqa: ANN001, ANN003, ANN201
+        def on_train_end(self, args, state, control, **kw):
             self.bar.close()
 
-    common = {"output_dir": str(out / "trainer"), "report_to": "wandb", "seed": seed,
+    common: dict[str, Any] = {"output_dir": str(out / "trainer"), "report_to": "wandb", "seed": seed,
               "callbacks": [plugin, ProgressBar()], "run_name": f"demo-{trainer}-{pathology}"}
     if trainer == "dpo":
         t = make_trainer("dpo", max_steps=steps or 60, learning_rate=5e-4, **common)
@@ -176,7 +176,7 @@ def run_demo(out: str | Path = "demo-out", trainer: str = "grpo", pathology: str
         # Every GRPO demo starts from a briefly pretrained "SFT model" that answers with a word and an EOS, as a real
         # RL run does: from random weights every completion would be truncated and attention uniform (real alarms,
         # but not the ones a demo means to show).
-        grpo = {"pretrain_steps": PRETRAIN_STEPS, "max_completion_length": 16, **common}
+        grpo: dict[str, Any] = {"pretrain_steps": PRETRAIN_STEPS, "max_completion_length": 16, **common}
         if pathology == "kl":
             t = make_trainer("grpo_kl", max_steps=steps or 150, learning_rate=2e-3, beta=0.04,
                              reward_funcs=[NoisyJudge(seed)], **grpo)
@@ -201,7 +201,7 @@ def run_demo(out: str | Path = "demo-out", trainer: str = "grpo", pathology: str
     result.steps_run = t.state.global_step
     result.stopped_by = plugin.stop_finding.rule if plugin.stop_finding else None
     result.alerts = [e for e in plugin.alert_events if e.notify]
-    journal = Path(t.args.output_dir) / "alerts.jsonl"
+    journal = Path(t.args.output_dir) / "alerts.jsonl"  # type: ignore[arg-type]  # set by then
     result.journal = journal if journal.exists() else None
     result.report_spec = Path(plugin.report_location) if plugin.report_location else None
     if result.run_dir:

@@ -85,7 +85,7 @@ def load_layout(trainer: str) -> Layout:
 
 def thresholds(panel: PanelSpec, alert_config: Any) -> list[tuple[str, float, str, str]]:
     """(metric, value, severity, rule) for each named rule whose condition is a simple ``metric op number``."""
-    out = []
+    out: list[tuple[str, float, str, str]] = []
     if alert_config is None:
         return out
     for name in panel.rules:

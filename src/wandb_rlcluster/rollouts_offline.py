@@ -147,6 +147,7 @@ def with_rollouts(run: Any) -> tuple[list[dict[str, Any]], OfflineRollouts | Non
         if s is not None and _is_metrics_row(row):
             target[s] = row
     rows = history
+    dest: dict[str, Any] | None
     if own_keys:  # the callback already judged the rollouts live: move its values into the trainer's row
         for row in history:
             own = [k for k in row if isinstance(k, str) and k.startswith(_OWN) and not isinstance(row[k], Mapping)]

@@ -67,7 +67,7 @@ class _CountingLoader(yaml.SafeLoader):
         super().__init__(stream)
         self.values = 0
 
-    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
         self.values += 1
         if self.values > MAX_VALUES:
             event = self.peek_event()

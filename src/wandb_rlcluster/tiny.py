@@ -15,16 +15,16 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
-import warnings  # noqa: E402
-from collections.abc import Callable, Sequence  # noqa: E402
-from pathlib import Path  # noqa: E402
-from typing import Any  # noqa: E402
+import warnings
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
 
-import torch  # noqa: E402
-from datasets import Dataset  # noqa: E402
-from datasets import disable_progress_bars as disable_datasets_progress_bars  # noqa: E402
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers  # noqa: E402
-from transformers import (  # noqa: E402
+import torch
+from datasets import Dataset
+from datasets import disable_progress_bars as disable_datasets_progress_bars
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+from transformers import (
     LlamaConfig,
     LlamaForCausalLM,
     LlamaForSequenceClassification,
@@ -33,7 +33,7 @@ from transformers import (  # noqa: E402
     Trainer,
     TrainerCallback,
 )
-from transformers.utils import logging as hf_logging  # noqa: E402
+from transformers.utils import logging as hf_logging
 
 __all__ = [
     "CHAT_TEMPLATE",
@@ -381,39 +381,36 @@ def make_trainer(
         # A model reward needs its own tokenizer: TRL would otherwise look it up on the Hub by the model's name.
         reward_funcs.append(build_reward_model(tokenizer, seed=seed))
         reward_tokenizers.append(tokenizer)
-    rewards = {"reward_funcs": reward_funcs, "reward_processing_classes": reward_tokenizers}
+    rewards: dict[str, Any] = {"reward_funcs": reward_funcs, "reward_processing_classes": reward_tokenizers}
 
     if kind in ("grpo", "grpo_kl"):
         from trl import GRPOConfig, GRPOTrainer
 
-        specific = {"num_generations": 4, "max_completion_length": 8, "beta": 0.1 if kind == "grpo_kl" else 0.0}
+        specific: dict[str, Any] = {"num_generations": 4, "max_completion_length": 8,
+                                    "beta": 0.1 if kind == "grpo_kl" else 0.0}
         args = GRPOConfig(**{**common, **specific, **overrides})
         return GRPOTrainer(args=args, **rewards, **trainer_kwargs)
     if kind == "rloo":
         from trl import RLOOConfig, RLOOTrainer
 
         specific = {"num_generations": 4, "max_completion_length": 8}
-        args = RLOOConfig(**{**common, **specific, **overrides})
-        return RLOOTrainer(args=args, **rewards, **trainer_kwargs)
+        return RLOOTrainer(args=RLOOConfig(**{**common, **specific, **overrides}), **rewards, **trainer_kwargs)
     if kind == "dpo":
         from trl import DPOConfig, DPOTrainer
 
-        args = DPOConfig(**{**common, "max_length": 64, **overrides})
-        return DPOTrainer(args=args, **trainer_kwargs)
+        return DPOTrainer(args=DPOConfig(**{**common, "max_length": 64, **overrides}), **trainer_kwargs)
     if kind == "kto":
         from trl import KTOConfig, KTOTrainer
 
-        args = KTOConfig(**{**common, "max_length": 64, **overrides})
-        return KTOTrainer(args=args, **trainer_kwargs)
+        return KTOTrainer(args=KTOConfig(**{**common, "max_length": 64, **overrides}), **trainer_kwargs)
     if kind == "online_dpo":
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             from trl.experimental.online_dpo import OnlineDPOConfig, OnlineDPOTrainer
 
-        args = OnlineDPOConfig(**{**common, "max_new_tokens": 8, "max_length": 64, **overrides})
-        return OnlineDPOTrainer(args=args, **rewards, **trainer_kwargs)
+        online_args = OnlineDPOConfig(**{**common, "max_new_tokens": 8, "max_length": 64, **overrides})
+        return OnlineDPOTrainer(args=online_args, **rewards, **trainer_kwargs)
     # sft
     from trl import SFTConfig, SFTTrainer
 
-    args = SFTConfig(**{**common, "max_length": 64, **overrides})
-    return SFTTrainer(args=args, **trainer_kwargs)
+    return SFTTrainer(args=SFTConfig(**{**common, "max_length": 64, **overrides}), **trainer_kwargs)

@@ -39,20 +39,20 @@ def _score(text: str) -> float:
     return float(len(text) % 3)
 
 
-def pool_reward(completions, **kw):  # noqa: ANN001, ANN003, ANN201
+def pool_reward(completions, **kw):
     texts = [c if isinstance(c, str) else str(c) for c in completions]
     with mp.get_context("fork").Pool(2) as pool:  # __exit__ -> terminate(): SIGTERM to the workers
         return pool.map(_score, texts)
 
 
-def failing_reward(completions, trainer_state=None, **kw):  # noqa: ANN001, ANN003, ANN201
+def failing_reward(completions, trainer_state=None, **kw):
     if trainer_state is not None and trainer_state.global_step == 2:
         raise RuntimeError("reward server down (token=abc123secret)")
     return [0.0] * len(completions)
 
 
 class FirstBatchFails(TrainerCallback):
-    def on_epoch_begin(self, args, state, control, **kw):  # noqa: ANN001, ANN003, ANN201
+    def on_epoch_begin(self, args, state, control, **kw):
         raise FileNotFoundError("shard s3://bucket/train-00001.parquet not found")
 
 
@@ -63,7 +63,7 @@ def crash_alerts() -> int:
     return sum(1 for r in rows if r.get("type") == "alert" and r.get("rule") == "crash")
 
 
-def say(phase: str, trainer) -> None:  # noqa: ANN001
+def say(phase: str, trainer) -> None:
     print(json.dumps({"phase": phase, "global_step": trainer.state.global_step, "leftovers": snapshot()}), flush=True)
 
 

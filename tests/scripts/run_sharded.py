@@ -23,7 +23,7 @@ from pathlib import Path
 os.environ.setdefault("DS_ACCELERATOR", "cpu")  # before anything imports deepspeed
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from transformers import TrainerCallback  # noqa: E402
+from transformers import TrainerCallback
 
 LAYER_RE = re.compile(r"(?:^|\.)(?:layers|h|blocks|layer)\.(\d+)\.")
 
@@ -35,7 +35,7 @@ def patch_accelerate_fsdp_on_cpu() -> None:
 
     original = AcceleratorState.__init__
 
-    def init(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+    def init(self, *args, **kwargs):
         original(self, *args, **kwargs)
         plugin = kwargs.get("fsdp_plugin")
         if plugin is not None and self.distributed_type == DistributedType.MULTI_CPU:
@@ -53,7 +53,7 @@ def ds_config(stage: int) -> dict:
             "fp16": {"enabled": False}, "zero_allow_untested_optimizer": True}
 
 
-def main() -> None:  # noqa: C901, PLR0915
+def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--engine", choices=("ddp", "fsdp2", "zero0", "zero1", "zero2", "zero3"), required=True)
     ap.add_argument("--out", required=True)
@@ -97,7 +97,7 @@ def main() -> None:  # noqa: C901, PLR0915
     if a.fault_rank1 and rank == 1:
         from wandb_rlcluster.trainer import sharded_grads
 
-        def broken(self, name, grad, weight=1.0):  # noqa: ANN001, ANN202
+        def broken(self, name, grad, weight=1.0):
             raise RuntimeError("injected: this rank cannot read its gradient slice")
 
         sharded_grads.GradientSums.add = broken
@@ -175,7 +175,7 @@ class StepClock(TrainerCallback):
     def __init__(self) -> None:
         self.times: list[float] = []
 
-    def on_step_end(self, args, state, control, **kw):  # noqa: ANN001, ANN003, ANN201
+    def on_step_end(self, args, state, control, **kw):
         self.times.append(time.perf_counter())
 
 
@@ -191,7 +191,7 @@ class Reference(TrainerCallback):
         self.sharding: dict = {}
         self._zero_step = None
 
-    def _record(self, named_grads, step: int) -> None:  # noqa: ANN001
+    def _record(self, named_grads, step: int) -> None:
         layers: dict[int, float] = {}
         total = 0.0
         for name, g in named_grads:
@@ -204,7 +204,7 @@ class Reference(TrainerCallback):
         out["measured_norm"] = math.sqrt(total)
         self.norms[step] = out
 
-    def on_train_begin(self, args, state, control, model=None, optimizer=None, **kw):  # noqa: ANN001, ANN003, ANN201
+    def on_train_begin(self, args, state, control, model=None, optimizer=None, **kw):
         trainer = self.trainer
         engine = getattr(trainer, "deepspeed", None) or (trainer.model_wrapped if args.deepspeed else None)
         params = list(trainer.model.named_parameters())
@@ -225,7 +225,7 @@ class Reference(TrainerCallback):
             zero_opt = engine.optimizer
             original = zero_opt.step
 
-            def step(*a, **k):  # noqa: ANN002, ANN003, ANN202
+            def step(*a, **k):
                 self._record([(n, safe_get_full_grad(p)) for n, p in params if p.requires_grad],
                              state.global_step + 1)
                 return original(*a, **k)
@@ -235,7 +235,7 @@ class Reference(TrainerCallback):
             accelerator = trainer.accelerator
             clip = accelerator.clip_grad_norm_
 
-            def clip_and_record(*a, **k):  # noqa: ANN002, ANN003, ANN202
+            def clip_and_record(*a, **k):
                 self._record_full(state.global_step + 1)
                 return clip(*a, **k)
 
@@ -253,7 +253,7 @@ class Reference(TrainerCallback):
             named.append((n, g.detach()))
         self._record(named, step)
 
-    def on_log(self, args, state, control, logs=None, **kw):  # noqa: ANN001, ANN003, ANN201
+    def on_log(self, args, state, control, logs=None, **kw):
         if logs and "grad_norm" in logs:
             self.grad_norm[state.global_step] = float(logs["grad_norm"])
 

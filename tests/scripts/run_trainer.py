@@ -77,7 +77,7 @@ def main() -> None:
 
         finish = wandb_run.Run._atexit_cleanup
 
-        def slow_finish(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        def slow_finish(self, *args, **kwargs):
             time.sleep(a.slow_finish)
             return finish(self, *args, **kwargs)
 
@@ -105,7 +105,7 @@ def main() -> None:
     timing: dict[str, float] = {}
     callback_end = cb.on_train_end
 
-    def timed_train_end(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202 - the whole end of training, channels included
+    def timed_train_end(*args, **kwargs):
         t0 = time.perf_counter()
         try:
             return callback_end(*args, **kwargs)
@@ -117,7 +117,7 @@ def main() -> None:
     class KillWandb(TrainerCallback):
         """A real W&B outage: the wandb-core service process dies mid-run."""
 
-        def on_step_end(self, args, state, control, **kw):  # noqa: ANN001, ANN003, ANN201
+        def on_step_end(self, args, state, control, **kw):
             if state.global_step == a.kill_wandb_at and state.is_world_process_zero:
                 import psutil
 
@@ -127,7 +127,7 @@ def main() -> None:
                         p.wait(10)
 
     class SlowStep(TrainerCallback):
-        def on_step_begin(self, args, state, control, **kw):  # noqa: ANN001, ANN003, ANN201
+        def on_step_begin(self, args, state, control, **kw):
             step, seconds = a.slow_step.split(":")
             if state.global_step == int(step):
                 import time
@@ -135,7 +135,7 @@ def main() -> None:
                 time.sleep(float(seconds))
 
     class SelfSignal(TrainerCallback):
-        def on_step_end(self, args, state, control, **kw):  # noqa: ANN001, ANN003, ANN201
+        def on_step_end(self, args, state, control, **kw):
             if state.global_step == a.self_signal:
                 import signal
 
@@ -228,7 +228,7 @@ def snapshot() -> dict:
 
     import psutil
 
-    def name(obj) -> str:  # noqa: ANN001
+    def name(obj) -> str:
         return str(getattr(obj, "__qualname__", obj))
 
     wakeup = signal.set_wakeup_fd(-1)
@@ -245,13 +245,13 @@ def snapshot() -> dict:
             "children": kids}
 
 
-def faulty_reward(spec: str):  # noqa: ANN201
+def faulty_reward(spec: str):
     """A reward function (always 0) that sleeps or raises while the reward of one step is computed."""
     import time
 
     kind, step, *rest = spec.split(":")
 
-    def faulty(completions, trainer_state=None, **kw):  # noqa: ANN001, ANN003, ANN202
+    def faulty(completions, trainer_state=None, **kw):
         if trainer_state is not None and trainer_state.global_step == int(step):
             print(f"fault {kind} at step {step} t={time.time():.3f}", file=sys.stderr, flush=True)
             if kind == "sleep":

@@ -155,7 +155,7 @@ def _slack_escape(text: str) -> str:
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
     """Webhooks never redirect legitimately; following one could re-send the payload elsewhere."""
 
-    def redirect_request(self, req, fp, code, msg, headers, newurl):  # type: ignore[override]
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
         return None
 
 
@@ -260,7 +260,7 @@ class SlackWebhookChannel:
             status = exc.code
             try:
                 body = exc.read(_MAX_ERROR_BODY).decode("utf-8", "replace")
-            except Exception:
+            except Exception:  # noqa: BLE001 - the body is only for the message; the status decides
                 body = ""
             finally:
                 exc.close()
@@ -600,7 +600,7 @@ class AsyncDispatcher:
             return None
         except ChannelError as exc:
             return ChannelError(_safe_text(channel, str(exc)), retryable=exc.retryable, retry_after=exc.retry_after)
-        except Exception as exc:  # third-party channels may raise anything
+        except Exception as exc:  # noqa: BLE001 - third-party channels may raise anything
             return _safe_text(channel, f"{_name(channel)}: {type(exc).__name__}: {exc}")
 
     def _note(self, channel: Channel, msg: AlertMessage, doing: str, *, last: str | None = None) -> None:
@@ -640,6 +640,6 @@ def _safe_text(channel: Channel, text: str) -> str:
     if callable(redact):
         try:
             return str(redact(text))
-        except Exception:
+        except Exception:  # noqa: BLE001 - a channel's own redact may raise anything
             return f"{_name(channel)}: delivery failed (error text withheld)"
     return text

@@ -29,7 +29,6 @@ from .located import _line, _Loc, _pairs, _value, parse_duration
 from .watchdog import RESERVED_RULES, check_value, parse_section
 
 SEVERITIES = ("info", "warn", "stop")
-SEVERITY_RANK = {"info": 0, "warn": 1, "stop": 2}
 DEFAULT_PATH = Path(__file__).with_name("alerts.yaml")
 TEMPLATE_FIELDS = frozenset({"value", "step", "rule", "gauge", "severity", "run_name", "run_url", "metric",
                              "trainer", "message", "expr", "project", "rows"})
@@ -288,7 +287,7 @@ def option_problem(key: str, value: Any) -> str | None:
         ok = isinstance(value, int) and not isinstance(value, bool) and 0 < value < 65536
         return None if ok else "must be an integer 1-65535"
     if key == "recipients":
-        ok = isinstance(value, list) and value and all(isinstance(x, str) and x for x in value)
+        ok = isinstance(value, list) and bool(value) and all(isinstance(x, str) and x for x in value)
         return None if ok else "must be a list of addresses"
     if key in ("host", "sender", "username", "channel"):
         return None if isinstance(value, str) and value.strip() else "must be a non-empty string"
@@ -547,7 +546,7 @@ def _finish_rule(loc: _Loc, d: dict[str, Any], defaults: dict[str, Any], channel
                 source=source)
 
 
-def _compose(path: str, text: str, loc: _Loc) -> yaml.Node | None:
+def _compose(path: str, text: str, loc: _Loc) -> yaml.MappingNode | None:
     """The checked node graph (see safe_yaml: size, aliases, tags, duplicate keys), or None with problems."""
     node, problems = compose_checked(text)
     for line, msg in problems:

@@ -15,16 +15,34 @@ import string
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
+from enum import IntEnum
 from typing import Any
 
 from ..core import InstrumentCluster
 from ..core.doc_links import doc_url, rule_doc_url
-from ..core.findings import SEVERITY_RANK as CORE_RANK
-from ..core.findings import Finding
+from ..core.findings import SEVERITY_RANK, Finding, Level
 from ..core.keys import to_float
-from .config import MAX_RENDERED, SEVERITY_RANK, AlertConfig, Rule, format_spec_problem
+from .config import MAX_RENDERED, AlertConfig, Rule, format_spec_problem
 
-INACTIVE, PENDING, FIRING = 0, 1, 2
+
+class AlertState(IntEnum):
+    """Where a rule is; its value is what the run logs as ``rlcluster/alerts/<rule>``."""
+
+    INACTIVE = 0
+    PENDING = 1
+    FIRING = 2
+
+
+INACTIVE, PENDING, FIRING = AlertState
+
+
+@dataclass(slots=True)
+class RuleState:
+    """One rule's progress: its state, the rows in a row its condition held, and the quiet rows while firing."""
+
+    state: AlertState = INACTIVE
+    held: int = 0
+    quiet: int = 0
 
 
 @dataclass
@@ -110,7 +128,8 @@ def stop_finding(stop_on: str | None, events: Iterable[AlertEvent] | None, fired
     wanted = ("stop",) if stop_on == "stop" else ("stop", "warn")
     if events is not None:
         e = next((e for e in events if e.kind == "firing" and e.severity in wanted), None)
-        return None if e is None else Finding(e.gauge, e.rule, e.severity, e.step, e.metric, e.value, e.title)
+        # a rule's severity was checked against SEVERITIES when its file was loaded
+        return None if e is None else Finding(e.gauge, e.rule, e.severity, e.step, e.metric, e.value, e.title)  # type: ignore[arg-type]
     return next((f for f in fired if f.severity in wanted), None)
 
 
@@ -141,8 +160,7 @@ class AlertEngine:
         self.warn_sooner = warn_sooner
         self.fields = {"run_name": run_name or "this run", "run_url": run_url or "", "project": project or ""}
         self.clock = clock
-        # rule -> [state, true_count, false_count]
-        self.state: dict[str, list[int]] = {r.name: [INACTIVE, 0, 0] for r in config.rules}
+        self.state: dict[str, RuleState] = {r.name: RuleState() for r in config.rules}
         self.last_notified: dict[str, float] = {}
         self.last_finding: dict[tuple[str, str], Finding] = {}
         self.fired_total = 0
@@ -187,7 +205,7 @@ class AlertEngine:
                 if updated is not None and rule.gauge not in updated:
                     continue
                 st = self.state.get(rule.name)
-                if st is not None and st[0] == INACTIVE and not st[1] and not gauge.firing():
+                if st is not None and st.state == INACTIVE and not st.held and not gauge.firing():
                     continue  # nothing firing in the gauge and nothing pending: this row changes nothing
                 match = self._matching_finding(rule, gauge)
                 active = match is not None
@@ -195,23 +213,23 @@ class AlertEngine:
                 metric = match.metric if match else ""
                 message = match.message if match else ""
                 label = match.rule if match else rule.name
-            st = self.state.setdefault(rule.name, [INACTIVE, 0, 0])
+            st = self.state.setdefault(rule.name, RuleState())
             if active:
-                st[1] += 1
-                st[2] = 0
-                if st[0] != FIRING:
-                    st[0] = FIRING if st[1] >= rule.hold(self.warn_sooner) else PENDING
-                    if st[0] == FIRING:
+                st.held += 1
+                st.quiet = 0
+                if st.state != FIRING:
+                    st.state = FIRING if st.held >= rule.hold(self.warn_sooner) else PENDING
+                    if st.state == FIRING:
                         events.append(self._event("firing", rule, step, value, metric, message, label))
             else:
-                st[1] = 0
-                if st[0] == FIRING:
-                    st[2] += 1
-                    if st[2] > rule.keep_firing_for:
-                        st[0] = INACTIVE
+                st.held = 0
+                if st.state == FIRING:
+                    st.quiet += 1
+                    if st.quiet > rule.keep_firing_for:
+                        st.state = INACTIVE
                         events.append(self._event("resolved", rule, step, value, metric, message, rule.name))
-                elif st[0] == PENDING:
-                    st[0] = INACTIVE
+                elif st.state == PENDING:
+                    st.state = INACTIVE
         self._route(events)
         return events
 
@@ -220,13 +238,13 @@ class AlertEngine:
         for rule in self.config.rules:
             if rule.when is not None or not rule.applies_to(cluster.family):
                 continue
-            st = self.state.setdefault(rule.name, [INACTIVE, 0, 0])
-            if st[0] == FIRING:
+            st = self.state.setdefault(rule.name, RuleState())
+            if st.state == FIRING:
                 continue
             f = self._best_match(rule, final)
             if f is not None:
                 self.last_finding[(f.gauge, f.rule)] = f
-                st[0], st[2] = FIRING, 0
+                st.state, st.quiet = FIRING, 0
                 events.append(self._event("firing", rule, step, f.value, f.metric, f.message, f.rule))
         self._route(events)
         return events
@@ -241,10 +259,10 @@ class AlertEngine:
         best: Finding | None = None
         min_rank = SEVERITY_RANK[rule.min_severity]
         for f in findings:
-            if (f is None or f.gauge != rule.gauge or CORE_RANK.get(f.severity, 0) < min_rank
+            if (f is None or f.gauge != rule.gauge or SEVERITY_RANK.get(f.severity, 0) < min_rank
                     or not pat.match(f.rule)):
                 continue
-            if best is None or CORE_RANK[f.severity] > CORE_RANK[best.severity]:
+            if best is None or SEVERITY_RANK[f.severity] > SEVERITY_RANK[best.severity]:
                 best = f
         return best
 
@@ -264,7 +282,7 @@ class AlertEngine:
         """Inhibition and cooldown: which firing events are notified."""
         if not events:
             return
-        firing = [r for r in self.config.rules if self.state.get(r.name, [0])[0] == FIRING]
+        firing = [r for r in self.config.rules if r.name in self.state and self.state[r.name].state == FIRING]
         for e in events:
             if e.kind != "firing":
                 continue
@@ -289,20 +307,21 @@ class AlertEngine:
                 self.last_notified[e.rule] = now
 
     # -- reading ---------------------------------------------------------------------------------
-    def states(self) -> dict[str, int]:
-        return {name: st[0] for name, st in self.state.items()}
+    def states(self) -> dict[str, AlertState]:
+        return {name: st.state for name, st in self.state.items()}
 
     def firing(self) -> list[str]:
-        return [name for name, st in self.state.items() if st[0] == FIRING]
+        return [name for name, st in self.state.items() if st.state == FIRING]
 
     def state_dict(self) -> dict[str, Any]:
-        return {"state": {k: list(v) for k, v in self.state.items()}, "last_notified": dict(self.last_notified),
-                "fired_total": self.fired_total}
+        # [state, held, quiet] per rule: the checkpoint format of every version
+        return {"state": {k: [int(v.state), v.held, v.quiet] for k, v in self.state.items()},
+                "last_notified": dict(self.last_notified), "fired_total": self.fired_total}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         for k, v in (state.get("state") or {}).items():
-            if k in self.state and isinstance(v, list) and len(v) == 3:
-                self.state[k] = [int(x) for x in v]
+            if k in self.state and isinstance(v, list) and len(v) == 3 and INACTIVE <= int(v[0]) <= FIRING:
+                self.state[k] = RuleState(AlertState(int(v[0])), int(v[1]), int(v[2]))
         self.last_notified.update({k: float(v) for k, v in (state.get("last_notified") or {}).items()})
         self.fired_total = int(state.get("fired_total", 0))
 
@@ -340,7 +359,7 @@ class _Lookup:
                 g = self.cluster.gauges.get(parts[1])
                 if g is not None:
                     if parts[2] == "status":
-                        return float({"ok": 0, "warn": 1, "stop": 2}.get(g.status, 0))
+                        return float(Level.of(g.status))
                     return g.derived.get(parts[2])
             return None
         v = self.raw.get(name)

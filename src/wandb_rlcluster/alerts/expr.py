@@ -53,7 +53,7 @@ class Node:
 
 
 def _tokenize(text: str) -> list[tuple[str, str, int]]:
-    out = []
+    out: list[tuple[str, str, int]] = []
     pos = 0
     text = text.rstrip()
     while pos < len(text):

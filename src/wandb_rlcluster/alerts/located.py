@@ -50,13 +50,13 @@ class _Loc:
     def _where(self, line: int) -> str:
         return f"{self.path}:{line}: " if line else f"{self.path}: "
 
-    def err(self, line: int, msg: str | Callable[[], str]) -> None:
+    def err(self, line: int, msg: str | Callable[..., str]) -> None:
         if len(self.problems) >= MAX_REPORTED:
             self.more_problems.append(line)
             return
         self.problems.append(self._where(line) + (msg() if callable(msg) else msg))
 
-    def warn(self, line: int, msg: str | Callable[[], str]) -> None:
+    def warn(self, line: int, msg: str | Callable[..., str]) -> None:
         if len(self.warnings) >= MAX_REPORTED:
             self.more_warnings.append(line)
             return

@@ -27,9 +27,10 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from ..core.findings import SEVERITY_RANK
 from ..core.rollouts import evidence_lines
 from ..core.text import clean_text
-from .config import ENV_FIELDS, SEVERITY_RANK, AlertConfig, ChannelConfig, env_name_problem
+from .config import ENV_FIELDS, AlertConfig, ChannelConfig, env_name_problem
 from .engine import AlertEvent
 
 logger = logging.getLogger("wandb_rlcluster")
@@ -196,7 +197,7 @@ class Notifier:
     def _wandb_alert(self, e: AlertEvent) -> None:
         wandb = sys.modules.get("wandb")
         run = getattr(wandb, "run", None) if wandb is not None else None
-        if run is None:
+        if wandb is None or run is None:
             return
         try:
             level = getattr(wandb.AlertLevel, WANDB_LEVEL[e.severity])

@@ -62,7 +62,7 @@ class Rule:
             return "-"
         from .sequential import SOONER_FACTOR, arl_for
 
-        arl = float(gauge_class(self.gauge).defaults[self.budget_param]) if self.budget_param else arl_for(0)
+        arl = float(gauge_class(self.gauge).defaults[self.budget_param]) if self.budget_param else arl_for(0)  # type: ignore[union-attr]
         return f"ARL0 {arl:,.0f} rows (÷{SOONER_FACTOR:g} per warn_sooner)"
 
     @property
@@ -117,7 +117,7 @@ def _fmt(v: Any) -> str:
 
 
 def gauge_class(gauge_id: str) -> type[Gauge] | None:
-    for cls in (*GAUGE_CLASSES, Diagnoser):
+    for cls in GAUGE_CLASSES + (Diagnoser,):
         if cls.id == gauge_id:
             return cls
     return None
@@ -694,7 +694,7 @@ def raised_rules(root: Path | None = None) -> dict[str, set[str]]:
                 if (isinstance(fn, ast.Attribute) and isinstance(fn.value, ast.Name)
                         and fn.value.id == "NonFiniteTracker"):
                     if len(node.args) >= 4 and isinstance(node.args[3], ast.Constant):
-                        prefixes.add(node.args[3].value)
+                        prefixes.add(str(node.args[3].value))
                     continue
                 rid, sev = node.args[0], _const(node.args[2])
                 for name in _ids(rid, names, templates, sev):

@@ -13,7 +13,7 @@ from typing import Any
 
 from .diagnosis import DIAGNOSIS_ID, Diagnoser, publish
 from .entropy import EntropyGauge
-from .findings import SEVERITY_RANK, Finding
+from .findings import SEVERITY_RANK, STATUSES, Finding
 from .frameworks import get_profile, profile_params
 from .fundamentals import (
     AttentionEntropyGauge,
@@ -75,7 +75,7 @@ def checked_params(params: Mapping[str, Any] | None, where: str = "params") -> t
     """Per-gauge parameter overrides, each checked (``check_param``) and made a plain Python value, and what was
     wrong with the rest: every name and value is checked before the first row, so a typo is not ignored and a
     string where a number belongs does not raise in the middle of a run."""
-    by_id: dict[str, type[Gauge]] = {cls.id: cls for cls in (*GAUGE_CLASSES, Diagnoser)}
+    by_id: dict[str, type[Gauge]] = {cls.id: cls for cls in REPORTING_CLASSES}
     out: dict[str, dict[str, Any]] = {}
     problems: list[str] = []
     if params is not None and not isinstance(params, Mapping):
@@ -105,7 +105,7 @@ WARN_SOONER_MAX = 3
 def check_warn_sooner(value: object) -> int:
     """``warn_sooner`` as a whole number of rows from 0 to ``WARN_SOONER_MAX``; anything else is a ValueError that says
     what to pass."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 0 <= value <= WARN_SOONER_MAX:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 0 <= int(value) <= WARN_SOONER_MAX:
         raise ValueError(f"warn_sooner must be a whole number of logged rows from 0 to {WARN_SOONER_MAX} (rows taken "
                          f"off every warn rule's hold; 0 = the defaults), not {clean_text(repr(value), 80)}")
     return int(value)
@@ -363,7 +363,7 @@ class InstrumentCluster:
 
     def verdict(self) -> str:
         worst = max((SEVERITY_RANK[f.severity] for f in self.findings), default=0)
-        return {0: "ok", 1: "warn", 2: "stop"}[worst]
+        return STATUSES[worst]
 
     def summary(self) -> dict[str, Any]:
         """The analyzer's JSON contract."""

@@ -8,6 +8,7 @@ a stable ``to_dict`` is what lets the JSON output be a contract.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import IntEnum
 from typing import Literal
 
 from .doc_links import rule_doc_url
@@ -15,7 +16,27 @@ from .doc_links import rule_doc_url
 Severity = Literal["info", "warn", "stop"]
 Status = Literal["ok", "warn", "stop", "no-data"]
 
-SEVERITY_RANK: dict[str, int] = {"ok": 0, "info": 0, "no-data": -1, "warn": 1, "stop": 2}
+
+
+class Level(IntEnum):
+    """The one order of severities and statuses: ``ok = info < warn < stop``. An ``info`` finding never changes a
+    status; a status that is neither ``warn`` nor ``stop`` (``ok``, ``no-data``) ranks as ``ok``."""
+
+    OK = 0
+    INFO = 0  # an alias of OK: the same rank
+    WARN = 1
+    STOP = 2
+
+    @classmethod
+    def of(cls, name: str) -> Level:
+        """The level of a severity or status name; anything else ranks as ``ok``."""
+        return cls(SEVERITY_RANK.get(name, 0))
+
+
+#: Rank of each severity and status name, from ``Level`` (plain ints: they go into checkpoints and logged metrics).
+SEVERITY_RANK: dict[str, int] = {name.lower(): int(level) for name, level in Level.__members__.items()}
+#: The status name of each rank: ``STATUSES[rank]``.
+STATUSES: tuple[str, ...] = tuple(level.name.lower() for level in Level)
 
 
 @dataclass

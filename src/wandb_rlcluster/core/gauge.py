@@ -12,9 +12,10 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from .findings import SEVERITY_RANK, Finding, Severity
+from .findings import SEVERITY_RANK, STATUSES, Finding, Severity
 from .keys import Row
 from .sanity import RANGES, ranges_for
 from .sanity import RULE as RANGE_RULE
@@ -23,7 +24,25 @@ from .sequential import arl_for
 from .stats import is_finite
 from .text import clean_text, did_you_mean
 
-Message = str | Callable[[], str]
+Message = str | Callable[..., str]  # a lambda whose defaults bind the values it formats
+
+
+@dataclass(slots=True)
+class Hold:
+    """One rule's state: the rows it has been active (``held``), whether it fires, the quiet rows since it fired, and
+    its severity's rank. Checkpointed as ``[held, firing, quiet, rank]`` (``to_list`` / ``from_list``)."""
+
+    held: int = 0
+    firing: bool = False
+    quiet: int = 0
+    rank: int = 0
+
+    def to_list(self) -> list[int]:
+        return [self.held, int(self.firing), self.quiet, self.rank]
+
+    @classmethod
+    def from_list(cls, v: list[Any]) -> Hold:
+        return cls(int(v[0]), bool(v[1]), int(v[2]), int(v[3]))
 
 
 class Gauge:
@@ -50,8 +69,7 @@ class Gauge:
         self.step = 0
         self.worst: str = "ok"
         self.note = ""
-        # rule -> [consecutive_true, firing (0/1), consecutive_false, severity_rank]
-        self._rules: dict[str, list[int]] = {}
+        self._rules: dict[str, Hold] = {}
         #: rule -> (rows it waits for, the gauge's row count, metric, value, message) while a warn rule is active and
         #: building up to its hold (dropped on its first quiet row): the end-of-stream report
         self._building: dict[str, tuple[int, int, str, float | None, Message]] = {}
@@ -224,14 +242,14 @@ class Gauge:
         The rule's state is left as it was: it did not fire on a row."""
         for rule, (need, seen, metric, value, message) in self._building.items():
             st = self._rules[rule]  # only warn rules are kept here, from their active rows
-            if st[1] or seen != self.rows_seen or st[0] < BUILDING_SHARE * need:
+            if st.firing or seen != self.rows_seen or st.held < BUILDING_SHARE * need:
                 continue
             try:  # the text of the last row it held on; the end of a run must not fail on one message
                 text = message() if callable(message) else message
             except Exception:  # noqa: BLE001
                 text = rule
             self._out.append(Finding(self.id, rule, "info", self.step, metric, value,
-                                     f"{BUILDING_PREFIX}{st[0]} of {need} rows when the log ended (a warning "
+                                     f"{BUILDING_PREFIX}{st.held} of {need} rows when the log ended (a warning "
                                      f"needs all {need}): {text}"))
 
     def check(
@@ -254,19 +272,19 @@ class Gauge:
         already spans a share of the run (it does not test more often in a longer run)."""
         st = self._rules.get(rule)
         if not active:  # most calls: a quiet rule that was quiet on its last row too has nothing to update
-            if st is None or not (st[0] or st[1]):
+            if st is None or not (st.held or st.firing):
                 return False
         elif st is None:
-            st = self._rules[rule] = [0, 0, 0, SEVERITY_RANK[severity]]
+            st = self._rules[rule] = Hold(rank=SEVERITY_RANK[severity])
         longer = self._long > 1.0 and long_hold and for_ >= PERSIST_MIN_FOR and severity == "warn"
         if active:
-            st[0] += 1
-            st[2] = 0
+            st.held += 1
+            st.quiet = 0
             need = self.hold(for_, severity, longer)
-            if not st[1] and st[0] < need and severity == "warn":
+            if not st.firing and st.held < need and severity == "warn":
                 self._building[rule] = (need, self.rows_seen, metric, value, message)
-            if not st[1] and st[0] >= need:
-                st[1] = 1
+            if not st.firing and st.held >= need:
+                st.firing = True
                 self._nfiring += 1
                 text = message() if callable(message) else message
                 finding = Finding(self.id, rule, severity, self.step, metric, value, text)
@@ -278,18 +296,18 @@ class Gauge:
         else:
             if self._building:
                 self._building.pop(rule, None)
-            if longer and st[0] > 0 and not st[1]:
-                st[0] -= 1  # a long run: one quiet row does not undo the rows that held
+            if longer and st.held > 0 and not st.firing:
+                st.held -= 1  # a long run: one quiet row does not undo the rows that held
             else:
-                st[0] = 0
-            if st[1]:
-                st[2] += 1
-                if st[2] >= clear:
-                    st[1] = 0
+                st.held = 0
+            if st.firing:
+                st.quiet += 1
+                if st.quiet >= clear:
+                    st.firing = False
                     self._nfiring -= 1
                     if self.bus is not None:
                         self.bus.append((self.row_index, self.bus_pos, self.id, rule, None))
-        return bool(st[1])
+        return st.firing
 
     def warn_rows(self, n: int) -> int:
         """A warn rule's own row count (one a gauge keeps by hand and then checks with ``for_=1``), ``warn_sooner``
@@ -304,7 +322,7 @@ class Gauge:
     def held(self, rule: str) -> int:
         """How many rows ``rule`` has been active (its hold count): for a message that says how long it held."""
         st = self._rules.get(rule)
-        return st[0] if st is not None else 0
+        return st.held if st is not None else 0
 
     def hold(self, for_: int, severity: Severity, longer: bool) -> int:
         """The rows a rule held ``for_`` must be active before it fires in this run: shorter in a short run,
@@ -321,7 +339,7 @@ class Gauge:
     def firing(self) -> list[str]:
         if not self._nfiring:
             return []
-        return [r for r, st in self._rules.items() if st[1]]
+        return [r for r, st in self._rules.items() if st.firing]
 
     @property
     def status(self) -> str:
@@ -330,8 +348,8 @@ class Gauge:
             return "no-data"
         if not self._nfiring:
             return "ok"
-        rank = max((st[3] for st in self._rules.values() if st[1]), default=0)
-        return {0: "ok", 1: "warn", 2: "stop"}[rank]
+        rank = max((st.rank for st in self._rules.values() if st.firing), default=0)
+        return STATUSES[rank]
 
     def compute(self) -> dict[str, float]:
         return dict(self.derived)
@@ -361,6 +379,8 @@ class Gauge:
                 continue
             if hasattr(v, "state_dict"):
                 out[k] = {"__state__": v.state_dict()}
+            elif k == "_rules":
+                out[k] = {rule: st.to_list() for rule, st in v.items()}
             elif isinstance(v, (int, float, str, bool, type(None))):
                 out[k] = v
             elif isinstance(v, dict):
@@ -371,12 +391,14 @@ class Gauge:
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         for k, v in state.items():
-            cur = getattr(self, k, None)
+            cur: Any = getattr(self, k, None)
             if isinstance(v, dict) and "__state__" in v and hasattr(cur, "load_state_dict"):
                 cur.load_state_dict(v["__state__"])
+            elif k == "_rules":
+                self._rules = {str(rule): Hold.from_list(st) for rule, st in v.items()}
             elif not hasattr(cur, "load_state_dict"):
                 setattr(self, k, v)
-        self._nfiring = sum(1 for st in self._rules.values() if st[1])
+        self._nfiring = sum(1 for st in self._rules.values() if st.firing)
 
 
 SHORT_RUN_ROWS = 100

@@ -187,7 +187,7 @@ def to_float(value: object) -> float | None:
     if t is bool:
         return 1.0 if value else 0.0
     if t is str:
-        s = value.strip().lower()  # type: ignore[union-attr]
+        s = value.strip().lower()  # type: ignore[attr-defined]
         if s in ("nan", "+nan", "-nan"):
             return math.nan
         if s in ("inf", "+inf", "infinity", "+infinity"):
@@ -414,13 +414,13 @@ class Normalizer:
         return {"last_step": self.last_step, "offset": self.offset, "count": self.count,
                 "restarts": list(self.restarts), "raw_last": self._raw_last}
 
-    def load_state_dict(self, state: Mapping[str, object]) -> None:
-        self.last_step = int(state.get("last_step", 0))  # type: ignore[arg-type]
-        self.offset = int(state.get("offset", 0))  # type: ignore[arg-type]
-        self.count = int(state.get("count", 0))  # type: ignore[arg-type]
-        self.restarts = [int(x) for x in state.get("restarts", [])]  # type: ignore[union-attr]
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.last_step = int(state.get("last_step", 0))
+        self.offset = int(state.get("offset", 0))
+        self.count = int(state.get("count", 0))
+        self.restarts = [int(x) for x in state.get("restarts", [])]
         raw_last = state.get("raw_last")
-        self._raw_last = float(raw_last) if raw_last is not None else None  # type: ignore[arg-type]
+        self._raw_last = float(raw_last) if raw_last is not None else None
 
 
 def _row_kind(keys: Iterable[str]) -> str:

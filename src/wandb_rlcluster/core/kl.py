@@ -245,7 +245,7 @@ class KLGauge(Gauge):
         before = max(self.spikes_seen - count, 0)  # a checkpoint from before the rate was kept has none
         rows_before = max(n - w - self.spike_from, 0)
         lam = w * (before + 0.5) / (rows_before + 100.0)  # half a spike per 100 rows a priori
-        return poisson_tail(count, lam) < p["spike_repeat_p"]
+        return bool(poisson_tail(count, lam) < p["spike_repeat_p"])
 
     def _past_warn(self, kl: float) -> bool:
         """The warn line's sequential evidence (issue #28): a one-sided CUSUM of (kl - warn) / noise (the robust

@@ -800,7 +800,7 @@ class RewardGauge(Gauge):
             return False
         fall = gold_then - gold_now
         unexplained = fall - cp.beta * (comps_then[m] - cp.ep[m])
-        return unexplained < lim * se and fall < self.p["gold_stall_se"] * se
+        return bool(unexplained < lim * se and fall < self.p["gold_stall_se"] * se)
 
     def _components(self, v: Mapping[str, float]) -> None:
         """Without gold: one reward function carrying the whole rise, or pinned at its ceiling, the others flat."""

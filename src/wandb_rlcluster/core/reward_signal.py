@@ -105,7 +105,7 @@ class RewardSignalGauge(Gauge):
         if std is not None and finite(std):
             d["reward_std"] = std
         has_frac = f is not None and finite(f)
-        if has_frac:
+        if has_frac and f is not None:
             ze = self.zero.push(f)
             d["frac_zero_std"] = f
             d["frac_zero_std_ewma"] = ze

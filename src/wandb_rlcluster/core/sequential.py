@@ -21,6 +21,7 @@ Pure Python, O(1) per row, checkpointable like the rest of ``core.stats``.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 BASE_ARL = 2000.0
 """Rows to a false alarm per warn test on stationary noise: a 2,000-row healthy run sees about one per test at
@@ -285,8 +286,8 @@ class MultiCusum:
     def state_dict(self) -> dict[str, object]:
         return {"charts": [c.state_dict() for c in self.charts]}
 
-    def load_state_dict(self, state: dict[str, object]) -> None:
-        for c, s in zip(self.charts, state.get("charts", []), strict=False):  # type: ignore[arg-type]
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for c, s in zip(self.charts, state.get("charts", []), strict=False):
             c.load_state_dict(s)
 
 

@@ -13,6 +13,7 @@ import math
 from collections import deque
 from collections.abc import Iterable
 from operator import mul
+from typing import Any
 
 from .sequential import Ar1, ar1_var_factor, ewma_var_factor
 
@@ -128,14 +129,14 @@ class RollingWindow:
         return {"size": self.size, "buf": list(self.buf), "sum": self._sum, "sumsq": self._sumsq,
                 "pushes": self._pushes, "robust": list(self._robust), "robust_at": self._robust_at}
 
-    def load_state_dict(self, state: dict[str, object]) -> None:
-        self.__init__(int(state.get("size", self.size)))  # type: ignore[misc, arg-type]
-        for v in state.get("buf", []):  # type: ignore[union-attr]
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.__init__(int(state.get("size", self.size)))  # type: ignore[misc]
+        for v in state.get("buf", []):
             self.push(float(v))
         if "pushes" in state:  # checkpoints written before these keys existed resume from the values alone
-            self._sum, self._sumsq = float(state["sum"]), float(state["sumsq"])  # type: ignore[arg-type]
-            self._pushes, self._robust_at = int(state["pushes"]), int(state["robust_at"])  # type: ignore[arg-type]
-            med, mad = state["robust"]  # type: ignore[misc]
+            self._sum, self._sumsq = float(state["sum"]), float(state["sumsq"])
+            self._pushes, self._robust_at = int(state["pushes"]), int(state["robust_at"])
+            med, mad = state["robust"]
             self._robust = (float(med), float(mad))
 
 
@@ -248,10 +249,10 @@ class Baseline:
     def state_dict(self) -> dict[str, object]:
         return {"size": self.size, "vals": list(self._vals), "value": self.value}
 
-    def load_state_dict(self, state: dict[str, object]) -> None:
-        self.size = int(state["size"])  # type: ignore[arg-type]
-        self._vals = [float(v) for v in state["vals"]]  # type: ignore[union-attr]
-        self.value = float(state["value"])  # type: ignore[arg-type]
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.size = int(state["size"])
+        self._vals = [float(v) for v in state["vals"]]
+        self.value = float(state["value"])
 
 
 class StepGaps:
@@ -438,12 +439,12 @@ class RollingCorrelation:
         return {"size": self.size, "pts": [list(p) for p in self.pts],
                 "sums": [self.sx, self.sy, self.sxx, self.syy, self.sxy]}
 
-    def load_state_dict(self, state: dict[str, object]) -> None:
-        self.__init__(int(state.get("size", self.size)))  # type: ignore[misc, arg-type]
-        for x, y in state.get("pts", []):  # type: ignore[union-attr]
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.__init__(int(state.get("size", self.size)))  # type: ignore[misc]
+        for x, y in state.get("pts", []):
             self.push(float(x), float(y))
         if "sums" in state:  # the exact running sums (re-pushing gives them a few ulps off)
-            self.sx, self.sy, self.sxx, self.syy, self.sxy = (float(v) for v in state["sums"])  # type: ignore[union-attr]
+            self.sx, self.sy, self.sxx, self.syy, self.sxy = (float(v) for v in state["sums"])
 
 
 #: A rolling least-squares slope is the same running sums; one class serves both.
@@ -514,12 +515,12 @@ class DiffNoise:
     def state_dict(self) -> dict[str, object]:
         return {"last": self.last, "win": self.win.state_dict(), "ar1": self.ar1.state_dict()}
 
-    def load_state_dict(self, state: dict[str, object]) -> None:
-        self.last = float(state.get("last", math.nan))  # type: ignore[arg-type]
-        self.win.load_state_dict(state.get("win", {}))  # type: ignore[arg-type]
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.last = float(state.get("last", math.nan))
+        self.win.load_state_dict(state.get("win", {}))
         self.ar1 = Ar1(clip=4.0)
         if "ar1" in state:
-            self.ar1.load_state_dict(state["ar1"])  # type: ignore[arg-type]
+            self.ar1.load_state_dict(state["ar1"])
 
 
 _MEDIAN_VAR = math.pi / 2.0
@@ -589,10 +590,10 @@ class ShiftDetector:
         return {k: getattr(self, k) for k in self.__slots__ if k not in ("resid", "clip")} | {
             "resid": self.resid.state_dict()}
 
-    def load_state_dict(self, state: dict[str, object]) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         for k in self.__slots__:
             if k == "resid":
-                self.resid.load_state_dict(state.get("resid", {}))  # type: ignore[arg-type]
+                self.resid.load_state_dict(state.get("resid", {}))
             elif k in state and k != "clip":
                 setattr(self, k, state[k])
 
@@ -629,10 +630,10 @@ class HalfRunTrend:
     def state_dict(self) -> dict[str, object]:
         return {"n": self.n, "cur": self.cur.state_dict(), "prev": self.prev.state_dict()}
 
-    def load_state_dict(self, state: dict[str, object]) -> None:
-        self.n = int(state["n"])  # type: ignore[call-overload]
-        self.cur.load_state_dict(state["cur"])  # type: ignore[arg-type]
-        self.prev.load_state_dict(state["prev"])  # type: ignore[arg-type]
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.n = int(state["n"])
+        self.cur.load_state_dict(state["cur"])
+        self.prev.load_state_dict(state["prev"])
 
 
 class OctaveMean:
@@ -662,11 +663,11 @@ class OctaveMean:
     def state_dict(self) -> dict[str, object]:
         return {"n": self.n, "sum": self._sum, "count": self._count, "value": self.value}
 
-    def load_state_dict(self, state: dict[str, object]) -> None:
-        self.n = int(state["n"])  # type: ignore[call-overload]
-        self._sum = float(state["sum"])  # type: ignore[arg-type]
-        self._count = int(state["count"])  # type: ignore[call-overload]
-        self.value = float(state["value"])  # type: ignore[arg-type]
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.n = int(state["n"])
+        self._sum = float(state["sum"])
+        self._count = int(state["count"])
+        self.value = float(state["value"])
 
 
 class ScaleRef:
@@ -704,11 +705,11 @@ class ScaleRef:
     def state_dict(self) -> dict[str, object]:
         return {"oct": self.oct.state_dict(), "cum": [self.cum_sum, self.cum_n, self.cum], "warmup": self.warmup}
 
-    def load_state_dict(self, state: dict[str, object]) -> None:
-        self.oct.load_state_dict(state["oct"])  # type: ignore[arg-type]
-        cs, cn, cm = state["cum"]  # type: ignore[misc]
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.oct.load_state_dict(state["oct"])
+        cs, cn, cm = state["cum"]
         self.cum_sum, self.cum_n, self.cum = float(cs), int(cn), float(cm)
-        self.warmup = int(state.get("warmup", self.warmup))  # type: ignore[call-overload]
+        self.warmup = int(state.get("warmup", self.warmup))
 
 
 class NoiseCusum:
@@ -761,11 +762,11 @@ class NoiseCusum:
         return {"prev": list(self.prev), "win": self.win.state_dict(), "ref": self.ref.state_dict(), "s": self.s,
                 "ratio": self.ratio}
 
-    def load_state_dict(self, state: dict[str, object]) -> None:
-        self.prev = [float(v) for v in state.get("prev", [])]  # type: ignore[union-attr]
-        self.win.load_state_dict(state.get("win", {}))  # type: ignore[arg-type]
-        self.ref.load_state_dict(state["ref"])  # type: ignore[arg-type]
-        self.s, self.ratio = float(state["s"]), float(state["ratio"])  # type: ignore[arg-type]
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.prev = [float(v) for v in state.get("prev", [])]
+        self.win.load_state_dict(state.get("win", {}))
+        self.ref.load_state_dict(state["ref"])
+        self.s, self.ratio = float(state["s"]), float(state["ratio"])
 
 
 def step_skew(values: Iterable[float]) -> float:
@@ -780,7 +781,8 @@ def step_skew(values: Iterable[float]) -> float:
     var = sum((x - m) ** 2 for x in steps) / n
     if var <= 0.0:
         return 0.0
-    return sum((x - m) ** 3 for x in steps) / n / var**1.5
+    skew: float = sum((x - m) ** 3 for x in steps) / n / var**1.5
+    return skew
 
 
 class PeriodicFit:
@@ -847,12 +849,12 @@ class PeriodicFit:
     def state_dict(self) -> dict[str, object]:
         return {"size": self.size, "buf": list(self.buf)}
 
-    def load_state_dict(self, state: dict[str, object]) -> None:
-        size = int(state.get("size", self.size))  # type: ignore[call-overload]
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        size = int(state.get("size", self.size))
         if size != self.size:
             self.__init__(size)  # type: ignore[misc]
         self.buf.clear()
-        for v in state.get("buf", []):  # type: ignore[union-attr]
+        for v in state.get("buf", []):
             self.buf.append(float(v))
 
 

@@ -584,7 +584,7 @@ class CrashReporter:
             self._close_pipe()
 
     def _main_position(self) -> tuple[int, int, int] | None:
-        frame = sys._current_frames().get(self._main)
+        frame = sys._current_frames().get(self._main) if self._main is not None else None
         if frame is None:
             return None
         try:

@@ -263,9 +263,9 @@ def history_row(record: Any) -> dict[str, object]:
 def load_record_class() -> Any:
     try:
         from wandb.proto import wandb_internal_pb2
-    except Exception as exc:  # ImportError, or wandb's own protobuf-version ImportError
+    except Exception as exc:  # noqa: BLE001 - ImportError, or wandb's own protobuf-version ImportError
         raise WandbReadError(f"cannot import wandb's protobuf classes: {exc}") from None
-    return wandb_internal_pb2.Record
+    return wandb_internal_pb2.Record  # type: ignore[attr-defined]  # generated: no stub lists it
 
 
 def _apply_record(run: OfflineRun, config: _Updates, summary: _Updates, record: Any) -> None:
@@ -340,7 +340,7 @@ def _start_time(run_file: Path) -> float | None:
                 return record.run.start_time.seconds + record.run.start_time.nanos / 1e9
             if i >= 8:
                 break
-    except Exception:  # unreadable or foreign: fall back to the mtime
+    except Exception:  # noqa: BLE001 - unreadable or foreign: fall back to the mtime
         return None
     return None
 
@@ -428,7 +428,7 @@ def read_offline_run(path: str | os.PathLike[str]) -> OfflineRun:
         try:
             record.ParseFromString(payload)
             _apply_record(run, config, summary, record)
-        except Exception:  # a record wandb's own parser rejects, or one with an unexpected shape
+        except Exception:  # noqa: BLE001 - a record wandb's own parser rejects, or one with an unexpected shape
             skipped += 1
     run.config, run.summary = config.build(), summary.build()
     run.skipped = skipped + scanner.skipped

@@ -13,7 +13,7 @@ import logging
 logger = logging.getLogger("wandb_rlcluster")
 
 
-def _dist():  # noqa: ANN202 - returns the torch.distributed module or None
+def _dist():
     try:
         import torch.distributed as dist
     except ImportError:  # pragma: no cover - torch is always there with transformers

@@ -263,7 +263,7 @@ class EfficiencyMeter:
             try:
                 free, total = torch.cuda.mem_get_info()
                 out["efficiency/mem_frac"] = 1.0 - free / total
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - a probe is optional: skip it
                 pass
             if self.util_ok:
                 try:
@@ -284,7 +284,7 @@ def _rss_gb() -> float | None:
 
             _PROCESS = psutil.Process(os.getpid())
         return _PROCESS.memory_info().rss / 1e9
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - psutil missing or the process gone: no reading
         return None
 
 
