@@ -337,12 +337,13 @@ CATALOG: tuple[Rule, ...] = (
        "a jump, not the slow trend: the policy found something", "if length or KL jumped with it, read samples",
        "none", ""),
     _r("reward", "reward-shift-down", "reward: CUSUM residuals; EWMA vs its peak",
-       "CUSUM past `shift_h`, or a fall of `drop_share` of the gain held `drop_for` rows",
-       ("shift_h", "drop_share", "drop_sigma", "drop_for"), "the policy lost something it had",
+       "CUSUM past `shift_h` (a score held at its ceiling: only once it gave back `ceiling_drop_share` of the "
+       "run's gain), or a fall of `drop_share` of the gain held `drop_for` rows",
+       ("shift_h", "ceiling_drop_share", "drop_share", "drop_sigma", "drop_for"), "the policy lost something it had",
        "check KL, entropy and samples at that step", "none", ""),
     _r("reward", "reward-volatile",
        "row-to-row reward changes clipped at 4 robust sigmas, in reward_std units (a [0, 1] reward without it: its "
-       "binomial noise; DPO: margin noise / level)",
+       "binomial noise, rows at a success rate under 5 % or over 95 % not measured; DPO: margin noise / level)",
        "a CUSUM for the noise rising `volatile_ratio(_rl)` x over `volatile_tol` x its previous octave (each row's "
        "z^2 clipped at 9), threshold from `volatile_arl`, while the windowed noise ratio is past the same line",
        ("volatile_ratio_rl", "volatile_ratio", "volatile_tol", "volatile_arl", "volatile_warmup_rl"),
@@ -508,20 +509,23 @@ CATALOG: tuple[Rule, ...] = (
        "length normalisation or a brevity penalty",
        _LEN_DEV, POST),
     _r("length", "length-shrank", "slow EWMA of mean length vs the baseline, with the reward's progress",
-       "as length-grew, downwards, while the reward is not improving now, and fallen by `shrink_now` of the baseline "
-       "(and `significance` errors) over the same last 45 rows: a length that fell while the reward climbed and now "
-       "holds is a concise policy", ("drift", "significance", "drift_for", "shrink_now"),
+       "as length-grew, downwards, while the reward is not improving now nor held at its ceiling (`saturated_level`), "
+       "and fallen by `shrink_now` of the baseline (and `significance` errors) over the same last 45 rows: a length "
+       "that fell while the reward climbed and now holds is a concise policy",
+       ("drift", "significance", "drift_for", "shrink_now", "saturated_level"),
        "short answers are safer for the policy", "check the reward for penalties it avoids by saying less",
        "Length steadily decreasing: The model is learning that short responses are safer.", POST),
-    _r("length", "length-shorter-concise", "as length-shrank", "the same fall while the reward improves (info)",
+    _r("length", "length-shorter-concise", "as length-shrank",
+       "the same fall while the reward improves or holds at its ceiling (info)",
        ("drift", "significance", "drift_for"), "the model is getting more concise", "read a few samples", "none", ""),
     _r("length", "length-trend-up", "mean length trend over `trend_rows` and its projection to the planned end",
        "t >= `trend_t` and on course for `trend_target` (or past `trend_min`), held `trend_for`",
        ("trend_t", "trend_target", "trend_now", "trend_min", "trend_for"), "a length bias is being learned",
        "length normalisation or a brevity penalty",
        "Length steadily increasing: The model is learning that verbosity is rewarded.", POST),
-    _r("length", "length-trend-down", "as length-trend-up, on a log scale", "the same, falling, reward not improving",
-       ("trend_t", "trend_target", "trend_min", "trend_for"), "the model learns to say less",
+    _r("length", "length-trend-down", "as length-trend-up, on a log scale",
+       "the same, falling, reward not improving nor held at its ceiling (`saturated_level`)",
+       ("trend_t", "trend_target", "trend_min", "trend_for", "saturated_level"), "the model learns to say less",
        "check which penalty it avoids",
        "Length steadily decreasing: The model is learning that short responses are safer.", POST),
     _r("length", "length-variance-collapse", "within-batch spread (max - min) / mean vs its start",

@@ -38,6 +38,10 @@ TEACHER_MARKS = ("distill", "teacher")
 distils from a teacher: its KL term (verl's reference *is* the teacher there) is the distance to that teacher."""
 TEACHER_SCAN_ROWS = 10
 """The rows ``to: auto`` reads the keys on before it settles on a KL to the reference."""
+TEACHER_COST_RATIO = 2.0
+"""A reference whose log-prob pass costs this many times the policy's own over the same batch (verl's
+``timing_s/ref`` vs ``timing_s/old_log_prob``) is a larger model than the policy: with a KL already past the warn line
+at the first step it is a teacher, not a copy of the initial policy."""
 
 _ARL: dict[int, float] = {}
 """``arl_for(warn_sooner)`` by ``warn_sooner``: kl-warn's test reads it on every row."""
@@ -112,6 +116,7 @@ class KLGauge(Gauge):
         # distillation), or "" while `to: auto` is still reading the keys
         self.target = "" if self.p["to"] == "auto" else str(self.p["to"])
         self.teacher_key = ""
+        self.teacher_evidence = ""  # what said "teacher" without a key naming one (the first step's KL and cost)
 
     def applies(self) -> bool:
         return self.family not in ("dpo", "orpo", "sft", "reward", "kto")
@@ -139,7 +144,7 @@ class KLGauge(Gauge):
         d = self.derived
         n = self.rows_seen
         if not self.target:
-            self._read_target(v)
+            self._read_target(v, kl, row.step)
         if self.target == "teacher":
             self._teacher(key, kl)
             return
@@ -210,11 +215,21 @@ class KLGauge(Gauge):
                         "policy is not moving away from the reference (beta too high, LR too low, or the reference is "
                         "updated with the policy).") if pinned else "", for_=20, clear=10)
 
-    def _read_target(self, v: Mapping[str, float]) -> None:
-        """``to: auto``: a KL beside distillation keys is a KL to a teacher; none in the first rows, the reference."""
+    def _read_target(self, v: Mapping[str, float], kl: float, step: float) -> None:
+        """``to: auto``: a KL beside distillation keys is a KL to a teacher; so is one past the warn line at the run's
+        first step, before any update, measured to a reference that costs `TEACHER_COST_RATIO` times the policy to
+        score (a larger model: distillation configured through the reference alone names no teacher in its keys);
+        neither in the first rows, the reference."""
         self.teacher_key = next((k for k in v if any(m in k.lower() for m in TEACHER_MARKS)), "")
         if self.teacher_key:
             self.target = "teacher"
+            return
+        ref_t, own_t = v.get("ref_logprob_time"), v.get("policy_logprob_time")
+        if (not len(self.win) and step <= 1 and kl > self.p["warn"] and ref_t is not None and own_t is not None
+                and finite(ref_t) and finite(own_t) and own_t > 0 and ref_t >= TEACHER_COST_RATIO * own_t):
+            self.target = "teacher"
+            self.teacher_evidence = (f"a KL of {kl:.3g} at step {step:g}, before any update, to a reference that took "
+                                     f"{ref_t / own_t:.1f}x the policy's time to score the same batch (a larger model)")
         elif self.rows_seen >= TEACHER_SCAN_ROWS:
             self.target = "reference"
 
@@ -227,7 +242,8 @@ class KLGauge(Gauge):
         d["to_teacher"] = 1.0  # read by the shipped alert rules: the reference's lines are not this KL's
         e = self.ewma.push(kl)
         d["kl_ewma"] = e
-        why = f"the key {self.teacher_key}" if self.teacher_key else "your configuration (kl: to: teacher)"
+        why = (f"the key {self.teacher_key}" if self.teacher_key else self.teacher_evidence
+               or "your configuration (kl: to: teacher)")
         self.note = f"KL to a teacher (on-policy distillation, from {why}), not to the reference"
         above = kl > self.p["warn"]
         self.check("kl-to-teacher", above, "info", key, kl,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 
+from .bounded import RewardLevel
 from .gauge import Gauge, finite
 from .keys import Row
 from .reward_progress import RewardProgress
@@ -62,7 +63,8 @@ class LengthGauge(Gauge):
                 "baseline_rows": 10, "drift_for": 5, "trend_rows": 60, "trend_t": 5.0, "trend_min": 0.25,
                 "trend_target": 0.45, "trend_now": 0.15, "drift_sd": 1.0,
                 "trend_for": 3, "gap": 0.1, "baseline_mean": 0.0, "baseline_std": 0.0, "batch_completions": 0,
-                "gold": [], "significance": 4.0, "shrink_now": 0.1, **ROLLOUT_DEFAULTS["length"]}
+                "gold": [], "significance": 4.0, "shrink_now": 0.1, "saturated_level": 0.8,
+                **ROLLOUT_DEFAULTS["length"]}
 
     def setup(self) -> None:
         p = self.p
@@ -78,6 +80,7 @@ class LengthGauge(Gauge):
         self.spread_log = Ewma(0.2)  # in log space: a collapse (10x down in a few rows) shows twice as fast
         self.trend = RollingCorrelation(p["trend_rows"])
         self.progress = RewardProgress(p["gold"])
+        self.level = RewardLevel()  # the task score as a success rate: at its ceiling, a shorter answer loses nothing
         self.len_rows = 0
         self.recent_len = RollingWindow(45)  # the smoothed length over the rows RewardProgress reads "now" on
         self.len_noise = DiffNoise(20)
@@ -102,6 +105,8 @@ class LengthGauge(Gauge):
         p = self.p
         d = self.derived
         self.progress.push(v)
+        gold = next((v[k] for k in self.progress.gold_keys if k in v), None)  # verl's critic/score beside its reward
+        self.level.push(gold if gold is not None else v.get("reward", v.get("objective/scores")))
         L = v.get("completions/mean_length")
         c = v.get("completions/clipped_ratio")
         if L is not None and finite(L) and L >= 0:
@@ -162,6 +167,14 @@ class LengthGauge(Gauge):
                        lambda: "no completion ends with an EOS token: every sample is truncated, so the reward "
                        "model scores unfinished text (check the stop token / generation config).", for_=10)
 
+    def _improving_or_solved(self) -> bool:
+        """The reward still improving now, or the task score held at its ceiling (smoothed level at or above
+        ``saturated_level``): answers getting shorter on a solved task is the policy saying the same right answer in
+        fewer tokens, not learning that short answers dodge a penalty (a score at its ceiling has none left to dodge).
+        A collapse to half the length still warns (``length-collapse``) whatever the score."""
+        sat = self.level.smooth
+        return (sat == sat and sat >= self.p["saturated_level"]) or self.progress.improving(now=True)
+
     def _drift(self, L: float, ratio: float, b: float, slow: float) -> None:
         """Mean change vs the baseline (the post's > 30 %) and a steady trend, both with the reward as context."""
         p = self.p
@@ -170,7 +183,7 @@ class LengthGauge(Gauge):
         # the reward's context and the trend's t-statistic only where a rule could use them (they cost a row)
         lo = min(p["trend_now"], p["drift"])
         moved = abs(pct) >= (_as_fall(lo) if pct < 0 else lo)  # a fall's lines are read on a log scale (below)
-        improving = self.progress.improving(now=True) if moved and pct < 0 else True
+        improving = self._improving_or_solved() if moved and pct < 0 else True
         # a slope's t-statistic over autocorrelated rows overstates itself by ar1_inflation(rho): deflated
         t = self.trend.t_stat() / ar1_inflation(self.len_noise.rho) if moved and self.trend.full else 0.0
         d["length_trend_t"] = t
@@ -202,8 +215,8 @@ class LengthGauge(Gauge):
                    for_=p["drift_for"], clear=10)
         concise = past and pct < 0 and improving
         self.check("length-shorter-concise", concise, "info", "completions/mean_length", L,
-                   (lambda: f"mean length is {pct:+.0%} vs the baseline while the reward keeps improving: the model "
-                    "is getting more concise. Usually healthy; read a few samples to be sure nothing is cut.")
+                   (lambda: f"mean length is {pct:+.0%} vs the baseline while the reward keeps improving (or holds "
+                    "at its ceiling): the model is getting more concise. Usually healthy; read a few samples to be sure nothing is cut.")
                    if concise else "",
                    for_=p["drift_for"], clear=10)
         # A steady trend, early: where the slope of the last `trend_rows` rows takes the mean by the end of the run
@@ -256,6 +269,9 @@ class LengthGauge(Gauge):
         se = self.spread_ewma.push(spread)
         sl = math.exp(self.spread_log.push(math.log(max(spread, 1e-3))))
         self.spread_noise.push(spread)
+        # every row from the first: its baseline is the run's first rows, as the spread's (read from the rows after
+        # the spread's baseline, it was whatever ten rows followed them)
+        log_grew = self._log_spread_grew(mn, mx, 1 + p["variance_change"])
         sb = self.spread_base.value
         if sb != sb or sb <= 1e-3:
             return
@@ -292,7 +308,6 @@ class LengthGauge(Gauge):
         vc = p["variance_change"]
         # a milder narrowing: the reward having risen over the run is enough to call it sharpening
         narrower = significant and var_ratio < 1 - vc and not collapsed and not self.progress.improving()
-        log_grew = self._log_spread_grew(mn, mx, 1 + vc)  # every row: its statistics must not skip rows
         # (max - min) / mean also grows when only the mean falls: answers getting shorter under a max pinned at the
         # cap leave the range in tokens where it was, and the shape has not widened
         lb = self.base.value
