@@ -431,7 +431,9 @@ CATALOG: tuple[Rule, ...] = (
        ("start_rows", "warn"), "the reference is not the initial policy, or sampling and scoring differ",
        "check the reference model, temperature and chat template", "none", ""),
     _r("kl", "kl-to-teacher", "kl / verl actor/kl_loss beside a key naming distill or teacher (verl "
-       "actor/distillation/*, distill_loss, teacher_kl) in the first rows, or `to: teacher`",
+       "actor/distillation/*, distill_loss, teacher_kl) in the first rows; or past `warn` at step 1, before any "
+       "update, to a reference whose log-prob pass costs 2x the policy's (verl timing_s/ref vs timing_s/old_log_prob: "
+       "a larger model); or `to: teacher`",
        "above the warn line (info, once); kl-warn, kl-stop, kl-high-at-start and kl-near-zero do not apply",
        ("to", "warn"), "the KL is to a teacher (on-policy distillation): high from the start by design, it falls as "
        "the student learns", "nothing; watch that it falls", "none", "",
@@ -504,28 +506,29 @@ CATALOG: tuple[Rule, ...] = (
        ("collapse", "for"), "terse collapse", "check for a reward that punishes length",
        "baseline ratio < 0.5 or > 2.0", INSTRUMENTS),
     _r("length", "length-grew", "slow EWMA of mean length vs the baseline",
-       "past `drift` by its own noise and `significance` standard errors, held `drift_for`",
+       "past `drift` by its own noise and `significance` standard errors, held `drift_for`; not in a run that distils "
+       "while its KL to the teacher is below its start (kl-to-teacher: the student's length follows its teacher's)",
        ("drift", "drift_sd", "significance", "drift_for"), "verbosity pays",
        "length normalisation or a brevity penalty",
        _LEN_DEV, POST),
     _r("length", "length-shrank", "slow EWMA of mean length vs the baseline, with the reward's progress",
-       "as length-grew, downwards, while the reward is not improving now nor held at its ceiling (`saturated_level`), "
-       "and fallen by `shrink_now` of the baseline (and `significance` errors) over the same last 45 rows: a length "
-       "that fell while the reward climbed and now holds is a concise policy",
-       ("drift", "significance", "drift_for", "shrink_now", "saturated_level"),
+       "as length-grew, downwards, while the reward is not improving now, and fallen by `shrink_now` of the baseline "
+       "(and `significance` errors) over the same last 45 rows: a length that fell while the reward climbed and now "
+       "holds is a concise policy", ("drift", "significance", "drift_for", "shrink_now"),
        "short answers are safer for the policy", "check the reward for penalties it avoids by saying less",
        "Length steadily decreasing: The model is learning that short responses are safer.", POST),
-    _r("length", "length-shorter-concise", "as length-shrank",
-       "the same fall while the reward improves or holds at its ceiling (info)",
+    _r("length", "length-shorter-concise", "as length-shrank", "the same fall while the reward improves (info)",
        ("drift", "significance", "drift_for"), "the model is getting more concise", "read a few samples", "none", ""),
     _r("length", "length-trend-up", "mean length trend over `trend_rows` and its projection to the planned end",
-       "t >= `trend_t` and on course for `trend_target` (or past `trend_min`), held `trend_for`",
+       "t >= `trend_t` and on course for `trend_target` (or past `trend_min`), held `trend_for`; not in a run that "
+       "distils while its KL to the teacher is below its start (as length-grew)",
        ("trend_t", "trend_target", "trend_now", "trend_min", "trend_for"), "a length bias is being learned",
        "length normalisation or a brevity penalty",
        "Length steadily increasing: The model is learning that verbosity is rewarded.", POST),
     _r("length", "length-trend-down", "as length-trend-up, on a log scale",
-       "the same, falling, reward not improving nor held at its ceiling (`saturated_level`)",
-       ("trend_t", "trend_target", "trend_min", "trend_for", "saturated_level"), "the model learns to say less",
+       "the same, falling, reward not improving now, and fallen by `shrink_now` of the baseline over the last 45 rows "
+       "(as length-shrank: a length that fell while the reward climbed and now creeps is a concise policy at rest)",
+       ("trend_t", "trend_target", "trend_min", "trend_for", "shrink_now"), "the model learns to say less",
        "check which penalty it avoids",
        "Length steadily decreasing: The model is learning that short responses are safer.", POST),
     _r("length", "length-variance-collapse", "within-batch spread (max - min) / mean vs its start",

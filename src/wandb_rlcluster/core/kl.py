@@ -43,6 +43,57 @@ TEACHER_COST_RATIO = 2.0
 ``timing_s/ref`` vs ``timing_s/old_log_prob``) is a larger model than the policy: with a KL already past the warn line
 at the first step it is a teacher, not a copy of the initial policy."""
 
+
+
+class TeacherReading:
+    """``to: auto``: is the run's KL measured to a teacher (on-policy distillation) or to the reference?
+
+    A key naming a teacher (`TEACHER_MARKS`) in the first rows says so; so does a KL past the warn line at the run's
+    first step, before any update, to a reference that costs `TEACHER_COST_RATIO` times the policy to score (a larger
+    model: distillation configured through the reference alone names no teacher in its keys). Neither in the first
+    `TEACHER_SCAN_ROWS` rows: the reference. The KL gauge judges the KL by it; the length gauge reads a length that
+    follows the teacher by it."""
+
+    __slots__ = ("target", "key", "evidence", "warn", "kl_rows")
+
+    def __init__(self, warn: float, target: str = "") -> None:
+        self.target = target  # "teacher", "reference", or "" while still reading
+        self.key = ""  # the key that named a teacher
+        self.evidence = ""  # what said "teacher" without such a key
+        self.warn = warn
+        self.kl_rows = 0
+
+    def push(self, v: Mapping[str, float], kl: float, step: float, rows_seen: int) -> str:
+        """Read one row with a KL (``rows_seen``: the gauge's train rows so far); returns the target so far."""
+        if self.target:
+            return self.target
+        self.kl_rows += 1
+        self.key = next((k for k in v if any(m in k.lower() for m in TEACHER_MARKS)), "")
+        ref_t, own_t = v.get("ref_logprob_time"), v.get("policy_logprob_time")
+        if self.key:
+            self.target = "teacher"
+        elif (self.kl_rows == 1 and step <= 1 and kl > self.warn and ref_t is not None and own_t is not None
+              and finite(ref_t) and finite(own_t) and own_t > 0 and ref_t >= TEACHER_COST_RATIO * own_t):
+            self.target = "teacher"
+            self.evidence = (f"a KL of {kl:.3g} at step {step:g}, before any update, to a reference that took "
+                             f"{ref_t / own_t:.1f}x the policy's time to score the same batch (a larger model)")
+        elif rows_seen >= TEACHER_SCAN_ROWS:
+            self.target = "reference"
+        return self.target
+
+    def why(self) -> str:
+        """What says the run distils, for a message."""
+        return f"the key {self.key}" if self.key else self.evidence or "your configuration (kl: to: teacher)"
+
+    def state_dict(self) -> dict[str, object]:
+        return {k: getattr(self, k) for k in self.__slots__}
+
+    def load_state_dict(self, state: Mapping[str, object]) -> None:
+        for k in self.__slots__:
+            if k in state:
+                setattr(self, k, state[k])
+
+
 _ARL: dict[int, float] = {}
 """``arl_for(warn_sooner)`` by ``warn_sooner``: kl-warn's test reads it on every row."""
 
@@ -113,10 +164,8 @@ class KLGauge(Gauge):
         self.start_checked = False
         self.note = ""
         # what the KL is measured to: "reference" (the initial policy; the post's lines), "teacher" (on-policy
-        # distillation), or "" while `to: auto` is still reading the keys
-        self.target = "" if self.p["to"] == "auto" else str(self.p["to"])
-        self.teacher_key = ""
-        self.teacher_evidence = ""  # what said "teacher" without a key naming one (the first step's KL and cost)
+        # distillation), or "" while `to: auto` is still reading the first rows
+        self.reading = TeacherReading(self.p["warn"], "" if self.p["to"] == "auto" else str(self.p["to"]))
 
     def applies(self) -> bool:
         return self.family not in ("dpo", "orpo", "sft", "reward", "kto")
@@ -143,9 +192,7 @@ class KLGauge(Gauge):
         p = self.p
         d = self.derived
         n = self.rows_seen
-        if not self.target:
-            self._read_target(v, kl, row.step)
-        if self.target == "teacher":
+        if self.reading.push(v, kl, row.step, self.rows_seen) == "teacher":
             self._teacher(key, kl)
             return
         d["to_teacher"] = 0.0  # the shipped kl-warn/kl-stop alert rules read it (a missing value would silence them)
@@ -215,24 +262,6 @@ class KLGauge(Gauge):
                         "policy is not moving away from the reference (beta too high, LR too low, or the reference is "
                         "updated with the policy).") if pinned else "", for_=20, clear=10)
 
-    def _read_target(self, v: Mapping[str, float], kl: float, step: float) -> None:
-        """``to: auto``: a KL beside distillation keys is a KL to a teacher; so is one past the warn line at the run's
-        first step, before any update, measured to a reference that costs `TEACHER_COST_RATIO` times the policy to
-        score (a larger model: distillation configured through the reference alone names no teacher in its keys);
-        neither in the first rows, the reference."""
-        self.teacher_key = next((k for k in v if any(m in k.lower() for m in TEACHER_MARKS)), "")
-        if self.teacher_key:
-            self.target = "teacher"
-            return
-        ref_t, own_t = v.get("ref_logprob_time"), v.get("policy_logprob_time")
-        if (not len(self.win) and step <= 1 and kl > self.p["warn"] and ref_t is not None and own_t is not None
-                and finite(ref_t) and finite(own_t) and own_t > 0 and ref_t >= TEACHER_COST_RATIO * own_t):
-            self.target = "teacher"
-            self.teacher_evidence = (f"a KL of {kl:.3g} at step {step:g}, before any update, to a reference that took "
-                                     f"{ref_t / own_t:.1f}x the policy's time to score the same batch (a larger model)")
-        elif self.rows_seen >= TEACHER_SCAN_ROWS:
-            self.target = "reference"
-
     def _teacher(self, key: str, kl: float) -> None:
         """A KL to a teacher: large from the first step by design (the student is not the teacher yet) and falling as
         it learns, so the reference's lines (drifting away, high at the start, pinned at 0) mean nothing: it is said
@@ -242,8 +271,7 @@ class KLGauge(Gauge):
         d["to_teacher"] = 1.0  # read by the shipped alert rules: the reference's lines are not this KL's
         e = self.ewma.push(kl)
         d["kl_ewma"] = e
-        why = (f"the key {self.teacher_key}" if self.teacher_key else self.teacher_evidence
-               or "your configuration (kl: to: teacher)")
+        why = self.reading.why()
         self.note = f"KL to a teacher (on-policy distillation, from {why}), not to the reference"
         above = kl > self.p["warn"]
         self.check("kl-to-teacher", above, "info", key, kl,

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import math
 
-from .bounded import RewardLevel
 from .gauge import Gauge, finite
 from .keys import Row
+from .kl import KLGauge, TeacherReading
 from .reward_progress import RewardProgress
 from .rollouts import ROLLOUT_DEFAULTS, ROLLOUT_OUTPUTS, length_rules
 from .sequential import ar1_inflation
@@ -63,8 +63,7 @@ class LengthGauge(Gauge):
                 "baseline_rows": 10, "drift_for": 5, "trend_rows": 60, "trend_t": 5.0, "trend_min": 0.25,
                 "trend_target": 0.45, "trend_now": 0.15, "drift_sd": 1.0,
                 "trend_for": 3, "gap": 0.1, "baseline_mean": 0.0, "baseline_std": 0.0, "batch_completions": 0,
-                "gold": [], "significance": 4.0, "shrink_now": 0.1, "saturated_level": 0.8,
-                **ROLLOUT_DEFAULTS["length"]}
+                "gold": [], "significance": 4.0, "shrink_now": 0.1, **ROLLOUT_DEFAULTS["length"]}
 
     def setup(self) -> None:
         p = self.p
@@ -80,7 +79,10 @@ class LengthGauge(Gauge):
         self.spread_log = Ewma(0.2)  # in log space: a collapse (10x down in a few rows) shows twice as fast
         self.trend = RollingCorrelation(p["trend_rows"])
         self.progress = RewardProgress(p["gold"])
-        self.level = RewardLevel()  # the task score as a success rate: at its ceiling, a shorter answer loses nothing
+        # a run that distils: is the KL to its teacher below where it started (the student nearer the teacher)?
+        self.teacher = TeacherReading({**KLGauge.defaults, **KLGauge.family_defaults.get(self.family, {})}["warn"])
+        self.teacher_kl_start = Baseline(KLGauge.defaults["start_rows"])
+        self.teacher_kl = Ewma(0.2)
         self.len_rows = 0
         self.recent_len = RollingWindow(45)  # the smoothed length over the rows RewardProgress reads "now" on
         self.len_noise = DiffNoise(20)
@@ -105,8 +107,10 @@ class LengthGauge(Gauge):
         p = self.p
         d = self.derived
         self.progress.push(v)
-        gold = next((v[k] for k in self.progress.gold_keys if k in v), None)  # verl's critic/score beside its reward
-        self.level.push(gold if gold is not None else v.get("reward", v.get("objective/scores")))
+        kl = v.get("objective/kl", v.get("kl"))
+        if kl is not None and finite(kl) and self.teacher.push(v, kl, row.step, self.rows_seen) == "teacher":
+            self.teacher_kl_start.push(kl)
+            self.teacher_kl.push(kl)
         L = v.get("completions/mean_length")
         c = v.get("completions/clipped_ratio")
         if L is not None and finite(L) and L >= 0:
@@ -167,13 +171,12 @@ class LengthGauge(Gauge):
                        lambda: "no completion ends with an EOS token: every sample is truncated, so the reward "
                        "model scores unfinished text (check the stop token / generation config).", for_=10)
 
-    def _improving_or_solved(self) -> bool:
-        """The reward still improving now, or the task score held at its ceiling (smoothed level at or above
-        ``saturated_level``): answers getting shorter on a solved task is the policy saying the same right answer in
-        fewer tokens, not learning that short answers dodge a penalty (a score at its ceiling has none left to dodge).
-        A collapse to half the length still warns (``length-collapse``) whatever the score."""
-        sat = self.level.smooth
-        return (sat == sat and sat >= self.p["saturated_level"]) or self.progress.improving(now=True)
+    def _follows_teacher(self) -> bool:
+        """The run distils (``TeacherReading``) and its KL to the teacher is below where it started: a length that grew
+        meanwhile brought the student nearer its teacher (a long-reasoning teacher writes long), where a length bias
+        in the reward would have taken it away."""
+        start = self.teacher_kl_start.value
+        return self.teacher.target == "teacher" and start == start and self.teacher_kl.mean < start
 
     def _drift(self, L: float, ratio: float, b: float, slow: float) -> None:
         """Mean change vs the baseline (the post's > 30 %) and a steady trend, both with the reward as context."""
@@ -183,7 +186,7 @@ class LengthGauge(Gauge):
         # the reward's context and the trend's t-statistic only where a rule could use them (they cost a row)
         lo = min(p["trend_now"], p["drift"])
         moved = abs(pct) >= (_as_fall(lo) if pct < 0 else lo)  # a fall's lines are read on a log scale (below)
-        improving = self._improving_or_solved() if moved and pct < 0 else True
+        improving = self.progress.improving(now=True) if moved and pct < 0 else True
         # a slope's t-statistic over autocorrelated rows overstates itself by ar1_inflation(rho): deflated
         t = self.trend.t_stat() / ar1_inflation(self.len_noise.rho) if moved and self.trend.full else 0.0
         d["length_trend_t"] = t
@@ -196,7 +199,7 @@ class LengthGauge(Gauge):
         # a 30 % change
         past = abs(pct) - (p["drift_sd"] * sd / b if sd < math.inf else 0.0) > p["drift"]
         # message closures only for a rule that holds this row (a quiet rule never reads one)
-        grew = past and pct > 0
+        grew = past and pct > 0 and not self._follows_teacher()
         self.check("length-grew", grew, "warn", "completions/mean_length", L,
                    (lambda: f"mean length is {pct:+.0%} vs the baseline ({b:.0f} -> {slow:.0f} tokens), past the "
                     f"{p['drift']:.0%} that deserves a look: the model is learning that verbosity pays. Check the "
@@ -215,8 +218,8 @@ class LengthGauge(Gauge):
                    for_=p["drift_for"], clear=10)
         concise = past and pct < 0 and improving
         self.check("length-shorter-concise", concise, "info", "completions/mean_length", L,
-                   (lambda: f"mean length is {pct:+.0%} vs the baseline while the reward keeps improving (or holds "
-                    "at its ceiling): the model is getting more concise. Usually healthy; read a few samples to be sure nothing is cut.")
+                   (lambda: f"mean length is {pct:+.0%} vs the baseline while the reward keeps improving: the model "
+                    "is getting more concise. Usually healthy; read a few samples to be sure nothing is cut.")
                    if concise else "",
                    for_=p["drift_for"], clear=10)
         # A steady trend, early: where the slope of the last `trend_rows` rows takes the mean by the end of the run
@@ -239,8 +242,10 @@ class LengthGauge(Gauge):
             tgt, now, least = _as_fall(tgt), _as_fall(now), _as_fall(least)
         far = (abs(projected) >= tgt and abs(pct) >= now) or abs(pct) >= least
         steady = self.trend.full and abs(t) >= p["trend_t"] and far and pct * t > 0
-        up = steady and t > 0
-        down = steady and t < 0 and not improving
+        up = steady and t > 0 and not self._follows_teacher()
+        # as length-shrank: a length that fell while the reward climbed and now creeps down beside a reward that holds
+        # is a concise policy at rest; the steady fall must also show over the last 45 rows
+        down = steady and t < 0 and not improving and fell_now
         where = ""
         if up or down:  # the projection's wording only for a message that may be read
             course = f"{projected:+.0%}" if projected < 9.0 else "more than 10x the baseline"
