@@ -192,8 +192,14 @@ class KLGauge(Gauge):
         p = self.p
         d = self.derived
         n = self.rows_seen
+        # to a teacher, the reference's lines (warn, stop, high at the start, pinned at 0) do not apply; the rules
+        # read against the KL's own course do: a student running away from its teacher is as much a warning as a
+        # policy running away from its reference
         if self.reading.push(v, kl, row.step, self.rows_seen) == "teacher":
-            self._teacher(key, kl)
+            e = self._teacher(key, kl)
+            self.slope.push(row.step, kl)
+            d["kl_slope"] = self.slope.slope()
+            self._relative(key, kl, e, n)
             return
         d["to_teacher"] = 0.0  # the shipped kl-warn/kl-stop alert rules read it (a missing value would silence them)
         d["kl"] = kl
@@ -214,6 +220,30 @@ class KLGauge(Gauge):
                     "far from the reference. Watch whether reward still improves; consider a larger beta.")
                    if above else "",
                    for_=1 if self._past_warn(kl) and above else p["for"], clear=p["clear"])
+        self._relative(key, kl, e, n)
+        self.start.push(kl)
+        if self.start.ready and not self.start_checked:
+            self.start_checked = True
+            s = self.start.value
+            self.check("kl-high-at-start", s > p["warn"], "warn", key, s,
+                       lambda: f"{key} is already {s:.3g} in the first {p['start_rows']} logged steps, before the "
+                       "policy has had time to move: the reference model is not the initial policy, or "
+                       "generation settings (temperature, chat template) differ between sampling and scoring.")
+        if self.rows_seen >= p["near_zero_rows"]:
+            med, spread = self.win.robust()
+            # pinned at 0, not an estimator scattered around it: a per-sequence estimate that goes negative half the
+            # time (RLOO, PPO) has a median near 0 while the policy moves slowly; its spread says it is measuring
+            pinned = abs(med) < p["near_zero"] and spread < NEAR_ZERO_SPREAD * p["near_zero"]
+            self.check("kl-near-zero", pinned, "warn", key, kl,
+                       (lambda: f"{key} has stayed ~0 (median {med:.2g}) for {self.rows_seen} logged steps: the "
+                        "policy is not moving away from the reference (beta too high, LR too low, or the reference is "
+                        "updated with the policy).") if pinned else "", for_=20, clear=10)
+
+    def _relative(self, key: str, kl: float, e: float, n: int) -> None:
+        """The rules read against the KL's own course, whatever it is measured to: negative on average, growing,
+        noisy, spiking."""
+        p = self.p
+        d = self.derived
         below = e < p["negative"]
         self.check("kl-negative", below, "warn", key, kl,
                    (lambda: f"{key} is negative on average ({e:.3g}): the estimator is being fed mismatched "
@@ -244,25 +274,8 @@ class KLGauge(Gauge):
                         f"(now {kl:.3g}): the spikes repeat, so the updates are unstable, not one odd batch. Lower "
                         "the learning rate or raise beta.") if repeated else "", clear=p["spike_repeat_rows"] // 5)
         self.win.push(kl)
-        self.start.push(kl)
-        if self.start.ready and not self.start_checked:
-            self.start_checked = True
-            s = self.start.value
-            self.check("kl-high-at-start", s > p["warn"], "warn", key, s,
-                       lambda: f"{key} is already {s:.3g} in the first {p['start_rows']} logged steps, before the "
-                       "policy has had time to move: the reference model is not the initial policy, or "
-                       "generation settings (temperature, chat template) differ between sampling and scoring.")
-        if self.rows_seen >= p["near_zero_rows"]:
-            med, spread = self.win.robust()
-            # pinned at 0, not an estimator scattered around it: a per-sequence estimate that goes negative half the
-            # time (RLOO, PPO) has a median near 0 while the policy moves slowly; its spread says it is measuring
-            pinned = abs(med) < p["near_zero"] and spread < NEAR_ZERO_SPREAD * p["near_zero"]
-            self.check("kl-near-zero", pinned, "warn", key, kl,
-                       (lambda: f"{key} has stayed ~0 (median {med:.2g}) for {self.rows_seen} logged steps: the "
-                        "policy is not moving away from the reference (beta too high, LR too low, or the reference is "
-                        "updated with the policy).") if pinned else "", for_=20, clear=10)
 
-    def _teacher(self, key: str, kl: float) -> None:
+    def _teacher(self, key: str, kl: float) -> float:
         """A KL to a teacher: large from the first step by design (the student is not the teacher yet) and falling as
         it learns, so the reference's lines (drifting away, high at the start, pinned at 0) mean nothing: it is said
         once (info)."""
@@ -279,6 +292,7 @@ class KLGauge(Gauge):
                     "design and should fall as the student learns, so the reference's lines (0.5 warn, 1.0 stop) do "
                     "not apply; what matters is that it falls.") if above
                    else "", clear=10**9)
+        return e
 
     def _spikes_stand_out(self, count: int, n: int) -> bool:
         """More spikes in the window than the run's own spike rate before it explains (Poisson tail below
