@@ -438,6 +438,12 @@ CATALOG: tuple[Rule, ...] = (
        ("to", "warn"), "the KL is to a teacher (on-policy distillation): high from the start by design, it falls as "
        "the student learns", "nothing; watch that it falls", "none", "",
        origin="the post's lines measure drift from the reference (the initial policy); a teacher is another model"),
+    _r("kl", "kl-teacher-diverging", "a KL to a teacher (kl-to-teacher): its EWMA vs its first `start_rows` rows",
+       "above `stop` / `warn` (2x) times its start, held `for`",
+       ("stop", "warn", "start_rows", "for"), "the student is moving away from the teacher it distils",
+       "stop; check the learning rate, the reward's weight against the KL term and the samples", "none", "",
+       origin="the reference's stop line is twice its warn line; a teacher's KL is read from where the student "
+       "started"),
     _r("kl", "kl-near-zero", "median and spread of KL over the window after `near_zero_rows` rows",
        "|median| below `near_zero` and its spread pinned too (under 10x it: not an estimate scattered around 0), "
        "held 20",

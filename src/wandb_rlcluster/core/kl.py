@@ -292,6 +292,18 @@ class KLGauge(Gauge):
                     "design and should fall as the student learns, so the reference's lines (0.5 warn, 1.0 stop) do "
                     "not apply; what matters is that it falls.") if above
                    else "", clear=10**9)
+        # the teacher's stop line, read from where the student started: twice as far from the teacher as the untrained
+        # student was (the reference's stop is twice its warn line) is distillation going backwards
+        p = self.p
+        self.start.push(kl)
+        s0 = self.start.value
+        ratio = p["stop"] / p["warn"]
+        away = s0 == s0 and s0 > 0 and e > ratio * s0
+        self.check("kl-teacher-diverging", away, "stop", key, kl,
+                   (lambda: f"{key} {e:.3g} is {e / s0:.1f}x its start ({s0:.3g}), a KL to the teacher: the student is "
+                    "moving away from the model it distils, not towards it. Stop; check the learning rate, the "
+                    "reward's weight against the KL term and the samples.") if away else "",
+                   for_=p["for"], clear=p["clear"])
         return e
 
     def _spikes_stand_out(self, count: int, n: int) -> bool:
