@@ -337,12 +337,13 @@ CATALOG: tuple[Rule, ...] = (
        "a jump, not the slow trend: the policy found something", "if length or KL jumped with it, read samples",
        "none", ""),
     _r("reward", "reward-shift-down", "reward: CUSUM residuals; EWMA vs its peak",
-       "CUSUM past `shift_h`, or a fall of `drop_share` of the gain held `drop_for` rows",
-       ("shift_h", "drop_share", "drop_sigma", "drop_for"), "the policy lost something it had",
+       "CUSUM past `shift_h` (a score held at its ceiling: only once it gave back `ceiling_drop_share` of the "
+       "run's gain), or a fall of `drop_share` of the gain held `drop_for` rows",
+       ("shift_h", "ceiling_drop_share", "drop_share", "drop_sigma", "drop_for"), "the policy lost something it had",
        "check KL, entropy and samples at that step", "none", ""),
     _r("reward", "reward-volatile",
        "row-to-row reward changes clipped at 4 robust sigmas, in reward_std units (a [0, 1] reward without it: its "
-       "binomial noise; DPO: margin noise / level)",
+       "binomial noise, rows at a success rate under 5 % or over 95 % not measured; DPO: margin noise / level)",
        "a CUSUM for the noise rising `volatile_ratio(_rl)` x over `volatile_tol` x its previous octave (each row's "
        "z^2 clipped at 9), threshold from `volatile_arl`, while the windowed noise ratio is past the same line",
        ("volatile_ratio_rl", "volatile_ratio", "volatile_tol", "volatile_arl", "volatile_warmup_rl"),
@@ -438,11 +439,19 @@ CATALOG: tuple[Rule, ...] = (
        ("start_rows", "warn"), "the reference is not the initial policy, or sampling and scoring differ",
        "check the reference model, temperature and chat template", "none", ""),
     _r("kl", "kl-to-teacher", "kl / verl actor/kl_loss beside a key naming distill or teacher (verl "
-       "actor/distillation/*, distill_loss, teacher_kl) in the first rows, or `to: teacher`",
+       "actor/distillation/*, distill_loss, teacher_kl) in the first rows; or past `warn` at step 1, before any "
+       "update, to a reference whose log-prob pass costs 2x the policy's (verl timing_s/ref vs timing_s/old_log_prob: "
+       "a larger model); or `to: teacher`",
        "above the warn line (info, once); kl-warn, kl-stop, kl-high-at-start and kl-near-zero do not apply",
        ("to", "warn"), "the KL is to a teacher (on-policy distillation): high from the start by design, it falls as "
        "the student learns", "nothing; watch that it falls", "none", "",
        origin="the post's lines measure drift from the reference (the initial policy); a teacher is another model"),
+    _r("kl", "kl-teacher-diverging", "a KL to a teacher (kl-to-teacher): its EWMA vs its first `start_rows` rows",
+       "above `stop` / `warn` (2x) times its start, held `for`",
+       ("stop", "warn", "start_rows", "for"), "the student is moving away from the teacher it distils",
+       "stop; check the learning rate, the reward's weight against the KL term and the samples", "none", "",
+       origin="the reference's stop line is twice its warn line; a teacher's KL is read from where the student "
+       "started"),
     _r("kl", "kl-near-zero", "median and spread of KL over the window after `near_zero_rows` rows",
        "|median| below `near_zero` and its spread pinned too (under 10x it: not an estimate scattered around 0), "
        "held 20",
@@ -511,7 +520,8 @@ CATALOG: tuple[Rule, ...] = (
        ("collapse", "for"), "terse collapse", "check for a reward that punishes length",
        "baseline ratio < 0.5 or > 2.0", INSTRUMENTS),
     _r("length", "length-grew", "slow EWMA of mean length vs the baseline",
-       "past `drift` by its own noise and `significance` standard errors, held `drift_for`",
+       "past `drift` by its own noise and `significance` standard errors, held `drift_for`; not in a run that distils "
+       "while its KL to the teacher is below its start (kl-to-teacher: the student's length follows its teacher's)",
        ("drift", "drift_sd", "significance", "drift_for"), "verbosity pays",
        "length normalisation or a brevity penalty",
        _LEN_DEV, POST),
@@ -524,12 +534,15 @@ CATALOG: tuple[Rule, ...] = (
     _r("length", "length-shorter-concise", "as length-shrank", "the same fall while the reward improves (info)",
        ("drift", "significance", "drift_for"), "the model is getting more concise", "read a few samples", "none", ""),
     _r("length", "length-trend-up", "mean length trend over `trend_rows` and its projection to the planned end",
-       "t >= `trend_t` and on course for `trend_target` (or past `trend_min`), held `trend_for`",
+       "t >= `trend_t` and on course for `trend_target` (or past `trend_min`), held `trend_for`; not in a run that "
+       "distils while its KL to the teacher is below its start (as length-grew)",
        ("trend_t", "trend_target", "trend_now", "trend_min", "trend_for"), "a length bias is being learned",
        "length normalisation or a brevity penalty",
        "Length steadily increasing: The model is learning that verbosity is rewarded.", POST),
-    _r("length", "length-trend-down", "as length-trend-up, on a log scale", "the same, falling, reward not improving",
-       ("trend_t", "trend_target", "trend_min", "trend_for"), "the model learns to say less",
+    _r("length", "length-trend-down", "as length-trend-up, on a log scale",
+       "the same, falling, reward not improving now, and fallen by `shrink_now` of the baseline over the last 45 rows "
+       "(as length-shrank: a length that fell while the reward climbed and now creeps is a concise policy at rest)",
+       ("trend_t", "trend_target", "trend_min", "trend_for", "shrink_now"), "the model learns to say less",
        "check which penalty it avoids",
        "Length steadily decreasing: The model is learning that short responses are safer.", POST),
     _r("length", "length-variance-collapse", "within-batch spread (max - min) / mean vs its start",

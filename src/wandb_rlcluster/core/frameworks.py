@@ -99,6 +99,9 @@ _VERL_ALIASES: dict[str, str | None] = {
     "response_length/clip_ratio": "completions/clipped_ratio",
     "timing_s/step": "step_time",
     "timing/step": "step_time",
+    # the reference's log-prob pass and the policy's own, over the same batch: their ratio is the models' cost ratio
+    "timing_s/ref": "ref_logprob_time",
+    "timing_s/old_log_prob": "policy_logprob_time",
     "perf/throughput": "efficiency/tokens_per_s",
     "training/global_step": "step",
     "training/epoch": "epoch",

@@ -38,6 +38,61 @@ TEACHER_MARKS = ("distill", "teacher")
 distils from a teacher: its KL term (verl's reference *is* the teacher there) is the distance to that teacher."""
 TEACHER_SCAN_ROWS = 10
 """The rows ``to: auto`` reads the keys on before it settles on a KL to the reference."""
+TEACHER_COST_RATIO = 2.0
+"""A reference whose log-prob pass costs this many times the policy's own over the same batch (verl's
+``timing_s/ref`` vs ``timing_s/old_log_prob``) is a larger model than the policy: with a KL already past the warn line
+at the first step it is a teacher, not a copy of the initial policy."""
+
+
+
+class TeacherReading:
+    """``to: auto``: is the run's KL measured to a teacher (on-policy distillation) or to the reference?
+
+    A key naming a teacher (`TEACHER_MARKS`) in the first rows says so; so does a KL past the warn line at the run's
+    first step, before any update, to a reference that costs `TEACHER_COST_RATIO` times the policy to score (a larger
+    model: distillation configured through the reference alone names no teacher in its keys). Neither in the first
+    `TEACHER_SCAN_ROWS` rows: the reference. The KL gauge judges the KL by it; the length gauge reads a length that
+    follows the teacher by it."""
+
+    __slots__ = ("target", "key", "evidence", "warn", "kl_rows")
+
+    def __init__(self, warn: float, target: str = "") -> None:
+        self.target = target  # "teacher", "reference", or "" while still reading
+        self.key = ""  # the key that named a teacher
+        self.evidence = ""  # what said "teacher" without such a key
+        self.warn = warn
+        self.kl_rows = 0
+
+    def push(self, v: Mapping[str, float], kl: float, step: float, rows_seen: int) -> str:
+        """Read one row with a KL (``rows_seen``: the gauge's train rows so far); returns the target so far."""
+        if self.target:
+            return self.target
+        self.kl_rows += 1
+        self.key = next((k for k in v if any(m in k.lower() for m in TEACHER_MARKS)), "")
+        ref_t, own_t = v.get("ref_logprob_time"), v.get("policy_logprob_time")
+        if self.key:
+            self.target = "teacher"
+        elif (self.kl_rows == 1 and step <= 1 and kl > self.warn and ref_t is not None and own_t is not None
+              and finite(ref_t) and finite(own_t) and own_t > 0 and ref_t >= TEACHER_COST_RATIO * own_t):
+            self.target = "teacher"
+            self.evidence = (f"a KL of {kl:.3g} at step {step:g}, before any update, to a reference that took "
+                             f"{ref_t / own_t:.1f}x the policy's time to score the same batch (a larger model)")
+        elif rows_seen >= TEACHER_SCAN_ROWS:
+            self.target = "reference"
+        return self.target
+
+    def why(self) -> str:
+        """What says the run distils, for a message."""
+        return f"the key {self.key}" if self.key else self.evidence or "your configuration (kl: to: teacher)"
+
+    def state_dict(self) -> dict[str, object]:
+        return {k: getattr(self, k) for k in self.__slots__}
+
+    def load_state_dict(self, state: Mapping[str, object]) -> None:
+        for k in self.__slots__:
+            if k in state:
+                setattr(self, k, state[k])
+
 
 _ARL: dict[int, float] = {}
 """``arl_for(warn_sooner)`` by ``warn_sooner``: kl-warn's test reads it on every row."""
@@ -109,9 +164,8 @@ class KLGauge(Gauge):
         self.start_checked = False
         self.note = ""
         # what the KL is measured to: "reference" (the initial policy; the post's lines), "teacher" (on-policy
-        # distillation), or "" while `to: auto` is still reading the keys
-        self.target = "" if self.p["to"] == "auto" else str(self.p["to"])
-        self.teacher_key = ""
+        # distillation), or "" while `to: auto` is still reading the first rows
+        self.reading = TeacherReading(self.p["warn"], "" if self.p["to"] == "auto" else str(self.p["to"]))
 
     def applies(self) -> bool:
         return self.family not in ("dpo", "orpo", "sft", "reward", "kto")
@@ -138,10 +192,14 @@ class KLGauge(Gauge):
         p = self.p
         d = self.derived
         n = self.rows_seen
-        if not self.target:
-            self._read_target(v)
-        if self.target == "teacher":
-            self._teacher(key, kl)
+        # to a teacher, the reference's lines (warn, stop, high at the start, pinned at 0) do not apply; the rules
+        # read against the KL's own course do: a student running away from its teacher is as much a warning as a
+        # policy running away from its reference
+        if self.reading.push(v, kl, row.step, self.rows_seen) == "teacher":
+            e = self._teacher(key, kl)
+            self.slope.push(row.step, kl)
+            d["kl_slope"] = self.slope.slope()
+            self._relative(key, kl, e, n)
             return
         d["to_teacher"] = 0.0  # the shipped kl-warn/kl-stop alert rules read it (a missing value would silence them)
         d["kl"] = kl
@@ -162,6 +220,30 @@ class KLGauge(Gauge):
                     "far from the reference. Watch whether reward still improves; consider a larger beta.")
                    if above else "",
                    for_=1 if self._past_warn(kl) and above else p["for"], clear=p["clear"])
+        self._relative(key, kl, e, n)
+        self.start.push(kl)
+        if self.start.ready and not self.start_checked:
+            self.start_checked = True
+            s = self.start.value
+            self.check("kl-high-at-start", s > p["warn"], "warn", key, s,
+                       lambda: f"{key} is already {s:.3g} in the first {p['start_rows']} logged steps, before the "
+                       "policy has had time to move: the reference model is not the initial policy, or "
+                       "generation settings (temperature, chat template) differ between sampling and scoring.")
+        if self.rows_seen >= p["near_zero_rows"]:
+            med, spread = self.win.robust()
+            # pinned at 0, not an estimator scattered around it: a per-sequence estimate that goes negative half the
+            # time (RLOO, PPO) has a median near 0 while the policy moves slowly; its spread says it is measuring
+            pinned = abs(med) < p["near_zero"] and spread < NEAR_ZERO_SPREAD * p["near_zero"]
+            self.check("kl-near-zero", pinned, "warn", key, kl,
+                       (lambda: f"{key} has stayed ~0 (median {med:.2g}) for {self.rows_seen} logged steps: the "
+                        "policy is not moving away from the reference (beta too high, LR too low, or the reference is "
+                        "updated with the policy).") if pinned else "", for_=20, clear=10)
+
+    def _relative(self, key: str, kl: float, e: float, n: int) -> None:
+        """The rules read against the KL's own course, whatever it is measured to: negative on average, growing,
+        noisy, spiking."""
+        p = self.p
+        d = self.derived
         below = e < p["negative"]
         self.check("kl-negative", below, "warn", key, kl,
                    (lambda: f"{key} is negative on average ({e:.3g}): the estimator is being fed mismatched "
@@ -192,33 +274,8 @@ class KLGauge(Gauge):
                         f"(now {kl:.3g}): the spikes repeat, so the updates are unstable, not one odd batch. Lower "
                         "the learning rate or raise beta.") if repeated else "", clear=p["spike_repeat_rows"] // 5)
         self.win.push(kl)
-        self.start.push(kl)
-        if self.start.ready and not self.start_checked:
-            self.start_checked = True
-            s = self.start.value
-            self.check("kl-high-at-start", s > p["warn"], "warn", key, s,
-                       lambda: f"{key} is already {s:.3g} in the first {p['start_rows']} logged steps, before the "
-                       "policy has had time to move: the reference model is not the initial policy, or "
-                       "generation settings (temperature, chat template) differ between sampling and scoring.")
-        if self.rows_seen >= p["near_zero_rows"]:
-            med, spread = self.win.robust()
-            # pinned at 0, not an estimator scattered around it: a per-sequence estimate that goes negative half the
-            # time (RLOO, PPO) has a median near 0 while the policy moves slowly; its spread says it is measuring
-            pinned = abs(med) < p["near_zero"] and spread < NEAR_ZERO_SPREAD * p["near_zero"]
-            self.check("kl-near-zero", pinned, "warn", key, kl,
-                       (lambda: f"{key} has stayed ~0 (median {med:.2g}) for {self.rows_seen} logged steps: the "
-                        "policy is not moving away from the reference (beta too high, LR too low, or the reference is "
-                        "updated with the policy).") if pinned else "", for_=20, clear=10)
 
-    def _read_target(self, v: Mapping[str, float]) -> None:
-        """``to: auto``: a KL beside distillation keys is a KL to a teacher; none in the first rows, the reference."""
-        self.teacher_key = next((k for k in v if any(m in k.lower() for m in TEACHER_MARKS)), "")
-        if self.teacher_key:
-            self.target = "teacher"
-        elif self.rows_seen >= TEACHER_SCAN_ROWS:
-            self.target = "reference"
-
-    def _teacher(self, key: str, kl: float) -> None:
+    def _teacher(self, key: str, kl: float) -> float:
         """A KL to a teacher: large from the first step by design (the student is not the teacher yet) and falling as
         it learns, so the reference's lines (drifting away, high at the start, pinned at 0) mean nothing: it is said
         once (info)."""
@@ -227,7 +284,7 @@ class KLGauge(Gauge):
         d["to_teacher"] = 1.0  # read by the shipped alert rules: the reference's lines are not this KL's
         e = self.ewma.push(kl)
         d["kl_ewma"] = e
-        why = f"the key {self.teacher_key}" if self.teacher_key else "your configuration (kl: to: teacher)"
+        why = self.reading.why()
         self.note = f"KL to a teacher (on-policy distillation, from {why}), not to the reference"
         above = kl > self.p["warn"]
         self.check("kl-to-teacher", above, "info", key, kl,
@@ -235,6 +292,19 @@ class KLGauge(Gauge):
                     "design and should fall as the student learns, so the reference's lines (0.5 warn, 1.0 stop) do "
                     "not apply; what matters is that it falls.") if above
                    else "", clear=10**9)
+        # the teacher's stop line, read from where the student started: twice as far from the teacher as the untrained
+        # student was (the reference's stop is twice its warn line) is distillation going backwards
+        p = self.p
+        self.start.push(kl)
+        s0 = self.start.value
+        ratio = p["stop"] / p["warn"]
+        away = s0 == s0 and s0 > 0 and e > ratio * s0
+        self.check("kl-teacher-diverging", away, "stop", key, kl,
+                   (lambda: f"{key} {e:.3g} is {e / s0:.1f}x its start ({s0:.3g}), a KL to the teacher: the student is "
+                    "moving away from the model it distils, not towards it. Stop; check the learning rate, the "
+                    "reward's weight against the KL term and the samples.") if away else "",
+                   for_=p["for"], clear=p["clear"])
+        return e
 
     def _spikes_stand_out(self, count: int, n: int) -> bool:
         """More spikes in the window than the run's own spike rate before it explains (Poisson tail below

@@ -11,6 +11,7 @@ import math
 
 from .gauge import Gauge, finite
 from .keys import Row
+from .kl import KLGauge, TeacherReading
 from .reward_progress import RewardProgress
 from .rollouts import ROLLOUT_DEFAULTS, ROLLOUT_OUTPUTS, length_rules
 from .sequential import ar1_inflation
@@ -78,6 +79,10 @@ class LengthGauge(Gauge):
         self.spread_log = Ewma(0.2)  # in log space: a collapse (10x down in a few rows) shows twice as fast
         self.trend = RollingCorrelation(p["trend_rows"])
         self.progress = RewardProgress(p["gold"])
+        # a run that distils: is the KL to its teacher below where it started (the student nearer the teacher)?
+        self.teacher = TeacherReading({**KLGauge.defaults, **KLGauge.family_defaults.get(self.family, {})}["warn"])
+        self.teacher_kl_start = Baseline(KLGauge.defaults["start_rows"])
+        self.teacher_kl = Ewma(0.2)
         self.len_rows = 0
         self.recent_len = RollingWindow(45)  # the smoothed length over the rows RewardProgress reads "now" on
         self.len_noise = DiffNoise(20)
@@ -102,6 +107,10 @@ class LengthGauge(Gauge):
         p = self.p
         d = self.derived
         self.progress.push(v)
+        kl = v.get("objective/kl", v.get("kl"))
+        if kl is not None and finite(kl) and self.teacher.push(v, kl, row.step, self.rows_seen) == "teacher":
+            self.teacher_kl_start.push(kl)
+            self.teacher_kl.push(kl)
         L = v.get("completions/mean_length")
         c = v.get("completions/clipped_ratio")
         if L is not None and finite(L) and L >= 0:
@@ -162,6 +171,13 @@ class LengthGauge(Gauge):
                        lambda: "no completion ends with an EOS token: every sample is truncated, so the reward "
                        "model scores unfinished text (check the stop token / generation config).", for_=10)
 
+    def _follows_teacher(self) -> bool:
+        """The run distils (``TeacherReading``) and its KL to the teacher is below where it started: a length that grew
+        meanwhile brought the student nearer its teacher (a long-reasoning teacher writes long), where a length bias
+        in the reward would have taken it away."""
+        start = self.teacher_kl_start.value
+        return self.teacher.target == "teacher" and start == start and self.teacher_kl.mean < start
+
     def _drift(self, L: float, ratio: float, b: float, slow: float) -> None:
         """Mean change vs the baseline (the post's > 30 %) and a steady trend, both with the reward as context."""
         p = self.p
@@ -183,7 +199,7 @@ class LengthGauge(Gauge):
         # a 30 % change
         past = abs(pct) - (p["drift_sd"] * sd / b if sd < math.inf else 0.0) > p["drift"]
         # message closures only for a rule that holds this row (a quiet rule never reads one)
-        grew = past and pct > 0
+        grew = past and pct > 0 and not self._follows_teacher()
         self.check("length-grew", grew, "warn", "completions/mean_length", L,
                    (lambda: f"mean length is {pct:+.0%} vs the baseline ({b:.0f} -> {slow:.0f} tokens), past the "
                     f"{p['drift']:.0%} that deserves a look: the model is learning that verbosity pays. Check the "
@@ -226,8 +242,10 @@ class LengthGauge(Gauge):
             tgt, now, least = _as_fall(tgt), _as_fall(now), _as_fall(least)
         far = (abs(projected) >= tgt and abs(pct) >= now) or abs(pct) >= least
         steady = self.trend.full and abs(t) >= p["trend_t"] and far and pct * t > 0
-        up = steady and t > 0
-        down = steady and t < 0 and not improving
+        up = steady and t > 0 and not self._follows_teacher()
+        # as length-shrank: a length that fell while the reward climbed and now creeps down beside a reward that holds
+        # is a concise policy at rest; the steady fall must also show over the last 45 rows
+        down = steady and t < 0 and not improving and fell_now
         where = ""
         if up or down:  # the projection's wording only for a message that may be read
             course = f"{projected:+.0%}" if projected < 9.0 else "more than 10x the baseline"
@@ -256,6 +274,9 @@ class LengthGauge(Gauge):
         se = self.spread_ewma.push(spread)
         sl = math.exp(self.spread_log.push(math.log(max(spread, 1e-3))))
         self.spread_noise.push(spread)
+        # every row from the first: its baseline is the run's first rows, as the spread's (read from the rows after
+        # the spread's baseline, it was whatever ten rows followed them)
+        log_grew = self._log_spread_grew(mn, mx, 1 + p["variance_change"])
         sb = self.spread_base.value
         if sb != sb or sb <= 1e-3:
             return
@@ -292,7 +313,6 @@ class LengthGauge(Gauge):
         vc = p["variance_change"]
         # a milder narrowing: the reward having risen over the run is enough to call it sharpening
         narrower = significant and var_ratio < 1 - vc and not collapsed and not self.progress.improving()
-        log_grew = self._log_spread_grew(mn, mx, 1 + vc)  # every row: its statistics must not skip rows
         # (max - min) / mean also grows when only the mean falls: answers getting shorter under a max pinned at the
         # cap leave the range in tokens where it was, and the shape has not widened
         lb = self.base.value

@@ -33,6 +33,10 @@ from .stats import (
 PREFERENCE_FAMILIES = frozenset({"dpo", "kto", "orpo"})
 
 
+BINOMIAL_LEVELS = (0.05, 0.95)
+"""The success rates between which a [0, 1] reward's row noise is read against its binomial noise (reward-volatile)."""
+
+
 def _floor(level: float) -> float:
     """A noise floor for a series at ``level``: a constant start must not make every change infinite sigmas."""
     return 1e-3 * max(1.0, abs(level)) if level == level else 1e-3
@@ -278,7 +282,7 @@ class RewardGauge(Gauge):
         # shift: a CUSUM (k sigmas allowance per row, h to fire, each row's fall clipped at shift_clip sigmas)
         "shift_k": 1.0, "shift_h": 12.0, "shift_clip": 4.0, "shift_alpha": 0.05,
         "drop_share": 0.4, "drop_sigma": 4.0, "drop_for": 5,
-        "drop_within": 50, "drop_gain_sigma": 3.0,
+        "drop_within": 50, "drop_gain_sigma": 3.0, "ceiling_drop_share": 0.1,
         "gold": [], "gold_stall_rows": 15, "gold_gap_sigma": 3.0, "gold_for": 10, "gold_stall_t": 0.5, "gold_half": 0,
         "gold_alpha": 0.1, "gold_drop_se": 4.0, "gold_drop_for": 3, "gold_rho": 0.3, "gold_noise_rows": 60,
         "gold_explained_se": 2.0, "gold_stall_se": 4.0, "gold_rising_t": 2.0,
@@ -326,6 +330,7 @@ class RewardGauge(Gauge):
         self.peak_row = 0
         self.drop_rows = 0
         self.reward_rows = 0
+        self.saturated = False  # the task score's smoothed level at its ceiling (this row)
         # gold: the held-out reward functions, averaged into one series
         self.gold_keys = tuple(f"rewards/{g}/mean" for g in self.p["gold"])
         self.level = RewardLevel()  # the task score as a success rate: a reward at its ceiling has nothing to climb
@@ -440,7 +445,7 @@ class RewardGauge(Gauge):
         gold = next((v[k] for k in self.gold_keys if k in v), None)  # the task score beside a shaped reward (verl)
         self.level.push(gold if gold is not None else r)
         sat = self.level.smooth
-        saturated = sat == sat and sat >= p["saturated_level"]
+        saturated = self.saturated = sat == sat and sat >= p["saturated_level"]
         # Flat-lined reward: no learning signal at all.
         span = p["flat_span"] * max(1.0, abs(r))
         # the O(1) variance rules most rows out before the O(window) min/max is needed
@@ -494,7 +499,10 @@ class RewardGauge(Gauge):
         elif self.vol_std.count:
             scale = self.vol_std.mean
         elif self.vol_unit:  # a success rate without its spread logged: the binomial noise its level gives
-            scale = 2.0 * bounded_mean_sd(min(max(e, 0.05), 0.95), 1.0)
+            # at its floor or ceiling nearly every completion scores alike: its noise says how few differ, nothing
+            # about the optimisation, and would make the reference the climb off the floor is read against (nan:
+            # the row's change is not measured)
+            scale = 2.0 * bounded_mean_sd(e, 1.0) if BINOMIAL_LEVELS[0] <= e <= BINOMIAL_LEVELS[1] else math.nan
         else:
             scale = 1.0
         self._stability(key, r, e, scale)
@@ -538,7 +546,7 @@ class RewardGauge(Gauge):
         p = self.p
         d = self.derived
         dx = math.nan
-        if self.vol_last == self.vol_last:
+        if self.vol_last == self.vol_last and scale == scale:
             dx = (r - self.vol_last) / max(scale, 1e-6)
             if len(self.vol) >= 10:  # a clipped statistic: one outlier row counts as VOL_CLIP robust sigmas, no more
                 lim = VOL_CLIP * self.vol.robust()[1]
@@ -565,7 +573,8 @@ class RewardGauge(Gauge):
                    "jumped with it, or a gold reward did not, it found a loophole. Read samples from that step.",
                    clear=10)
         drop = self._fell_from_peak(e, det)
-        self.check("reward-shift-down", det.down > p["shift_h"] or drop, "warn", key, r,
+        self.check("reward-shift-down", (det.down > p["shift_h"] and self._material_at_ceiling(e)) or drop, "warn",
+                   key, r,
                    lambda: (f"{key} fell from its peak {self.peak_e:.3g} (step {self.peak_step}) to {e:.3g}, losing "
                             f"{(self.peak_e - e) / max(self.peak_e - self.first.mean(), 1e-12):.0%} of what the run "
                             "had gained" if drop else
@@ -573,6 +582,19 @@ class RewardGauge(Gauge):
                             f"{det.z:+.1f} sigma of its own noise)")
                    + ": the policy lost something it had (forgetting, a collapse, or a harder slice of prompts). "
                    "Check KL, entropy and samples at that step.", clear=10)
+
+    def _material_at_ceiling(self, e: float) -> bool:
+        """A drop the CUSUM found is a loss, unless the score holds at its ceiling and gave back under
+        ``ceiling_drop_share`` of what the run gained to get there.
+
+        A bounded score's noise shrinks near its ceiling (a success rate's spread is p(1 - p)), so the CUSUM's
+        sigmas read a point or less of wander at 0.96 as a shift: that is a solved task's batch-to-batch slice of
+        prompts, not the policy losing what it learned. A score saturated from its first rows has gained nothing,
+        so any drop the CUSUM finds still counts."""
+        if not self.saturated:
+            return True
+        gain = self.peak_e - self.first.mean() if self.first.full else 0.0
+        return gain <= 0 or self.peak_e - e >= self.p["ceiling_drop_share"] * gain
 
     def _fell_from_peak(self, e: float, det: ShiftDetector) -> bool:
         """The reward's EWMA fell from its peak by ``drop_share`` of what the run had gained, within

@@ -416,6 +416,11 @@ EXAMPLES: dict[tuple[str, str], Example] = {
         "grpo", lambda i, g: {**grpo(i, g, kl=0.1 + 0.5 * math.exp(-i / 40) + 0.02 * g.normal()),
                               "distill/teacher_mass": 0.8},
         lambda i, g: grpo(i, g, kl=0.002 * i + 0.002 * g.normal()), 100, 1, 1, "kl"),
+    ("kl", "kl-teacher-diverging"): Example(
+        "grpo", lambda i, g: {**grpo(i, g, kl=0.5 + 1.5 * ramp(i, 60, 40) + 0.02 * g.normal()),
+                              "distill/teacher_mass": 0.8},
+        lambda i, g: {**grpo(i, g, kl=0.1 + 0.5 * math.exp(-i / 40) + 0.02 * g.normal()), "distill/teacher_mass": 0.8},
+        120, 60, 100, "kl"),
     ("kl", "kl-near-zero"): Example(
         "grpo", lambda i, g: grpo(i, g, kl=1e-6 * abs(g.normal())),
         lambda i, g: grpo(i, g, kl=0.02 + 0.005 * g.normal()), 100, 1, 70, "kl"),
