@@ -117,9 +117,9 @@ def _single_comparison(rule: Rule) -> tuple[str, bool, str, float] | str:
 
     A rule that is such a comparison ``and`` a guard on rlcluster's own reading gives W&B the comparison: W&B cannot
     read the guard, so its rule is the looser one."""
-    root = rule.when.root if rule.when is not None else None
-    if root is None:
+    if rule.when is None or rule.when.root is None:
         return "no 'when' expression"
+    root = rule.when.root
     if root.kind == "and" and any(_is_guard(a) for a in root.args):
         root = next(a for a in root.args if not _is_guard(a))
     if root.kind != "cmp":

@@ -111,8 +111,8 @@ class EntropyGauge(Gauge):
             return
         v = row.values
         if self.gaps.push(row.step):
-            for b in (self.base, self.zero_base, self.spread_base):
-                b.close()
+            for base in (self.base, self.zero_base, self.spread_base):
+                base.close()
             for s in (self.ewma, self.zero, self.spread):
                 s.restart()
             self.recent = RollingWindow(30)

@@ -713,10 +713,10 @@ class ConvergenceGauge(Gauge):
         d["evals_since_improvement"] = float(self.since_best_eval)
         still = self.since_best_eval >= self.p["patience"]
         done = self._schedule_done()
-        self.check("eval-plateau", still and not done, "warn", "eval_loss", ev,
+        self.check("eval-plateau", bool(still and not done), "warn", "eval_loss", ev,
                    lambda: f"eval_loss has not improved by {self.p['min_delta']:.1%} in {self.since_best_eval} "
                    f"evaluations (best {self.best_eval:.4g}): converged or stuck; early stopping would stop here.")
-        self.check("eval-converged", still and done, "info", "eval_loss", ev,
+        self.check("eval-converged", bool(still and done), "info", "eval_loss", ev,
                    lambda: f"eval_loss has held at its best ({self.best_eval:.4g}) for {self.since_best_eval} "
                    f"evaluations at the end of the schedule ({done}): the run converged where it was planned to end; "
                    "nothing to stop.", clear=10**9)

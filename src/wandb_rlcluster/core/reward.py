@@ -525,10 +525,10 @@ class RewardGauge(Gauge):
                            for_=3)
         if len(v) != self._row_width:  # re-scan for reward components only when the row's shape changes
             self._row_width = len(v)
-            gold = set(self.gold_keys)
+            gold_names = set(self.gold_keys)
             self._comp_keys = tuple(
                 (k[8:-5], k, k[:-5] + "/std") for k in v
-                if k.startswith("rewards/") and k.endswith("/mean") and k not in gold and k.count("/") == 2
+                if k.startswith("rewards/") and k.endswith("/mean") and k not in gold_names and k.count("/") == 2
             )
         if self.gold_keys:
             self.proxy_trend.push(float(n), r)
@@ -794,7 +794,7 @@ class RewardGauge(Gauge):
         d["gold_share_ucb"] = gold_high / proxy_low if proxy_low > 0 else math.inf
         if not (se_p == se_p and se_g == se_g) or e - p0 < p["gold_gap_sigma"] * se_p or proxy_low <= 0:
             return False
-        return gold_high < p["gold_share"] * proxy_low
+        return bool(gold_high < p["gold_share"] * proxy_low)
 
     def _outpaced_message(self, key: str, e: float, ge: float) -> str:
         d, p0, g0 = self.derived, self.first.mean(), self.gold_first.mean()

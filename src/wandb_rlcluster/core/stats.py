@@ -298,7 +298,7 @@ class StepGaps:
 
     def load_state_dict(self, state: dict[str, object]) -> None:
         self.last = float(state["last"])  # type: ignore[arg-type]
-        self.gaps = [float(g) for g in state["gaps"]]  # type: ignore[union-attr]
+        self.gaps = [float(g) for g in state["gaps"]]  # type: ignore[attr-defined]
         self.interval = float(state["interval"])  # type: ignore[arg-type]
 
 

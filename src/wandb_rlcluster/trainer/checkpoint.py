@@ -81,7 +81,7 @@ class CheckpointState(ExportableState):
 
     @property
     def cluster_state(self) -> dict[str, Any]:
-        return self.cluster.state_dict()  # type: ignore[no-any-return]
+        return self.cluster.state_dict()
 
     @cluster_state.setter
     def cluster_state(self, value: Mapping[str, Any]) -> None:
@@ -106,7 +106,7 @@ class CheckpointState(ExportableState):
 
     @property
     def rollout_state(self) -> dict[str, Any]:
-        return self.rollouts.state_dict()  # type: ignore[no-any-return]
+        return self.rollouts.state_dict()
 
     @rollout_state.setter
     def rollout_state(self, value: Mapping[str, Any]) -> None:

@@ -90,11 +90,12 @@ class TrainerInputs:
             self._error("gradient probe setup", e)
             self.gradients.setup_failed(args, e)
 
-    def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
+    def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        model = kwargs.get("model")
         self.gradients.measure(state, model)
 
-    def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, processing_class: Any = None,
-                    **kwargs: Any) -> None:
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        model, processing_class = kwargs.get("model"), kwargs.get("processing_class")
         # Sharded parameters (FSDP2, ZeRO-3): every rank runs the forward probes at the same step (the decision is
         # the step and the cadence only, the probe batch is the same fixed one), the main process keeps the values.
         main = state.is_world_process_zero
