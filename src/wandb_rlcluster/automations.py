@@ -112,7 +112,7 @@ def _is_guard(n: Node) -> bool:
             and any(a.kind == "name" and str(a.value).startswith("rlcluster/") for a in n.args[0].args))
 
 
-def _single_comparison(rule: Rule) -> tuple[str, bool, str, float] | str:
+def single_comparison(rule: Rule) -> tuple[str, bool, str, float] | str:
     """(metric, under abs(), operator, threshold) of a rule that compares one metric with a constant, else why not.
 
     A rule that is such a comparison ``and`` a guard on rlcluster's own reading gives W&B the comparison: W&B cannot
@@ -164,7 +164,7 @@ def _plan_rule(rule: Rule, project: str, run_name: str | None = None) -> Planned
     if rule.finding is not None:
         return Unmapped(rule.name, "forwards the gauge's built-in findings, which rlcluster computes in the training "
                                    "process from its own state (baselines, windows): not a logged metric W&B can watch")
-    parsed = _single_comparison(rule)
+    parsed = single_comparison(rule)
     if isinstance(parsed, str):
         return Unmapped(rule.name, parsed)
     metric, under_abs, op, threshold = parsed

@@ -8,7 +8,6 @@ local dashboard are both drawn from these, so they show the same thing.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -24,7 +23,6 @@ FAMILY_LAYOUT = {"grpo": "grpo", "dpo": "dpo", "kto": "dpo", "orpo": "dpo", "ppo
 #: layouts of a framework's own keys (core/frameworks.py): verl runs store verl's names, not TRL's
 FRAMEWORK_LAYOUT = {"verl": "verl", "openrlhf": "openrlhf"}
 LAYOUT_NAMES = ("grpo", "dpo", "ppo", "online_dpo", "sft", "verl", "openrlhf")
-_SIMPLE_THRESHOLD = re.compile(r"^\s*`?([A-Za-z_][A-Za-z0-9_./-]*)`?\s*(>=|>|<=|<)\s*(-?\d+(?:\.\d+)?(?:e-?\d+)?)\s*$")
 
 
 @dataclass(frozen=True)
@@ -88,11 +86,15 @@ def thresholds(panel: PanelSpec, alert_config: Any) -> list[tuple[str, float, st
     out: list[tuple[str, float, str, str]] = []
     if alert_config is None:
         return out
+    from .automations import single_comparison
+
     for name in panel.rules:
         rule = alert_config.rule(name)
         if rule is None or rule.when is None:
             continue
-        m = _SIMPLE_THRESHOLD.match(rule.when.text)
-        if m:
-            out.append((m.group(1), float(m.group(3)), rule.severity, f"{rule.severity} {m.group(2)} {m.group(3)}"))
+        parsed = single_comparison(rule)  # as W&B Automations read it: a guard on rlcluster's own values dropped
+        if isinstance(parsed, tuple) and not parsed[1]:
+            metric, _, op, value = parsed
+            shown = f"{value:.1f}" if value == int(value) else f"{value:g}"  # 1.0, 0.5: as alerts.yaml writes them
+            out.append((metric, value, rule.severity, f"{rule.severity} {op} {shown}"))
     return out
