@@ -289,7 +289,7 @@ class RewardGauge(Gauge):
         "margin_plateau_rows": 20,
         "margin_shrink": 0.15, "margin_shrink_t": -2.0, "margin_shrink_sd": 5.0, "margin_shrink_for": 6,
         "margin_peak_rows": 20,
-        "runaway_level": 1.0, "runaway_t": 3.0, "runaway_share": 0.05, "runaway_half_t": 5.0,
+        "runaway_level": 1.0, "runaway_t": 3.0, "runaway_rej_share": 0.1, "runaway_share": 0.05, "runaway_half_t": 5.0,
         **ROLLOUT_DEFAULTS["reward"],
     }
 
@@ -360,6 +360,7 @@ class RewardGauge(Gauge):
         self.acc = Ewma(0.1)
         self.chosen = Ewma(0.1)
         self.chosen_start = Baseline(5)
+        self.rejected_start = Baseline(5)
         self.chosen_recent = RollingCorrelation(30)
         self.rejected = Ewma(0.1)
         self.rejected_recent = RollingCorrelation(30)
@@ -898,13 +899,19 @@ class RewardGauge(Gauge):
             # Unbounded growth: chosen keeps climbing past +runaway_level while the rejected side does not fall.
             if rj is not None and finite(rj):
                 self.rejected.push(rj)
+                self.rejected_start.push(rj)
             if rj is not None and finite(rj):
                 self.rejected_recent.push(float(self.pref_rows), rj)
                 self.rejected_half.push(rj)
             self.chosen_half.push(c)
             ct = 0.0
             runaway = False
-            if warm and ce > p["runaway_level"] and self.chosen_recent.full:
+            # over the whole run the rejected side fell by a fair share of the chosen side's climb: the policy is
+            # separating the pair (an easy preference learned), not inflating the chosen side alone
+            separating = (self.rejected_start.ready and self.chosen_start.ready
+                          and self.rejected_start.value - self.rejected.mean
+                          >= p["runaway_rej_share"] * (ce - self.chosen_start.value))
+            if warm and ce > p["runaway_level"] and self.chosen_recent.full and not separating:
                 ct = self.chosen_recent.t_stat()
                 # over the same rows the chosen side climbed, the rejected side did not fall: the margin is not why
                 rej_holding = not self.rejected_recent.full or self.rejected_recent.t_stat() > -2.0

@@ -193,6 +193,9 @@ _NAN = float("nan")
 # (gauge, rule) -> Example. Streams are 200 rows unless a rule needs the run's end or a long warm-up.
 EXAMPLES: dict[tuple[str, str], Example] = {
     # -- loss -----------------------------------------------------------------------------------------------------
+    ("loss", "loss-shift-up"): Example(
+        "sft", lambda i, g: sft(i, g, noise=0.05, loss=None if i < 60 else 1.6 * (0.8 + 1.2 * math.exp(-i / 50))),
+        lambda i, g: sft(i, g, noise=0.05), 100, 60, 75, "loss"),
     ("loss", "loss-nonfinite"): Example(
         "sft", lambda i, g: sft(i, g, loss=_NAN if i == 60 else None), sft, 100, 60, 60, "loss"),
     # two NaN losses 20 rows apart; the healthy run has two isolated fp16 skipped steps 60 rows apart
