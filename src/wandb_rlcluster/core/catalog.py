@@ -342,6 +342,16 @@ CATALOG: tuple[Rule, ...] = (
        "length above `hack_length_ratio` x start, corr above `hack_corr`, gain above `hack_gain_sigma`, held 3",
        ("hack_length_ratio", "hack_corr", "hack_gain_sigma"), "the policy may be paid for length, not quality",
        "read samples; check KL; add a length penalty", "Reward hacking is the default failure mode.", POST),
+    _r("reward", "reward-pays-length", "reward and completions/mean_length, row by row from the row the reward's "
+       "shift detector crossed `shift_h`",
+       "the reward shifted up far outside its noise (CUSUM past `shift_h`) and, since then, correlates with the mean "
+       "length at `pays_corr` or more over `pays_rows` to `pays_window` rows",
+       ("shift_h", "pays_rows", "pays_window", "pays_corr"),
+       "the reward now pays for length (a per-token or per-character term, a lost length normalisation)",
+       "check the reward function and read samples; add a length penalty",
+       "Reward hacking is the default failure mode.", POST,
+       origin="reward-hacking waits until the length has grown 1.5x; a reward that starts paying length jumps at once, "
+       "and rows since the jump that follow the length are the same loophole read before the length grows"),
     _r("reward", "reward-shift-up", "reward, residuals in its own noise units",
        "two-sided CUSUM (k=`shift_k`, h=`shift_h`) with clipped residuals (info)", ("shift_k", "shift_h", "shift_clip"),
        "a jump, not the slow trend: the policy found something", "if length or KL jumped with it, read samples",
@@ -418,8 +428,9 @@ CATALOG: tuple[Rule, ...] = (
     # -- KL -----------------------------------------------------------------------------------------------------------
     _r("kl", "kl-warn", "kl (GRPO, per token) / objective/kl (PPO, per sequence)",
        "level above a line, held `for` rows, or sooner where a CUSUM of (kl - line) in the row noise (AR(1) "
-       "prewhitened, rows clipped at `warn_clip` sigmas, reference `warn_k`) crosses its ARL0-budget threshold",
-       ("warn", "for", "warn_k", "warn_clip"), "the policy drifts far from the reference",
+       "prewhitened, rows clipped at `warn_clip` sigmas, reference `warn_k`) crosses its ARL0-budget threshold, or at "
+       "once on a row whose grad_norm is `warn_grad_ratio` x its recent median (that update moved the policy)",
+       ("warn", "for", "warn_k", "warn_clip", "warn_grad_ratio"), "the policy drifts far from the reference",
        "watch the reward; consider a larger beta",
        _KL_LINES, POST, origin="PPO/Online DPO log a per-sequence sum: their lines are per family",
        budgeted=True),
