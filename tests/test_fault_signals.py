@@ -1,6 +1,6 @@
 """The signals the fault-injection benchmark on real TRL training taught (benchmarks/faults/), each by meaning:
-a lasting jump of the train loss, a reward that starts paying for length, a KL past its line on the row the update
-itself jumped, a DPO run that separates an easy pair, and a wall clock on a sub-second step.
+a lasting jump of the train loss, a reward that starts paying for length, a KL and grad-norm spike of one row
+(not a warning), a DPO run that separates an easy pair, and a wall clock on a sub-second step.
 
 Streams are built here with seeded noise; every assertion holds for any seed the loops draw.
 """
@@ -75,21 +75,22 @@ def test_a_reward_that_starts_paying_for_length_warns_before_the_length_has_grow
     assert _warned(_grpo(60, seed), "reward-pays-length", "grpo") == []
 
 
-def _kl_rows(seed: int, jolt_at: int, grad_jump: float) -> list[Row]:
+def _kl_rows(seed: int, spike_at: int, grad_jump: float) -> list[Row]:
     g = random.Random(seed)
     rows = []
     for i in range(1, 61):
-        kl = 0.6 if i == jolt_at else 0.1 + 0.02 * g.gauss(0, 1)
-        grad = grad_jump if i == jolt_at else 1.0 + 0.1 * g.gauss(0, 1)
+        kl = 1.1 if i == spike_at else 0.1 + 0.02 * g.gauss(0, 1)
+        grad = grad_jump if i == spike_at else 0.2 + 0.02 * g.gauss(0, 1)
         rows.append({"step": float(i), "loss": 0.01, "grad_norm": grad, "reward": 0.5 + 0.05 * g.gauss(0, 1),
                      "reward_std": 0.2, "kl": kl, "completions/mean_length": 7.0, "entropy": 0.45})
     return rows
 
 
 @pytest.mark.parametrize("seed", range(3))
-def test_kl_past_its_line_on_the_row_the_update_jumped_warns_at_once_and_alone_it_waits(seed):
-    assert 30 in _warned(_kl_rows(seed, 30, grad_jump=8.0), "kl-warn", "grpo")
-    assert _warned(_kl_rows(seed, 30, grad_jump=1.0), "kl-warn", "grpo") == []
+def test_one_row_of_kl_and_grad_norm_spiking_together_that_is_gone_the_next_row_is_not_a_warning(seed):
+    """A real healthy Qwen3.5-9B GRPO run logged grad_norm 6.8 (~50x its median) and KL 1.11 on one row, both back
+    the next: the same shape as the row before a learning-rate spike's damage, so one row cannot tell them apart."""
+    assert _warned(_kl_rows(seed, 30, grad_jump=6.8), "kl-warn", "grpo") == []
 
 
 def _dpo(seed: int, rejected_fall: float) -> list[Row]:

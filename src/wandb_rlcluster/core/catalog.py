@@ -428,9 +428,8 @@ CATALOG: tuple[Rule, ...] = (
     # -- KL -----------------------------------------------------------------------------------------------------------
     _r("kl", "kl-warn", "kl (GRPO, per token) / objective/kl (PPO, per sequence)",
        "level above a line, held `for` rows, or sooner where a CUSUM of (kl - line) in the row noise (AR(1) "
-       "prewhitened, rows clipped at `warn_clip` sigmas, reference `warn_k`) crosses its ARL0-budget threshold, or at "
-       "once on a row whose grad_norm is `warn_grad_ratio` x its recent median (that update moved the policy)",
-       ("warn", "for", "warn_k", "warn_clip", "warn_grad_ratio"), "the policy drifts far from the reference",
+       "prewhitened, rows clipped at `warn_clip` sigmas, reference `warn_k`) crosses its ARL0-budget threshold",
+       ("warn", "for", "warn_k", "warn_clip"), "the policy drifts far from the reference",
        "watch the reward; consider a larger beta",
        _KL_LINES, POST, origin="PPO/Online DPO log a per-sequence sum: their lines are per family",
        budgeted=True),

@@ -76,8 +76,7 @@ class KLGauge(Gauge):
                 "grow_accel": 1.3, "grow_accel_max": 3.0, "grow_for": 3, "grow_end": 1.0, "grow_end_keep": 0.9,
                 "grow_span_share": 0.125,
                 "noisy_ratio": 3.0, "noisy_cv": 0.3, "noisy_negative": 0.2, "noisy_for": 5, "noisy_min": 0.01,
-                "noisy_c": 3.0, "noisy_p1": 0.3, "noisy_h": 8.0, "warn_k": 0.5, "warn_clip": 4.0, "to": "auto",
-                "warn_grad_ratio": 5.0}
+                "noisy_c": 3.0, "noisy_p1": 0.3, "noisy_h": 8.0, "warn_k": 0.5, "warn_clip": 4.0, "to": "auto"}
     family_defaults = {
         # per-sequence sums: values scale with completion length
         "ppo": {"warn": 6.0, "stop": 20.0, "near_zero": 1e-3, "negative": -0.5, "spike_min": 2.0},
@@ -102,7 +101,6 @@ class KLGauge(Gauge):
         # kl-warn's evidence: a CUSUM of (kl - warn) in the row noise, threshold from the ARL0 budget
         self.warn_cusum = Cusum(k=self.p["warn_k"], arl=arl_for(self.warn_sooner))
         self.warn_rho = 0.0
-        self.grads = RollingWindow(10)  # grad_norm's recent rows: did this row's update itself jump?
         self.neg_base = Baseline(10)
         self.went_negative = False  # a per-token estimate below 0 once: not k3, read its noise on a linear scale
         self.spike_rows: list[int] = []
@@ -159,12 +157,11 @@ class KLGauge(Gauge):
                     "raise beta or lower the learning rate and resume from an earlier checkpoint.") if above else "",
                    for_=p["for"], clear=p["clear"])
         above = kl > p["warn"]
-        jolt = self._grad_jolt(v.get("grad_norm"))
         self.check("kl-warn", above, "warn", key, kl,
                    (lambda: f"{key} {kl:.3g} is above {p['warn']} for {self.held('kl-warn')} logged steps: drifting "
                     "far from the reference. Watch whether reward still improves; consider a larger beta.")
                    if above else "",
-                   for_=1 if (jolt or self._past_warn(kl)) and above else p["for"], clear=p["clear"])
+                   for_=1 if self._past_warn(kl) and above else p["for"], clear=p["clear"])
         below = e < p["negative"]
         self.check("kl-negative", below, "warn", key, kl,
                    (lambda: f"{key} is negative on average ({e:.3g}): the estimator is being fed mismatched "
@@ -212,16 +209,6 @@ class KLGauge(Gauge):
                        (lambda: f"{key} has stayed ~0 (median {med:.2g}) for {self.rows_seen} logged steps: the "
                         "policy is not moving away from the reference (beta too high, LR too low, or the reference is "
                         "updated with the policy).") if pinned else "", for_=20, clear=10)
-
-    def _grad_jolt(self, g: float | None) -> bool:
-        """This row's gradient norm is ``warn_grad_ratio`` times its recent median or more. A KL past the warning line
-        on the very row the update jumped is the policy moved by that update (a learning-rate spike, a bad batch
-        trained on), not an estimator's odd sample: kl-warn needs no hold then."""
-        if g is None or not finite(g):
-            return False
-        jolt = len(self.grads) >= 5 and g >= self.p["warn_grad_ratio"] * max(self.grads.median(), 1e-12)
-        self.grads.push(g)
-        return jolt
 
     def _read_target(self, v: Mapping[str, float]) -> None:
         """``to: auto``: a KL beside distillation keys is a KL to a teacher; none in the first rows, the reference."""
