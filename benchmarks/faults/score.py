@@ -509,10 +509,6 @@ def score_and_write(runs_dir: Path, results: Path, pictures: Path, peers: bool =
     results.write_text("\n".join(lines), encoding="utf-8")
     for c in causes_seen:
         (pictures / f"cause_{c}.svg").write_text(cause_svg(runs, c, dets), encoding="utf-8")
-    overview = overview_svg(runs, dets)
-    (pictures / "faults_overview.svg").write_text(overview, encoding="utf-8")
-    manual = Path(__file__).resolve().parents[2] / "docs" / "img"
-    if manual.is_dir():  # the manual shows the same picture (docs/detection.md)
-        (manual / "faults-overview.svg").write_text(overview, encoding="utf-8")
+    (pictures / "faults_overview.svg").write_text(overview_svg(runs, dets), encoding="utf-8")
     print("\n".join(lines))
     return runs

@@ -369,6 +369,19 @@ def oracle_frontier_svg() -> None:
     print(f"  {out.relative_to(ROOT)}  {out.stat().st_size // 1024} KB")
 
 
+FAULTS_OVERVIEW = ROOT / "benchmarks" / "faults" / "faults_overview.svg"
+
+
+def faults_overview_svg() -> None:
+    """The fault-injection benchmark on one picture, as its last scoring run drew it (benchmarks/faults/score.py)."""
+    if not FAULTS_OVERVIEW.is_file():
+        print(f"  {FAULTS_OVERVIEW.relative_to(ROOT)} missing: run benchmarks/faults/bench.py first (picture kept)")
+        return
+    out = IMG / "faults-overview.svg"
+    out.write_text(FAULTS_OVERVIEW.read_text(encoding="utf-8"), encoding="utf-8")
+    print(f"  {out.relative_to(ROOT)}  {out.stat().st_size // 1024} KB")
+
+
 # A sweep as a team lays one out: one idea, a few seeds and settings, some runs gone wrong (generated, labelled).
 FLEET_RUNS = (("beta0.04-lr1e-6-s0", "grpo_kl", None), ("beta0.04-lr1e-6-s1", "grpo_kl", None),
               ("beta0.04-lr5e-6-s0", "grpo_kl", "kl_runaway"), ("beta0-lr1e-6-s0", "grpo", None),
@@ -427,6 +440,7 @@ def main(argv: list[str] | None = None) -> int:
     channel_pictures(kl)
     frontier_svg()
     oracle_frontier_svg()
+    faults_overview_svg()
     fleet_picture()
     return 0
 

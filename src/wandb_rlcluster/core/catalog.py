@@ -344,9 +344,9 @@ CATALOG: tuple[Rule, ...] = (
        "read samples; check KL; add a length penalty", "Reward hacking is the default failure mode.", POST),
     _r("reward", "reward-pays-length", "reward and completions/mean_length, row by row from the row the reward's "
        "shift detector crossed `shift_h`",
-       "the reward shifted up far outside its noise (CUSUM past `shift_h`) and, since then, correlates with the mean "
-       "length at `pays_corr` or more over `pays_rows` to `pays_window` rows",
-       ("shift_h", "pays_rows", "pays_window", "pays_corr"),
+       "the reward jumped far outside its noise (its CUSUM crossed `shift_h` on a row `pays_jump_z` sigmas out) and, "
+       "since then, correlates with the mean length at `pays_corr` or more over `pays_rows` to `pays_window` rows",
+       ("shift_h", "pays_jump_z", "pays_rows", "pays_window", "pays_corr"),
        "the reward now pays for length (a per-token or per-character term, a lost length normalisation)",
        "check the reward function and read samples; add a length penalty",
        "Reward hacking is the default failure mode.", POST,
@@ -416,9 +416,10 @@ CATALOG: tuple[Rule, ...] = (
        "0.1 below its start while the margin grows, held 10 (info)", ("dpo_min_rows",),
        "likelihood displacement: common in DPO, usually harmless", "watch logps/chosen", "none", ""),
     _r("reward", "chosen-reward-runaway", "rewards/chosen trend (windowed and half-run) vs rewards/rejected",
-       "chosen above `runaway_level` climbing at t >= `runaway_t` while rejected does not fall (over the window, and "
-       "since the start by under `runaway_rej_share` of the chosen side's climb), held 5",
-       ("runaway_level", "runaway_t", "runaway_half_t", "runaway_rej_share"), "the policy exploits the implicit reward",
+       "chosen above `runaway_level` climbing at t >= `runaway_t` while rejected does not fall, held 5; not while "
+       "the climb settles (its slope over the later half of the run under `runaway_settle` x its average since the "
+       "start: the pair being learned)", ("runaway_level", "runaway_t", "runaway_half_t", "runaway_settle"),
+       "the policy exploits the implicit reward",
        "raise beta or lower the learning rate",
        "Unbounded reward growth: If chosen rewards keep climbing without limit", POST),
     _r("reward", "reward-outliers", "rollouts/reward_outlier_z and _frac (the training completions)",

@@ -272,7 +272,7 @@ class RewardGauge(Gauge):
         "plateau_gain": 2.0, "plateau_z": 2.0,
         "flat_span": 1e-2, "flat_rows": 20, "flat_stop_rows": 50,
         "hack_length_ratio": 1.5, "hack_corr": 0.6, "hack_gain_sigma": 3.0, "pays_rows": 6, "pays_window": 12,
-        "pays_corr": 0.8,
+        "pays_corr": 0.8, "pays_jump_z": 8.0,
         "volatile_ratio": 2.2, "volatile_warmup": 30, "volatile_ratio_rl": 1.8,
         "volatile_window": 30, "volatile_warmup_rl": 16, "volatile_arl": 20000.0, "volatile_tol": 1.25,
         # shift: a CUSUM (k sigmas allowance per row, h to fire, each row's fall clipped at shift_clip sigmas)
@@ -290,7 +290,7 @@ class RewardGauge(Gauge):
         "margin_plateau_rows": 20,
         "margin_shrink": 0.15, "margin_shrink_t": -2.0, "margin_shrink_sd": 5.0, "margin_shrink_for": 6,
         "margin_peak_rows": 20,
-        "runaway_level": 1.0, "runaway_t": 3.0, "runaway_rej_share": 0.1, "runaway_share": 0.05, "runaway_half_t": 5.0,
+        "runaway_level": 1.0, "runaway_t": 3.0, "runaway_settle": 0.67, "runaway_share": 0.05, "runaway_half_t": 5.0,
         **ROLLOUT_DEFAULTS["reward"],
     }
 
@@ -305,6 +305,7 @@ class RewardGauge(Gauge):
         self.len_base = Baseline(10)
         self.rl = RollingCorrelation(30)  # (reward, length) pairs
         self.pays = RollingCorrelation(self.p["pays_window"])  # (length, reward) since the reward's jump began
+        self.pays_jump = False  # the reward crossed shift_h by a jump of pays_jump_z sigmas or more in one row
         self.noise_ref = OctaveMean()  # the DPO margin's relative noise earlier in the run
         self.margin_warmup = self.p["volatile_warmup"]
         # RL rewards: row-to-row changes in units of the within-group spread (reward_std), whose binomial
@@ -362,7 +363,6 @@ class RewardGauge(Gauge):
         self.acc = Ewma(0.1)
         self.chosen = Ewma(0.1)
         self.chosen_start = Baseline(5)
-        self.rejected_start = Baseline(5)
         self.chosen_recent = RollingCorrelation(30)
         self.rejected = Ewma(0.1)
         self.rejected_recent = RollingCorrelation(30)
@@ -532,17 +532,22 @@ class RewardGauge(Gauge):
             self._components(v)
 
     def _pays_length(self, key: str, r: float, length: float) -> None:
-        """The reward jumped far outside its own noise (the shift detector past ``shift_h``) and, row by row since
-        the jump began, it follows the mean completion length (correlation ``pays_corr`` over ``pays_rows`` rows or
-        more): the reward now pays for length. A reward that starts paying per token jumps at once while the length
-        has not grown yet, so this comes long before the length itself looks wrong (``reward-hacking``)."""
+        """The reward jumped far outside its own noise (the shift detector crossed ``shift_h`` on a row
+        ``pays_jump_z`` sigmas out: a jump, not a slow climb adding up) and, row by row from that row on, it follows
+        the mean completion length (correlation ``pays_corr`` over ``pays_rows`` rows or more): the reward now pays
+        for length. A reward that starts paying per token jumps at once while the length has not grown yet, so this
+        comes long before the length itself looks wrong (``reward-hacking``)."""
         p = self.p
-        jumped = self.shift.up > p["shift_h"]
-        if not jumped:
+        det = self.shift
+        if det.up <= p["shift_h"]:
             if len(self.pays.pts):  # the next jump is read from its own first row
                 self.pays = RollingCorrelation(p["pays_window"])
+            self.pays_jump = False
             return
-        det = self.shift
+        if not len(self.pays.pts):  # the row the detector crossed its line: a jump, or a slow climb adding up?
+            self.pays_jump = det.z >= p["pays_jump_z"]
+        if not self.pays_jump:
+            return
         self.pays.push(length, r)
         n = len(self.pays.pts)
         corr = self.pays.corr() if n >= p["pays_rows"] else 0.0
@@ -924,19 +929,18 @@ class RewardGauge(Gauge):
             # Unbounded growth: chosen keeps climbing past +runaway_level while the rejected side does not fall.
             if rj is not None and finite(rj):
                 self.rejected.push(rj)
-                self.rejected_start.push(rj)
             if rj is not None and finite(rj):
                 self.rejected_recent.push(float(self.pref_rows), rj)
                 self.rejected_half.push(rj)
             self.chosen_half.push(c)
             ct = 0.0
             runaway = False
-            # over the whole run the rejected side fell by a fair share of the chosen side's climb: the policy is
-            # separating the pair (an easy preference learned), not inflating the chosen side alone
-            separating = (self.rejected_start.ready and self.chosen_start.ready
-                          and self.rejected_start.value - self.rejected.mean
-                          >= p["runaway_rej_share"] * (ce - self.chosen_start.value))
-            if warm and ce > p["runaway_level"] and self.chosen_recent.full and not separating:
+            # a climb that is slowing down is the pair being learned (fast at first, then settling); a runaway keeps
+            # its pace or speeds up: the slope over the run's later half against the average slope since the start
+            whole = (ce - self.chosen_start.value) / max(self.pref_rows, 1) if self.chosen_start.ready else 0.0
+            late = self.chosen_half.prev.slope() if self.chosen_half.rows() >= 10 else whole
+            settling = whole > 0.0 and late < p["runaway_settle"] * whole
+            if warm and ce > p["runaway_level"] and self.chosen_recent.full and not settling:
                 ct = self.chosen_recent.t_stat()
                 # over the same rows the chosen side climbed, the rejected side did not fall: the margin is not why
                 rej_holding = not self.rejected_recent.full or self.rejected_recent.t_stat() > -2.0
