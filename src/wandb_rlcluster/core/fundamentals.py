@@ -208,7 +208,8 @@ class LossGauge(Gauge):
         z = 0.0
         if len(self.steps) >= self.p["spike_min_rows"]:
             med = ref.median()
-            sigma = max(self._step_noise(), self.p["shift_floor"] * abs(med), 1e-12)
+            # the changes understate a correlated noise (AR(1): by sqrt(1 - rho)); the level's own spread does not
+            sigma = max(self._step_noise(), ref.robust()[1], self.p["shift_floor"] * abs(med), 1e-12)
             z = min((loss - med) / sigma, self.p["shift_clip"])
             self.derived["loss_shift_z"] = z
         alarm = self.shift.push(z)
