@@ -407,6 +407,64 @@ def cause_svg(runs: list[Run], cause: str, dets: Sequence[str]) -> str:
     return "\n".join(parts)
 
 
+def overview_svg(runs: list[Run], dets: Sequence[str]) -> str:
+    """Every cause on one picture: a band per cause, steps relative to onset (0), a red tick per seed at its damage
+    and one lane per detector with a dot per seed where it first warned from an expected gauge (an open circle at
+    the left edge: it warned before onset); a grey bar spans the median onset-to-damage interval."""
+    causes = [c for c in CAUSES if any(r.meta.cause == c for r in runs)]
+    lane_h, pad, left, top, w = 7, 8, 150, 40, 760
+    band = lane_h * len(dets) + pad
+    lo, hi = -5, max([r.meta.steps - (r.meta.onset or 0) for r in runs if r.meta.cause] + [10])
+    h = top + band * len(causes) + 60
+
+    def x(v: float) -> float:
+        return left + (min(max(v, lo), hi) - lo) / (hi - lo) * (w - left - 14)
+
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" '
+             f'font-size="11"><rect width="{w}" height="{h}" fill="white"/>',
+             '<text x="8" y="16" font-size="13">Fault-injection benchmark: when each tool first warned, per cause '
+             'and seed (steps after onset)</text>']
+    for i, d in enumerate(dets):  # legend
+        lx = 8 + i * 105
+        parts.append(f'<circle cx="{lx + 4}" cy="28" r="3.5" fill="{COLORS[d]}"/>'
+                     f'<text x="{lx + 11}" y="32">{escape(LABELS[d])}</text>')
+    parts.append(f'<rect x="{8 + len(dets) * 105}" y="24" width="3" height="9" fill="{COLORS["damage"]}"/>'
+                 f'<text x="{15 + len(dets) * 105}" y="32">damage</text>')
+    for ci, cause in enumerate(causes):
+        mine = [r for r in runs if r.meta.cause == cause]
+        y0 = top + ci * band
+        if ci % 2 == 0:
+            parts.append(f'<rect x="0" y="{y0}" width="{w}" height="{band}" fill="#f6f6f6"/>')
+        parts.append(f'<text x="8" y="{y0 + band / 2 + 4:.1f}">{escape(cause)}</text>')
+        dmg = sorted(r.meta.damage - (r.meta.onset or 0) for r in mine if r.meta.damage is not None)
+        if dmg:
+            parts.append(f'<rect x="{x(0):.1f}" y="{y0 + 1}" width="{x(dmg[len(dmg) // 2]) - x(0):.1f}" '
+                         f'height="{band - 2}" fill="#e8e8e8"/>')
+        for r in mine:
+            if r.meta.damage is not None:
+                parts.append(f'<rect x="{x(r.meta.damage - (r.meta.onset or 0)) - 1:.1f}" y="{y0 + 1}" width="2" '
+                             f'height="{band - 2}" fill="{COLORS["damage"]}" opacity="0.6"/>')
+        for li, d in enumerate(dets):
+            y = y0 + pad / 2 + lane_h * li + lane_h / 2
+            for r in mine:
+                o = outcome(r.alarms.get(d, []), r.meta.onset, r.meta.expected)
+                if o.hit is not None:
+                    parts.append(f'<circle cx="{x(o.hit - (r.meta.onset or 0)):.1f}" cy="{y:.1f}" r="2.4" '
+                                 f'fill="{COLORS[d]}" opacity="0.75"/>')
+                elif o.early:
+                    parts.append(f'<circle cx="{x(lo):.1f}" cy="{y:.1f}" r="2.4" fill="none" stroke="{COLORS[d]}"/>')
+    yb = top + band * len(causes)
+    parts.append(f'<line x1="{x(0):.1f}" y1="{top}" x2="{x(0):.1f}" y2="{yb}" stroke="black" stroke-dasharray="4 3"/>')
+    for t in range(0, hi + 1, 5):
+        parts.append(f'<text x="{x(t) - 6:.1f}" y="{yb + 14}">{t:+d}</text>')
+    lanes = escape(", ".join(LABELS[d] for d in dets))
+    parts.append(f'<text x="8" y="{yb + 30}">steps after onset (dashed line); lanes top to bottom: {lanes}</text>')
+    parts.append(f'<text x="8" y="{yb + 45}">grey: median onset to damage; red ticks: each seed\'s damage; '
+                 'a miss has no mark</text>')
+    parts.append("</svg>")
+    return "\n".join(parts)
+
+
 def score_and_write(runs_dir: Path, results: Path, pictures: Path, peers: bool = True, command: str = "",
                     started: float | None = None) -> list[Run]:
     t_score = time.perf_counter()
@@ -446,9 +504,11 @@ def score_and_write(runs_dir: Path, results: Path, pictures: Path, peers: bool =
                  + ", ".join(f"{k}={x}" for k, x in v.overrides.items() if k != "reward_weights")
                  for b, v in BASES.items()) + ". GRPO/RLOO train on the proxy reward with the gold reward logged "
              "beside it at weight 0; every run starts from the same 120-step pretrained tiny policy for its seed.", "",
-             "Pictures: `cause_<name>.svg` beside this file (onset, damage, when each tool warned, per seed).", ""]
+             "Pictures: `faults_overview.svg` (every cause on one picture) and `cause_<name>.svg` beside this file "
+             "(onset, damage, when each tool warned, per seed).", ""]
     results.write_text("\n".join(lines), encoding="utf-8")
     for c in causes_seen:
         (pictures / f"cause_{c}.svg").write_text(cause_svg(runs, c, dets), encoding="utf-8")
+    (pictures / "faults_overview.svg").write_text(overview_svg(runs, dets), encoding="utf-8")
     print("\n".join(lines))
     return runs

@@ -361,12 +361,25 @@ def oracle_frontier_svg() -> None:
     if src.with_suffix(".json").is_file():
         subprocess.run([sys.executable, str(src.parent / "frontier_plot.py"), "--redraw"], check=True, timeout=120,
                        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(src.parent)])})
+    copy_picture(src, "frontier-oracle.svg", "benchmarks/detection/frontier_plot.py")
+
+
+def copy_picture(src: Path, name: str, maker: str) -> None:
+    """A benchmark's own picture into the manual as ``name`` (kept as it is when the benchmark has not drawn it)."""
     if not src.is_file():
-        print(f"  {src.relative_to(ROOT)} missing: run benchmarks/detection/frontier_plot.py first (picture kept)")
+        print(f"  {src.relative_to(ROOT)} missing: run {maker} first (picture kept)")
         return
-    out = IMG / "frontier-oracle.svg"
+    out = IMG / name
     out.write_text(src.read_text(encoding="utf-8"), encoding="utf-8")
     print(f"  {out.relative_to(ROOT)}  {out.stat().st_size // 1024} KB")
+
+
+FAULTS_OVERVIEW = ROOT / "benchmarks" / "faults" / "faults_overview.svg"
+
+
+def faults_overview_svg() -> None:
+    """The fault-injection benchmark on one picture, as its last scoring run drew it (benchmarks/faults/score.py)."""
+    copy_picture(FAULTS_OVERVIEW, "faults-overview.svg", "benchmarks/faults/bench.py")
 
 
 # A sweep as a team lays one out: one idea, a few seeds and settings, some runs gone wrong (generated, labelled).
@@ -427,6 +440,7 @@ def main(argv: list[str] | None = None) -> int:
     channel_pictures(kl)
     frontier_svg()
     oracle_frontier_svg()
+    faults_overview_svg()
     fleet_picture()
     return 0
 

@@ -168,6 +168,15 @@ CATALOG: tuple[Rule, ...] = (
        "count of spikes within `spike_repeat_rows` rows", ("spike_ratio_now", "spike_repeat", "spike_repeat_rows"),
        "the loss keeps jumping: unstable training, not one bad batch",
        "lower the learning rate or tighten gradient clipping", "spike ratio > 2.0", INSTRUMENTS),
+    _r("loss", "loss-shift-up", "loss vs the median of its last `shift_level` rows before the rise, in sigmas of its "
+       "row-to-row changes (at least `shift_floor` of the level; not for RL surrogate losses)",
+       "Page's CUSUM for a shift of 2 x `shift_k` sigmas, each row clipped at `shift_clip` (a large jump must hold "
+       "several rows)", ("shift_k", "shift_clip", "shift_floor", "shift_level", "shift_arl"),
+       "the loss jumped and stays up: corrupted or mislabelled data, a new data source, a learning-rate jump",
+       "check the data loader (the shard or source served at these steps) and the learning rate", "spike ratio > 2.0",
+       INSTRUMENTS, origin="the seed's spike ratio is a single-row test; a lasting jump is a change of level, decided "
+       "by the sequential engine at its own budget (every SFT/DPO row is tested, and batch losses are heavy-tailed)",
+       budgeted=True, budget_param="shift_arl"),
     _r("loss", "loss-volatile", "variance of the last 5 rows / variance of the last 5 x `window` rows",
        "variance ratio above a line, held 3 rows (info)", ("var_ratio",),
        "training is getting noisier", "watch for spikes and the learning-rate schedule", "variance rising",
@@ -277,7 +286,8 @@ CATALOG: tuple[Rule, ...] = (
        "check per-layer targets and ranks", "large cross-layer variance", INSTRUMENTS),
     # -- efficiency ---------------------------------------------------------------------------------------------------
     _r("efficiency", "throughput-declining", "step_time: median of the last 10 / its first 10 (after 3 warm-up rows)",
-       "ratio above a line, held `slowdown_for` rows", ("slowdown", "slowdown_for"),
+       "ratio above a line, held `slowdown_for` rows; only where the first steps took `min_step_s` or more (a "
+       "sub-second step is timed by the host's load, not the run)", ("slowdown", "slowdown_for", "min_step_s"),
        "steps take much longer than at the start", "look for memory fragmentation, growing lengths, a straggler",
        "throughput declining", INSTRUMENTS),
     _r("efficiency", "memory-pressure", "efficiency/mem_frac and efficiency/util (live)",
@@ -332,6 +342,16 @@ CATALOG: tuple[Rule, ...] = (
        "length above `hack_length_ratio` x start, corr above `hack_corr`, gain above `hack_gain_sigma`, held 3",
        ("hack_length_ratio", "hack_corr", "hack_gain_sigma"), "the policy may be paid for length, not quality",
        "read samples; check KL; add a length penalty", "Reward hacking is the default failure mode.", POST),
+    _r("reward", "reward-pays-length", "reward and completions/mean_length, row by row from the row the reward's "
+       "shift detector crossed `shift_h`",
+       "the reward jumped far outside its noise (its CUSUM crossed `shift_h` on a row `pays_jump_z` sigmas out) and, "
+       "since then, correlates with the mean length at `pays_corr` or more over `pays_rows` to `pays_window` rows",
+       ("shift_h", "pays_jump_z", "pays_rows", "pays_window", "pays_corr"),
+       "the reward now pays for length (a per-token or per-character term, a lost length normalisation)",
+       "check the reward function and read samples; add a length penalty",
+       "Reward hacking is the default failure mode.", POST,
+       origin="reward-hacking waits until the length has grown 1.5x; a reward that starts paying length jumps at once, "
+       "and rows since the jump that follow the length are the same loophole read before the length grows"),
     _r("reward", "reward-shift-up", "reward, residuals in its own noise units",
        "two-sided CUSUM (k=`shift_k`, h=`shift_h`) with clipped residuals (info)", ("shift_k", "shift_h", "shift_clip"),
        "a jump, not the slow trend: the policy found something", "if length or KL jumped with it, read samples",
@@ -405,8 +425,10 @@ CATALOG: tuple[Rule, ...] = (
        "0.1 below its start while the margin grows, held 10 (info)", ("dpo_min_rows",),
        "likelihood displacement: common in DPO, usually harmless", "watch logps/chosen", "none", ""),
     _r("reward", "chosen-reward-runaway", "rewards/chosen trend (windowed and half-run) vs rewards/rejected",
-       "chosen above `runaway_level` climbing at t >= `runaway_t` while rejected does not fall, held 5",
-       ("runaway_level", "runaway_t", "runaway_half_t"), "the policy exploits the implicit reward",
+       "chosen above `runaway_level` climbing at t >= `runaway_t` while rejected does not fall, held 5; not while "
+       "the climb settles (its slope over the later half of the run under `runaway_settle` x its average since the "
+       "start: the pair being learned)", ("runaway_level", "runaway_t", "runaway_half_t", "runaway_settle"),
+       "the policy exploits the implicit reward",
        "raise beta or lower the learning rate",
        "Unbounded reward growth: If chosen rewards keep climbing without limit", POST),
     _r("reward", "reward-outliers", "rollouts/reward_outlier_z and _frac (the training completions)",

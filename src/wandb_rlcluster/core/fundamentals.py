@@ -8,7 +8,20 @@ from .bounded import RewardLevel
 from .gauge import Gauge, finite
 from .keys import Row
 from .rollouts import ROLLOUT_DEFAULTS, ROLLOUT_INPUTS, ROLLOUT_OUTPUTS, samples_rules
-from .stats import Baseline, Ewma, OctaveMean, PeriodicFit, RollingSlope, RollingWindow, robust_z, step_skew
+from .sequential import Cusum
+from .stats import (
+    Baseline,
+    Ewma,
+    OctaveMean,
+    PeriodicFit,
+    RollingSlope,
+    RollingWindow,
+    robust_z,
+    step_skew,
+)
+
+Q75_ABS_NORMAL = 1.1503
+"""The upper quartile of |z| for a standard normal z."""
 
 # Families whose "loss" is a surrogate or an RL objective: near zero, signed,
 # and free to rise while the model improves. A loss-spike rule means nothing there.
@@ -79,7 +92,8 @@ class LossGauge(Gauge):
                 "nonfinite_for": 3, "nonfinite_window": 50, "var_ratio": 4.0, "spike_repeat": 3,
                 "spike_repeat_rows": 50, "osc_ratio": 2.2, "osc_min": 0.12, "osc_for": 5, "osc_window": 32,
                 "osc_share": 0.65, "osc_amp": 0.12, "osc_every": 3,
-                "osc_skew": 1.0}
+                "osc_skew": 1.0, "shift_k": 1.5, "shift_clip": 2.0, "shift_floor": 0.15, "shift_level": 9,
+                "shift_arl": 20000.0}
 
     def setup(self) -> None:
         self.nonfinite_rows: dict[str, int] = {}  # NonFiniteTracker: the row of the last NaN/Inf, per metric
@@ -99,6 +113,10 @@ class LossGauge(Gauge):
         self.period_amp = 0.0  # its amplitude in log loss
         self.period_pushes = 0  # train rows read (eval rows must not set the reading's cadence)
         self.epoch_rows = math.nan  # logged train rows per epoch, where the log has an epoch counter
+        self.level = RollingWindow(self.p["shift_level"])  # the loss before any upward excursion: the shift's reference
+        self.steps = RollingWindow(self.p["window"])  # |row-to-row change| of the loss: its noise, free of the trend
+        self.shift = Cusum(self.p["shift_k"], self.budget(self.p["shift_arl"]))
+        self.shift_prev = math.nan  # the previous train loss
 
     def plan_long(self) -> None:
         w = min(int(self.p["osc_window"]), max(20, int(self.planned_rows) // 3))
@@ -155,6 +173,7 @@ class LossGauge(Gauge):
                 f"in the last {self.p['spike_repeat_rows']} logged steps: not one bad batch but unstable training. "
                 "Lower the learning rate or tighten gradient clipping.", clear=10,
             )
+        self._shift_up(loss)
         self._oscillation(loss, row.values.get("epoch"))
         if not spiky:  # keep the spike out of the reference it is judged against
             self.hist.push(loss)
@@ -170,6 +189,43 @@ class LossGauge(Gauge):
                 for_=3,
             )
 
+
+    def _step_noise(self) -> float:
+        """The loss's row noise from its row-to-row changes: their upper quartile, scaled to a sigma (Gaussian:
+        q75 |x_t - x_t-1| = 1.15 sigma sqrt 2). A quartile rather than the median: a heavy-tailed batch loss
+        (a mixture of easy and hard batches) is wider than its median change says."""
+        d = sorted(self.steps.values())
+        return d[(3 * len(d)) // 4] / (Q75_ABS_NORMAL * math.sqrt(2.0)) if d else 0.0
+
+    def _shift_up(self, loss: float) -> None:
+        """A sudden lasting rise of the loss (a corrupted shard, a bad data source, a learning-rate jump): Page's
+        CUSUM of the row's z against the median of the loss before the rise, its threshold from the ARL0 budget.
+        The noise scale comes from the row-to-row changes (a falling loss's spread around its median is mostly
+        trend), floored at ``shift_floor`` of the level: a rise of a few per cent on a very smooth loss is not a
+        data fault. A falling loss only pushes the chart down; one bad batch adds at most ``shift_clip`` and is gone
+        the next row, so a large jump must hold a row or two."""
+        ref = self.level
+        z = 0.0
+        if len(self.steps) >= self.p["spike_min_rows"]:
+            med = ref.median()
+            # the changes understate a correlated noise (AR(1): by sqrt(1 - rho)); the level's own spread does not
+            sigma = max(self._step_noise(), ref.robust()[1], self.p["shift_floor"] * abs(med), 1e-12)
+            z = min((loss - med) / sigma, self.p["shift_clip"])
+            self.derived["loss_shift_z"] = z
+        alarm = self.shift.push(z)
+        self.check(
+            "loss-shift-up", alarm, "warn", "loss", loss,
+            lambda: f"the loss rose to {loss:.4g} from a level of {ref.median():.4g} and has stayed up for "
+            f"{self.shift.n - self.shift.since + 1} logged steps: not one bad batch but a lasting jump (corrupted or "
+            "mislabelled data, a new data source, a learning-rate jump). Check the data loader and the learning rate "
+            "at these steps.",
+            clear=3,
+        )
+        if self.shift_prev == self.shift_prev:  # every row's change: its median is the noise, a jump or two aside
+            self.steps.push(abs(loss - self.shift_prev))
+        self.shift_prev = loss
+        if self.shift.s <= 0.0:  # keep the excursion out of the level it is judged against
+            ref.push(loss)
 
     def _oscillation(self, loss: float, epoch: float | None) -> None:
         """The loss swinging around its level (convergence oscillation): against its own early swing, or by its
@@ -574,7 +630,7 @@ class EfficiencyGauge(Gauge):
     inputs = ("step_time", "num_tokens", "train_samples_per_second", "efficiency/tokens_per_s",
               "efficiency/mem_frac", "efficiency/steps_per_s")
     outputs = ("samples_per_s", "tokens_per_s", "steps_per_s", "mem_frac", "util", "rss_gb", "step_time", "slowdown")
-    defaults = {"slowdown": 1.5, "slowdown_for": 10, "mem_high": 0.88, "util_drop": 0.7}
+    defaults = {"slowdown": 1.5, "slowdown_for": 10, "min_step_s": 0.5, "mem_high": 0.88, "util_drop": 0.7}
 
     def setup(self) -> None:
         self.base = Baseline(10)
@@ -615,7 +671,10 @@ class EfficiencyGauge(Gauge):
                 if self.base.ready and self.win.full:
                     slow = self.win.median() / max(self.base.value, 1e-12)
                     d["slowdown"] = slow
-                    self.check("throughput-declining", slow > self.p["slowdown"], "warn", "step_time", sec,
+                    # a step of a fraction of a second is timed by the host's load (other jobs on a shared CPU), not by
+                    # the run: its wall clock says nothing about the training's own throughput
+                    timed = self.base.value >= self.p["min_step_s"]
+                    self.check("throughput-declining", timed and slow > self.p["slowdown"], "warn", "step_time", sec,
                                lambda: f"steps now take {slow:.1f}x as long as at the start: throughput is "
                                "declining (memory fragmentation, growing sequence lengths, a straggler).",
                                for_=self.p["slowdown_for"])

@@ -276,7 +276,8 @@ class RewardGauge(Gauge):
         "window": 15, "min_rows": 50, "warmup_share": 0.08, "plateau_t": 1.0, "plateau_for": 20,
         "plateau_gain": 2.0, "plateau_z": 2.0,
         "flat_span": 1e-2, "flat_rows": 20, "flat_stop_rows": 50,
-        "hack_length_ratio": 1.5, "hack_corr": 0.6, "hack_gain_sigma": 3.0,
+        "hack_length_ratio": 1.5, "hack_corr": 0.6, "hack_gain_sigma": 3.0, "pays_rows": 6, "pays_window": 12,
+        "pays_corr": 0.8, "pays_jump_z": 8.0,
         "volatile_ratio": 2.2, "volatile_warmup": 30, "volatile_ratio_rl": 1.8,
         "volatile_window": 30, "volatile_warmup_rl": 16, "volatile_arl": 20000.0, "volatile_tol": 1.25,
         # shift: a CUSUM (k sigmas allowance per row, h to fire, each row's fall clipped at shift_clip sigmas)
@@ -295,7 +296,7 @@ class RewardGauge(Gauge):
         "margin_plateau_rows": 20,
         "margin_shrink": 0.15, "margin_shrink_t": -2.0, "margin_shrink_sd": 5.0, "margin_shrink_for": 6,
         "margin_peak_rows": 20,
-        "runaway_level": 1.0, "runaway_t": 3.0, "runaway_share": 0.05, "runaway_half_t": 5.0,
+        "runaway_level": 1.0, "runaway_t": 3.0, "runaway_settle": 0.67, "runaway_share": 0.05, "runaway_half_t": 5.0,
         **ROLLOUT_DEFAULTS["reward"],
     }
 
@@ -309,6 +310,8 @@ class RewardGauge(Gauge):
         self.ewma = Ewma(0.1)
         self.len_base = Baseline(10)
         self.rl = RollingCorrelation(30)  # (reward, length) pairs
+        self.pays = RollingCorrelation(self.p["pays_window"])  # (length, reward) since the reward's jump began
+        self.pays_jump = False  # the reward crossed shift_h by a jump of pays_jump_z sigmas or more in one row
         self.noise_ref = OctaveMean()  # the DPO margin's relative noise earlier in the run
         self.margin_warmup = self.p["volatile_warmup"]
         # RL rewards: row-to-row changes in units of the within-group spread (reward_std), whose binomial
@@ -523,6 +526,7 @@ class RewardGauge(Gauge):
                            f"(corr {corr:.2f}): the policy may be paying for length, not quality. Read samples; "
                            "check KL; add a length penalty.",
                            for_=3)
+            self._pays_length(key, r, length)
         if len(v) != self._row_width:  # re-scan for reward components only when the row's shape changes
             self._row_width = len(v)
             gold_names = set(self.gold_keys)
@@ -540,6 +544,33 @@ class RewardGauge(Gauge):
                 self.note = ""
         if len(self._comp_keys) >= 2:
             self._components(v)
+
+    def _pays_length(self, key: str, r: float, length: float) -> None:
+        """The reward jumped far outside its own noise (the shift detector crossed ``shift_h`` on a row
+        ``pays_jump_z`` sigmas out: a jump, not a slow climb adding up) and, row by row from that row on, it follows
+        the mean completion length (correlation ``pays_corr`` over ``pays_rows`` rows or more): the reward now pays
+        for length. A reward that starts paying per token jumps at once while the length has not grown yet, so this
+        comes long before the length itself looks wrong (``reward-hacking``)."""
+        p = self.p
+        det = self.shift
+        if det.up <= p["shift_h"]:
+            if len(self.pays.pts):  # the next jump is read from its own first row
+                self.pays = RollingCorrelation(p["pays_window"])
+            self.pays_jump = False
+            return
+        if not len(self.pays.pts):  # the row the detector crossed its line: a jump, or a slow climb adding up?
+            self.pays_jump = det.z >= p["pays_jump_z"]
+        if not self.pays_jump:
+            return
+        self.pays.push(length, r)
+        n = len(self.pays.pts)
+        corr = self.pays.corr() if n >= p["pays_rows"] else 0.0
+        pays = corr >= p["pays_corr"]
+        self.check("reward-pays-length", pays, "warn", key, r,
+                   lambda: f"{key} jumped at step {self.up_since} ({det.z:+.1f} sigma of its own noise) and since then "
+                   f"follows the mean completion length row by row (corr {corr:.2f} over {n} steps): the reward pays "
+                   "for length. Check the reward function (a per-token or per-character term, a missing length "
+                   "normalisation) and read samples; add a length penalty.", clear=10)
 
     def _stability(self, key: str, r: float, e: float, scale: float) -> None:
         """High reward variance (unstable optimisation) and change points, both against the run's own noise."""
@@ -979,7 +1010,12 @@ class RewardGauge(Gauge):
             self.chosen_half.push(c)
             ct = 0.0
             runaway = False
-            if warm and ce > p["runaway_level"] and self.chosen_recent.full:
+            # a climb that is slowing down is the pair being learned (fast at first, then settling); a runaway keeps
+            # its pace or speeds up: the slope over the run's later half against the average slope since the start
+            whole = (ce - self.chosen_start.value) / max(self.pref_rows, 1) if self.chosen_start.ready else 0.0
+            late = self.chosen_half.prev.slope() if self.chosen_half.rows() >= 10 else whole
+            settling = whole > 0.0 and late < p["runaway_settle"] * whole
+            if warm and ce > p["runaway_level"] and self.chosen_recent.full and not settling:
                 ct = self.chosen_recent.t_stat()
                 # over the same rows the chosen side climbed, the rejected side did not fall: the margin is not why
                 rej_holding = not self.rejected_recent.full or self.rejected_recent.t_stat() > -2.0

@@ -114,6 +114,13 @@ def dpo(i: int, g: np.random.Generator, *, n: int = 200, margin: float | None = 
             "rewards/margins": m + 0.07 * z[4], "rewards/accuracies": min(1.0, max(0.0, a + 0.05 * z[5]))}
 
 
+def _pays_length(row: Row, on: bool) -> Row:
+    """A GRPO row whose reward, once ``on``, pays per token of its completions (a reward function's length term)."""
+    if on:
+        row["reward"] = 0.02 * row["completions/mean_length"]
+    return row
+
+
 def sft(i: int, g: np.random.Generator, *, n: int = 200, loss: float | None = None, grad: float | None = None,
         lr: float | None = None, noise: float = 0.01) -> Row:
     """A healthy SFT row: loss falling towards a floor, steady gradients, warm-up then cosine decay."""
@@ -203,6 +210,9 @@ _NAN = float("nan")
 # (gauge, rule) -> Example. Streams are 200 rows unless a rule needs the run's end or a long warm-up.
 EXAMPLES: dict[tuple[str, str], Example] = {
     # -- loss -----------------------------------------------------------------------------------------------------
+    ("loss", "loss-shift-up"): Example(
+        "sft", lambda i, g: sft(i, g, noise=0.05, loss=None if i < 60 else 1.6 * (0.8 + 1.2 * math.exp(-i / 50))),
+        lambda i, g: sft(i, g, noise=0.05), 100, 60, 75, "loss"),
     ("loss", "loss-nonfinite"): Example(
         "sft", lambda i, g: sft(i, g, loss=_NAN if i == 60 else None), sft, 100, 60, 60, "loss"),
     # two NaN losses 20 rows apart; the healthy run has two isolated fp16 skipped steps 60 rows apart
@@ -339,6 +349,8 @@ EXAMPLES: dict[tuple[str, str], Example] = {
     ("reward", "reward-hacking"): Example(
         "grpo", lambda i, g: grpo(i, g, reward=0.3 + 0.5 * ramp(i, 100, 60), length=200 * (1 + 1.5 * ramp(i, 100, 60))),
         grpo, 200, 100, 150, "reward"),
+    ("reward", "reward-pays-length"): Example(
+        "grpo", lambda i, g: _pays_length(grpo(i, g), i >= 100), grpo, 200, 100, 112, "reward"),
     ("reward", "reward-shift-up"): Example(
         "grpo", lambda i, g: grpo(i, g, reward=0.3 + 0.4 * ramp(i, 100, 5)), grpo, 200, 100, 110, "reward"),
     ("reward", "reward-shift-down"): Example(
