@@ -102,7 +102,8 @@ def openrlhf_runs(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     for name in OPENRLHF_LOGS:
         out = tmp_path_factory.mktemp("openrlhf-layout")
         p = subprocess.run([sys.executable, str(HERE / "scripts" / "replay_loop.py"), "--out", str(out), "--log",
-                            str(shared_log("verl", name)), "--keys", "openrlhf", "--watch", "--keep-going"], env=env,
+                            str(shared_log("verl", name)), "--keys", "openrlhf", "--watch", "--keep-going",
+                            "--min-interval", "0"], env=env,  # every row written: a test of the layout, not of thinning
                            capture_output=True, text=True, timeout=300)
         assert p.returncode == 0, p.stderr[-3000:]
         runs.append(json.loads((out / "result.json").read_text())["run_dir"])

@@ -38,6 +38,8 @@ def main() -> int:
     ap.add_argument("--watch", action="store_true")
     ap.add_argument("--alerts", default=None)
     ap.add_argument("--keep-going", action="store_true")
+    ap.add_argument("--min-interval", type=float, default=0.25,
+                    help="watch()'s W&B write interval (0: every row's rlcluster/* values are written)")
     ap.add_argument("--module-log", action="store_true", help="log with wandb.log instead of run.log")
     ap.add_argument("--plugin", action="store_true", help="import wandb_rlcluster.verl_plugin before wandb.init")
     args = ap.parse_args()
@@ -69,7 +71,8 @@ def main() -> int:
     if args.watch:
         from wandb_rlcluster import watch
 
-        watcher = watch(run, alerts=args.alerts, on_stop=lambda f: stops.append(f"{f.gauge}/{f.rule}@{f.step}"))
+        watcher = watch(run, alerts=args.alerts, on_stop=lambda f: stops.append(f"{f.gauge}/{f.rule}@{f.step}"),
+                        min_interval=args.min_interval)
     logged: list[dict[str, object]] = []
     stop_step = None
     t0 = time.perf_counter()
