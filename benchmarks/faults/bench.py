@@ -105,7 +105,11 @@ def main(argv: list[str] | None = None) -> int:
     refresh_damage(args.out / "runs")
 
     cmd = "python benchmarks/faults/bench.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    score_and_write(args.out / "runs", args.results, HERE, peers=not args.no_peers, command=cmd.strip(), started=t0)
+    # the pictures go beside the results they belong to: a held-out run's results elsewhere must not redraw the
+    # committed pictures of the seeds 0-9 results
+    args.results.parent.mkdir(parents=True, exist_ok=True)
+    score_and_write(args.out / "runs", args.results, args.results.parent, peers=not args.no_peers,
+                    command=cmd.strip(), started=t0)
     return 0
 
 
