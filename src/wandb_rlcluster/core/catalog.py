@@ -53,6 +53,14 @@ def rule_ids() -> frozenset[str]:
 _RULE_IDS = frozenset(r.id for r in CATALOG)
 
 
+def declared_fix(gauge_id: str, rule: str) -> str:
+    """The fix ``gauge_id``'s declaration of ``rule`` gives (``Gauge.fix``: what a finding's message says to do)."""
+    return _FIXES[(gauge_id, rule)]
+
+
+_FIXES = {r.key: r.fix for r in CATALOG}
+
+
 # -- what the source can raise --------------------------------------------------------------------------------------
 
 _RAISED: dict[str, set[str]] | None = None

@@ -176,7 +176,7 @@ class LossGauge(Gauge):
                 "loss-spike-repeated", count >= self.p["spike_repeat"], "warn", "loss", loss,
                 lambda: f"the loss has jumped past {self.p['spike_ratio_now']:.0f}x its running mean {count} times "
                 f"in the last {self.p['spike_repeat_rows']} logged steps: not one bad batch but unstable training. "
-                "Lower the learning rate or tighten gradient clipping.", clear=10,
+                + self.fix("loss-spike-repeated", sentence=True), clear=10,
             )
         self._shift_up(loss)
         self._oscillation(loss, row.values.get("epoch"))
@@ -265,7 +265,7 @@ class LossGauge(Gauge):
                    f"swing so far), repeating every {every}")
         self.check("loss-oscillating", grown or periodic, "warn", "loss", loss,
                    lambda: f"{msg}: it oscillates instead of converging (learning rate too high for this stage). "
-                   "Lower the learning rate or decay it sooner.", for_=p["osc_for"], clear=10)
+                   + self.fix("loss-oscillating", sentence=True), for_=p["osc_for"], clear=10)
 
     def _period(self, loss: float, epoch: float | None) -> bool:
         """The swing's period: a sinusoid that explains most of the last rows' detrended log loss."""
@@ -501,8 +501,8 @@ class GradientGauge(Gauge):
                         "grad-explosion", exploding, "warn", "grad_norm", g,
                         (lambda: f"grad_norm has stayed above {self.p['explode_ratio']:.0f}x the upper quartile of "
                          f"the last {len(self.win)} logged norms, and above all of them, for "
-                         f"{self.p['explode_for']} logged steps (now {g:.3g}): gradients are exploding. Lower the LR "
-                         "or tighten max_grad_norm.") if exploding else "",
+                         f"{self.p['explode_for']} logged steps (now {g:.3g}): gradients are exploding. "
+                         + self.fix("grad-explosion", sentence=True)) if exploding else "",
                         for_=self.p["explode_for"],
                     )
                     if not exploding:  # an exploding norm must not become its own reference
@@ -743,7 +743,7 @@ class LearningRateGauge(Gauge):
             self.check("lr-peak-not-reached", late and self._still_warming(), "warn", "learning_rate", lr,
                        lambda: f"the learning rate is still rising at step {row.step} of {self.max_steps} "
                        f"({lr:.2g}, up from {self.first_lr:.2g}): warm-up is longer than most of the run, so the "
-                       "configured peak is reached late or never. Shorten warmup_steps / warmup_ratio.")
+                       "configured peak is reached late or never. " + self.fix("lr-peak-not-reached", sentence=True))
 
     def _still_warming(self) -> bool:
         n = self.rises + self.falls
@@ -763,7 +763,7 @@ class LearningRateGauge(Gauge):
             self.check("lr-peak-not-reached", self._still_warming(), "warn", "learning_rate", lr,
                        f"the learning rate rose on every logged step from {self.first_lr:.2g} to {lr:.2g} and never "
                        "levelled off or decayed: warm-up outlasted the run, which never trained at its configured "
-                       "peak. Shorten warmup_steps / warmup_ratio.")
+                       "peak. " + self.fix("lr-peak-not-reached", sentence=True))
 
 
 #: The learning-rate gauge's rules.
@@ -977,7 +977,7 @@ class LoraGauge(Gauge):
             self.check("lora-rank-collapse", er < max(1.0, self.p["rank_collapse"] * r) and r >= 4, "info",
                        "lora/effective_rank", er,
                        lambda: f"effective rank {er:.1f} of configured rank {r:.0f}: the adapter uses few "
-                       "directions; a smaller rank would do.", for_=2)
+                       f"directions; {self.fix('lora-rank-collapse')}.", for_=2)
         cv = d.get("norm_cv")
         if cv is not None:
             self.check("lora-layer-imbalance", cv > self.p["layer_cv"], "info", "lora/norm_cv", cv,
@@ -1095,7 +1095,7 @@ class EfficiencyGauge(Gauge):
             dropping = util is not None and self.util_base.ready and util < self.p["util_drop"] * self.util_base.value
             self.check("memory-pressure", mem > self.p["mem_high"] and dropping, "warn", "efficiency/mem_frac", mem,
                        lambda: f"device memory at {mem:.0%} while utilisation falls: the three-alarm fire "
-                       "(allocator thrashing or swapping). Reduce batch size or sequence length.", for_=3)
+                       "(allocator thrashing or swapping). " + self.fix("memory-pressure", sentence=True), for_=3)
 
 
 #: The efficiency gauge's rules.
@@ -1200,7 +1200,7 @@ class ConvergenceGauge(Gauge):
                 self.check("no-progress", stuck, "warn", "loss", sm,
                            lambda: f"loss has not improved for {self.since_best_train} logged steps and is within "
                            f"{progress:.0%} of where it started ({start:.4g}): the run is not learning. "
-                           "Check learning rate, data and labels.")
+                           + self.fix("no-progress", sentence=True))
         ev = v.get("eval_loss")
         if ev is None or not finite(ev) or self.family in SURROGATE_LOSS_FAMILIES:
             return
@@ -1243,7 +1243,7 @@ class ConvergenceGauge(Gauge):
                              and e[2] > self.best_eval * (1 + self.p["diverge_margin"]))
                 self.check("eval-diverging", diverging, "warn", "eval_loss", ev,
                            lambda: "eval_loss rose for 3 evaluations while train loss kept falling: "
-                           "classic overfitting. Keep the best checkpoint; stop or regularise.")
+                           "classic overfitting. " + self.fix("eval-diverging", sentence=True))
 
     def _oscillation(self, ev: float) -> None:
         """Eval loss see-sawing: direction flips on most evaluations, by more than noise, with no new best."""

@@ -267,14 +267,16 @@ class KLGauge(Gauge):
                 del rows[0]
             self.check("kl-spike", spike, "info", key, kl,
                        (lambda: f"{key} spiked to {kl:.3g} ({z:.0f} robust sigmas above its recent median): often "
-                        "one batch the model handles very differently from the reference; investigate that batch. One "
-                        "spike that is gone the next step is not a trend.") if spike else "", clear=3)
+                        "one batch the model handles very differently from the reference; "
+                        f"{self.fix('kl-spike')}. One spike that is gone the next step is not a trend.")
+                       if spike else "", clear=3)
             count = len(rows)
             repeated = count >= p["spike_repeat"] and self._spikes_stand_out(count, n)
             self.check("kl-spike-repeated", repeated, "warn", key, kl,
                        (lambda: f"{key} has spiked {count} times in the last {p['spike_repeat_rows']} logged steps "
-                        f"(now {kl:.3g}): the spikes repeat, so the updates are unstable, not one odd batch. Lower "
-                        "the learning rate or raise beta.") if repeated else "", clear=p["spike_repeat_rows"] // 5)
+                        f"(now {kl:.3g}): the spikes repeat, so the updates are unstable, not one odd batch. "
+                        + self.fix("kl-spike-repeated", sentence=True)) if repeated else "",
+                       clear=p["spike_repeat_rows"] // 5)
         self.win.push(kl)
 
     def _teacher(self, key: str, kl: float) -> float:
@@ -303,8 +305,8 @@ class KLGauge(Gauge):
         away = s0 == s0 and s0 > 0 and e > ratio * s0
         self.check("kl-teacher-diverging", away, "stop", key, kl,
                    (lambda: f"{key} {e:.3g} is {e / s0:.1f}x its start ({s0:.3g}), a KL to the teacher: the student is "
-                    "moving away from the model it distils, not towards it. Stop; check the learning rate, the "
-                    "reward's weight against the KL term and the samples.") if away else "",
+                    "moving away from the model it distils, not towards it. "
+                    + self.fix("kl-teacher-diverging", sentence=True)) if away else "",
                    for_=p["for"], clear=p["clear"])
         return e
 

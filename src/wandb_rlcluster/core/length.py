@@ -134,7 +134,7 @@ class LengthGauge(Gauge):
                     self.check("truncation-gap", gapped, "warn", "completions/mean_terminated_length", term,
                                (lambda: f"mean length {L:.0f} is {frac:.0%} above the mean length of completions "
                                 f"that ended with EOS ({term:.0f}): many answers are cut off at max_completion_length "
-                                "before they conclude. Raise the limit or find out why the model rambles.")
+                                "before they conclude. " + self.fix("truncation-gap", sentence=True))
                                if gapped else "",
                                for_=p["truncation_for"], clear=5)
             if self.base.ready and self.base.value > 0:
@@ -147,7 +147,7 @@ class LengthGauge(Gauge):
                            (lambda: f"completions are {ratio:.1f}x their starting length ({b:.0f} -> "
                             f"{e:.0f} tokens; the line, {p['explode']:g}x, is the post's baseline ratio): length bias. "
                             "If reward rose with it, the policy is being paid for "
-                            "verbosity; add a length penalty or check the reward.") if over else "", for_=p["for"])
+                            f"verbosity; {self.fix('length-explosion')}.") if over else "", for_=p["for"])
                 under = ratio < p["collapse"]
                 self.check("length-collapse", under, "warn", "completions/mean_length", L,
                            (lambda: f"completions shrank to {ratio:.2f}x their starting length "
@@ -260,7 +260,8 @@ class LengthGauge(Gauge):
         self.check("length-trend-down", down, "warn",
                    "completions/mean_length", L,
                    (lambda: f"length is steadily decreasing ({pct:+.0%} vs the baseline{where}, trend t={t:.0f}) "
-                    "while the reward does not improve: the model learns to say less. Check which penalty it avoids.")
+                    "while the reward does not improve: the model learns to say less. "
+                    + self.fix("length-trend-down", sentence=True))
                    if down else "",
                    for_=p["trend_for"], clear=10)
 
@@ -303,7 +304,7 @@ class LengthGauge(Gauge):
                    spread,
                    (lambda: f"the length spread within a batch fell to {cratio:.2f}x its start ((max - min) / mean "
                     f"{sb:.2f} -> {se_c:.2f}) while the reward is not improving: answers are converging on one "
-                    "template, a sign of mode collapse. Raise the temperature or add an entropy bonus.")
+                    "template, a sign of mode collapse. " + self.fix("length-variance-collapse", sentence=True))
                    if collapsed else "",
                    for_=p["for"], clear=10)
         self.check("length-spread-narrowing", collapsed and improving, "info", "completions/max_length",
@@ -324,8 +325,9 @@ class LengthGauge(Gauge):
         self.check("length-variance-change", changed, "warn", "completions/max_length", spread,
                    (lambda: f"the length variance is {var_ratio:.2f}x the baseline's (spread (max - min) / mean "
                     f"{sb:.2f} -> {se:.2f}; {d.get('log_spread_vs_baseline', math.nan) ** 2:.2f}x on log(max / min)), "
-                    f"past the {vc:.0%} change that deserves a look: the output distribution is changing shape. Read "
-                    "samples; compare with the SFT model.") if changed else "", for_=p["drift_for"], clear=10)
+                    f"past the {vc:.0%} change that deserves a look: the output distribution is changing shape. "
+                    + self.fix("length-variance-change", sentence=True)) if changed else "",
+                   for_=p["drift_for"], clear=10)
 
     def _log_spread_grew(self, mn: float, mx: float, limit: float) -> bool:
         """The spread's growth read on log(max / min), against its own baseline, squared as a variance ratio.

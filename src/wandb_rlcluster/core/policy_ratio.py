@@ -133,7 +133,7 @@ class PolicyRatioGauge(Gauge):
             self.lr_prev = lr
         self.check("clip-stop", clip > p["clip_stop"], "stop", key, clip,
                    lambda: f"{clip:.0%} of tokens are clipped for {p['for']} logged steps: each update is far too "
-                   "large; KL explosion usually follows. Stop; lower LR or num_iterations.", for_=p["for"])
+                   "large; KL explosion usually follows. " + self.fix("clip-stop", sentence=True), for_=p["for"])
         self.check("clip-high", clip > p["clip_warn"], "warn", key, clip,
                    lambda: f"clip fraction {clip:.0%} is above {p['clip_warn']:.0%} ({self._clip_line_source()}): "
                    "updates are too aggressive.", for_=p["warn_for"])
@@ -195,8 +195,8 @@ class PolicyRatioGauge(Gauge):
         high = e >= p["ratio_var_x"] * max(base, p["ratio_var_min"] / p["ratio_var_x"]) and e >= p["ratio_var_min"]
         self.check("ratio-variance", high, "warn", metric, rv,
                    lambda: f"the policy ratio's variance rose to {e:.3g} ({e / max(base, 1e-12):.0f}x its start): some "
-                   "tokens move far more than others in each update, the trust region is fraying. Lower the "
-                   "learning rate or the number of PPO epochs.", for_=3, clear=10)
+                   "tokens move far more than others in each update, the trust region is fraying. "
+                   + self.fix("ratio-variance", sentence=True), for_=3, clear=10)
 
     def _value(self, v: Mapping[str, float]) -> None:
         """PPO's value function: value loss growing, value clipping high (the post's "value function" row)."""

@@ -493,7 +493,7 @@ class RewardGauge(Gauge):
             self.check("reward-plateau", stalled, "warn", key, r,
                        lambda: f"reward is not improving: no upward trend over {self.rows_seen} logged steps "
                        f"(t={t:.1f}; started near {m1:.3g}, now {d['reward_ewma']:.3g}). The policy is stable but "
-                       "not learning; check the learning rate, the task's difficulty and frac_reward_zero_std.",
+                       f"not learning; {self.fix('reward-plateau')}.",
                        for_=p["plateau_for"], clear=10)
         self.check("reward-saturated", held and saturated, "info", key, r,
                    lambda: f"{key} holds near its ceiling ({sat:.0%} success): the task is solved, so there is little "
@@ -527,8 +527,8 @@ class RewardGauge(Gauge):
                 hack = lr > p["hack_length_ratio"] and corr > p["hack_corr"] and gain > p["hack_gain_sigma"]
                 self.check("reward-hacking", hack, "warn", key, r,
                            lambda: f"reward is up {gain:.1f} sigma while completions grew {lr:.1f}x and track it "
-                           f"(corr {corr:.2f}): the policy may be paying for length, not quality. Read samples; "
-                           "check KL; add a length penalty.",
+                           f"(corr {corr:.2f}): the policy may be paying for length, not quality. "
+                           + self.fix("reward-hacking", sentence=True),
                            for_=3)
             self._pays_length(key, r, length)
         if len(v) != self._row_width:  # re-scan for reward components only when the row's shape changes
@@ -616,7 +616,7 @@ class RewardGauge(Gauge):
                             f"{key} dropped since step {self.down_since} (now {e:.3g}, reference {ref:.3g}, "
                             f"{det.z:+.1f} sigma of its own noise)")
                    + ": the policy lost something it had (forgetting, a collapse, or a harder slice of prompts). "
-                   "Check KL, entropy and samples at that step.", clear=10)
+                   + self.fix("reward-shift-down", sentence=True), clear=10)
 
     def _material_at_ceiling(self, e: float) -> bool:
         """A drop the CUSUM found is a loss, unless the score holds at its ceiling and gave back under
@@ -893,14 +893,15 @@ class RewardGauge(Gauge):
                        (lambda fn=fn, g=g, level=level: f"reward function '{fn}' is pinned at its "
                        f"ceiling ({level:.3g}, every completion scores alike; up {g:.1f} sigma since the start) while "
                        f"{_names(flat)} stay flat: the policy has learned the easy part and gets no signal from it any "
-                       "more; the task itself is not being learned. Check the other functions' scale and weights.")
+                       "more; the task itself is not being learned. "
+                       + self.fix("reward-component-saturated", sentence=True))
                        if pinned else "",
                        for_=p["saturated_for"], clear=10)
             self.check(f"reward-component-dominant:{fn}", is_lead and not pinned, "info", metric, level,
                        (lambda fn=fn, g=g, level=level: f"reward function '{fn}' carries the whole "
                        f"reward rise (up {g:.1f} sigma since the start, now {level:.3g}) while {_names(flat)} stay "
                        "flat: the policy optimises one component. If it is a format or length check, the task is not "
-                       "being learned; log a held-out gold reward to tell hacking from learning.")
+                       f"being learned; {self.fix('reward-component-dominant')}.")
                        if is_lead else "",
                        for_=p["component_for"], clear=10)
 
@@ -971,7 +972,7 @@ class RewardGauge(Gauge):
                    for_=p["margin_shrink_for"], clear=10)
         self.check("margin-negative", warm and me < 0, "warn", "rewards/margins", m,
                    lambda: f"reward margin is negative ({me:.3g}): the policy now prefers the rejected answers. "
-                   "Check that chosen/rejected are not swapped.", for_=5)
+                   + self.fix("margin-negative", sentence=True), for_=5)
         if acc is not None and finite(acc):
             a = self.acc.push(acc)
             d["accuracy_ewma"] = a
@@ -1004,7 +1005,9 @@ class RewardGauge(Gauge):
             falling = self.chosen_start.ready and ce < self.chosen_start.value - 0.1 and healthy_margin
             self.check("chosen-reward-falling", warm and falling, "info", "rewards/chosen", c,
                        lambda: f"chosen reward drifts down ({ce:.3g}) while the margin grows ({me:.3g}): likelihood "
-                       "displacement, common in DPO and usually harmless. Watch logps/chosen.", for_=10, clear=20)
+                       "displacement, common in DPO and usually harmless. "
+                       + self.fix("chosen-reward-falling", sentence=True),
+                       for_=10, clear=20)
             # Unbounded growth: chosen keeps climbing past +runaway_level while the rejected side does not fall.
             if rj is not None and finite(rj):
                 self.rejected.push(rj)
@@ -1037,7 +1040,7 @@ class RewardGauge(Gauge):
             self.check("chosen-reward-runaway", runaway, "warn", "rewards/chosen", c,
                        lambda: f"chosen reward keeps climbing ({ce:.3g}, trend t={ct:.1f}) while the rejected reward "
                        f"does not fall{kl_txt}: unbounded growth, the policy exploits the implicit reward rather than "
-                       "learning the preference. Raise beta or lower the learning rate.", for_=5, clear=10,
+                       "learning the preference. " + self.fix("chosen-reward-runaway", sentence=True), for_=5, clear=10,
                        long_hold=False)  # its window is a share of the run already (runaway_share)
 
 

@@ -116,7 +116,7 @@ class RewardSignalGauge(Gauge):
             self.check("zero-std-dead", dead_all, "stop", "frac_reward_zero_std", f,
                        (lambda: f"every group has identical rewards for {p['stop_for']} logged steps: advantages "
                         "are all zero and the policy receives no gradient. The task is either solved or "
-                        "impossible for this model: change the prompts or the reward.") if dead_all else "",
+                        f"impossible for this model: {self.fix('zero-std-dead')}.") if dead_all else "",
                        for_=p["stop_for"])
             # groups losing their spread are mostly prompts being solved when the (smoothed) reward sits on the
             # success side of its range, or has been rising over the run (the entropy gauge's test of progress)
@@ -139,8 +139,8 @@ class RewardSignalGauge(Gauge):
             self.check("zero-std-solved", solved, "info", "frac_reward_zero_std", f,
                        (lambda: f"{ze:.0%} of groups have zero reward variance while the reward "
                         + ("keeps climbing" if lv != lv or lv <= 0.5 else f"sits near {lv:.0%} of its range")
-                        + ": prompts are being solved and stop teaching anything. Add harder prompts when it nears "
-                        "100 %.") if solved else "",
+                        + ": prompts are being solved and stop teaching anything. "
+                        + self.fix("zero-std-solved", sentence=True)) if solved else "",
                        for_=p["for"], clear=5)
         # One unambiguous row: no group had any reward spread and the optimizer got a zero gradient —
         # the step changed nothing (the seed's dead-run signal, made specific to group-relative training).
