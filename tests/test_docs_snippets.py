@@ -26,7 +26,7 @@ import pytest
 import wandb_rlcluster
 from wandb_rlcluster.alerts.config import load_config
 from wandb_rlcluster.cli import build_parser
-from wandb_rlcluster.core.rule_examples import EXAMPLES
+from wandb_rlcluster.core.catalog import EXAMPLES
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"

@@ -15,11 +15,21 @@ import pytest
 
 from wandb_rlcluster.cli import main
 from wandb_rlcluster.core import analyze_rows
-from wandb_rlcluster.core.catalog import ANY_GAUGE, CATALOG, INSTRUMENTS, POST, by_key, gauge_class, raised_rules
-from wandb_rlcluster.core.cluster import InstrumentCluster
+from wandb_rlcluster.core.catalog import (
+    ANY_GAUGE,
+    CATALOG,
+    EXAMPLES,
+    INSTRUMENTS,
+    POST,
+    by_key,
+    gauge_class,
+    raised_rules,
+)
+from wandb_rlcluster.core.cluster import GAUGE_IDS, InstrumentCluster
+from wandb_rlcluster.core.diagnosis import DIAGNOSIS_ID
 from wandb_rlcluster.core.policy_ratio import PolicyRatioGauge
-from wandb_rlcluster.core.rule_examples import EXAMPLES, ppo
 from wandb_rlcluster.core.sanity import RANGES, RULE
+from wandb_rlcluster.core.streams import ppo
 from wandb_rlcluster.rules_reference import LINES, plot_key, plot_name, render_pages
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,6 +55,22 @@ def test_every_rule_the_code_can_raise_has_an_entry_and_every_entry_is_raised():
     assert not set(raised) - ids, f"raised but not in the catalog: {sorted(set(raised) - ids)}"
     assert not ids - set(raised), f"in the catalog but never raised: {sorted(ids - set(raised))}"
     assert len(by_key()) == len(CATALOG), "two entries for one (gauge, rule)"
+
+
+def test_declared_severities_are_the_ones_the_code_raises():
+    """A declaration states its severities beside the rule; the source's ``check`` calls are what counts."""
+    raised = raised_rules(CORE)
+    for r in CATALOG:
+        assert set(r.severities) == raised.get(r.id, set()), (
+            f"{r.key}: declared {r.severities}, the code raises {sorted(raised.get(r.id, set()))}")
+        assert list(r.severities) == sorted(r.severities, key=("info", "warn", "stop").index), r.key
+
+
+def test_the_catalog_lists_the_gauges_declarations_in_gauge_order():
+    order = [*GAUGE_IDS, ANY_GAUGE, DIAGNOSIS_ID]
+    gauges = [r.gauge for r in CATALOG]
+    assert gauges == sorted(gauges, key=order.index)
+    assert set(gauges) == set(order)
 
 
 def test_the_reader_finds_every_way_a_rule_id_is_written(tmp_path):
@@ -75,13 +101,11 @@ def test_every_entry_is_complete_and_its_parameters_are_the_gauges():
         assert r.severities and set(r.severities) <= {"info", "warn", "stop"}, (r.key, r.severities)
         assert (r.seed == "none") == (r.seed_source == ""), r.key
         assert r.seed_source in ("", POST, INSTRUMENTS), r.key
-        assert r.key in EXAMPLES, f"{r.key} has no example"
         cls = gauge_class(r.gauge)
         for name in r.params:
             assert cls is not None, r.key
             known = set(cls.defaults) | {k for fd in cls.family_defaults.values() for k in fd}
             assert name in known, f"{r.key}: {name} is not a parameter of {cls.__name__}"
-    assert set(EXAMPLES) == set(by_key())
 
 
 def test_thresholds_are_read_from_the_gauge_not_copied(monkeypatch):

@@ -17,9 +17,8 @@ from wandb_rlcluster.alerts.config import load_config
 from wandb_rlcluster.analyze import analyze_stream, render_text
 from wandb_rlcluster.cli import main
 from wandb_rlcluster.core import analyze_rows
-from wandb_rlcluster.core.catalog import CATALOG
+from wandb_rlcluster.core.catalog import CATALOG, EXAMPLES
 from wandb_rlcluster.core.doc_links import DOCS_URL_ENV, rule_doc_url
-from wandb_rlcluster.core.rule_examples import EXAMPLES
 from wandb_rlcluster.rules_reference import forwarders, pages_by_id, tunable
 
 ROOT = Path(__file__).resolve().parents[1]

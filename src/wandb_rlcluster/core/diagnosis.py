@@ -14,12 +14,14 @@ one gauge over all rows before the next, then gives exactly the diagnoses the ro
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .findings import Finding
 from .gauge import Gauge
 from .keys import Row
+from .rule import POST, Example, Rule
+from .streams import GOLD, grpo, ppo, ramp, with_gold
 
 DIAGNOSIS_ID = "diagnosis"
 
@@ -39,6 +41,8 @@ class Pattern:
     todo: str
     #: Firing rules that explain the evidence away (e.g. KL high from the first step is a reference mismatch).
     unless: tuple[str, ...] = ()
+    #: A stream the pattern must be named on, by a given row, and a healthy one it must stay quiet on.
+    example: Example = field(kw_only=True, compare=False)
 
 
 _RISING = ("reward/reward-shift-up", "reward/reward-hacking", "reward/reward-component-dominant:*",
@@ -61,6 +65,10 @@ PATTERNS: tuple[Pattern, ...] = (
         "the run is burning compute without learning: fix the cause (frozen or NaN weights, a constant reward, "
         "prompts every group solves or fails alike, a schedule at zero) before resuming from the last good "
         "checkpoint.",
+        example=Example(
+            "grpo",
+            lambda i, g: {**grpo(i, g), **({"frac_reward_zero_std": 1.0, "grad_norm": 0.0} if i >= 100 else {})},
+            grpo, 200, 100, 115, "frac_reward_zero_std"),
     ),
     Pattern(
         "over-optimisation", "Over-optimisation",
@@ -69,6 +77,9 @@ PATTERNS: tuple[Pattern, ...] = (
         "the policy keeps moving while the reward that matters does not improve: keep the checkpoint from before "
         "the divergence, raise beta (the KL penalty) or lower the learning rate, and fix the proxy's loophole.",
         unless=("kl/kl-high-at-start",),
+        example=Example(
+            "grpo", with_gold(True), with_gold(False),
+            200, 100, 160, "rewards/gold/mean", GOLD),
     ),
     Pattern(
         "reward-hacking", "Reward hacking",
@@ -76,6 +87,10 @@ PATTERNS: tuple[Pattern, ...] = (
         "the reward rose the way a loophole pays, with length or KL moving with it: read samples from the first "
         "step named here, add a length penalty or cap, raise beta; log a held-out gold reward (weight 0 in "
         "reward_weights) so the next run can tell hacking from learning.",
+        example=Example(
+            "grpo",
+            lambda i, g: grpo(i, g, reward=0.3 + 0.4 * ramp(i, 100, 10), length=200 * (1 + 1.5 * ramp(i, 100, 40))),
+            lambda i, g: grpo(i, g, reward=0.3 + 0.4 * ramp(i, 100, 10)), 200, 100, 150, "completions/mean_length"),
     ),
     Pattern(
         "mode-collapse", "Mode collapse",
@@ -85,6 +100,11 @@ PATTERNS: tuple[Pattern, ...] = (
         "the policy converges on a few answers and the group signal dries up: raise the sampling temperature, "
         "use clip-higher (epsilon_high) or an entropy bonus, and filter prompts the model always gets right or "
         "always gets wrong.",
+        # entropy and the within-batch length spread collapse together while the reward is flat
+        example=Example(
+            "grpo", lambda i, g: grpo(i, g, reward=0.4, entropy=1.2 * (1 - 0.5 * ramp(i, 100, 100)),
+                                      spread=1.2 - 1.0 * ramp(i, 100, 40)),
+            lambda i, g: grpo(i, g, reward=0.4), 200, 100, 190, "entropy"),
     ),
     Pattern(
         "unstable-updates", "Unstable updates",
@@ -95,8 +115,31 @@ PATTERNS: tuple[Pattern, ...] = (
            ("policy_ratio/value-loss-growing", "policy_ratio/value-clip-high")), 2),),
         "each update moves the policy too far: lower the learning rate (or PPO epochs / num_iterations), tighten "
         "max_grad_norm, raise beta; a KL explosion usually follows if nothing changes.",
+        example=Example(
+            "ppo",
+            lambda i, g: ppo(i, g, clip=0.06 + 0.2 * ramp(i, 100, 100), ratio_var=0.001 + 0.02 * ramp(i, 100, 60)),
+            ppo, 200, 100, 180, "policy/clipfrac_avg"),
     ),
 )
+
+_GALLERY = "what you get is a picture of multiple interacting failures that create a tableau of pathology."
+
+
+def _pattern_rule(p: Pattern) -> Rule:
+    """A pattern as the catalog lists it: it reads the rules its groups name, and its fix is its ``todo``."""
+    return Rule(
+        DIAGNOSIS_ID, p.name, severities=("warn",),
+        reads="the firing rules of the other gauges: " + "; or ".join(
+            " + ".join("(" + " | ".join(grp) + ")" for grp in groups) for groups, _ in p.when),
+        test="; or ".join(f"rules of {n} of those {len(groups)} groups firing together" for groups, n in p.when)
+        + (f", unless {', '.join(p.unless)} fires" if p.unless else ""),
+        means=f"the failure pattern '{p.title}' across gauges",
+        fix=p.todo, seed=_GALLERY, seed_source=POST, example=p.example,
+    )
+
+
+#: The diagnoses as rules (``core/catalog.py`` collects them after every gauge's).
+RULES: tuple[Rule, ...] = tuple(_pattern_rule(p) for p in PATTERNS)
 
 
 def _matches(pattern: str, key: str) -> bool:

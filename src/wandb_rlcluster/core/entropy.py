@@ -12,7 +12,9 @@ from .bounded import RewardLevel
 from .gauge import Gauge, finite
 from .keys import Row
 from .reward_progress import RewardProgress
+from .rule import INSTRUMENTS, Example, Rule
 from .stats import Baseline, DiffNoise, Ewma, RollingWindow, StepGaps, robust_z
+from .streams import grpo, ramp
 
 
 class EntropyGauge(Gauge):
@@ -180,3 +182,64 @@ class EntropyGauge(Gauge):
                        lambda: f"entropy jumped ({z:.0f} robust sigmas): possible forgetting or a bad batch.",
                        clear=3)
         self.win.push(h)
+
+
+#: The entropy gauge's rules (``core/catalog.py`` collects every module's).
+RULES: tuple[Rule, ...] = (
+    Rule(
+        "entropy", "entropy-collapse", severities=("warn",),
+        reads="EWMA of entropy / its first `baseline_rows`, with the reward's progress",
+        test="below `collapse_ratio`, the fall `collapse_se` standard errors of the smoothed level (AR(1)-aware) out "
+             "of the row noise, with a collapse sign (reward flat and not near its ceiling: smoothed level under "
+             "`saturated_level`; zero-std up), held `for`; or below `deep_ratio` while the task score's level is "
+             "under `failing_level` (most completions still fail: a template, not sharpening), held `deep_for`. The "
+             "start is the first `baseline_rows` rows before any gap in the log (a row more than 4 logging intervals "
+             "after the last: a trimmed or resumed log), and the smoothed level starts over after such a gap",
+        params=("collapse_ratio", "collapse_se", "deep_ratio", "failing_level", "deep_for", "zero_std_rise",
+                "saturated_level", "for", "baseline_rows"),
+        means="mode collapse: the policy stopped exploring",
+        fix="raise the temperature, clip-higher, an entropy bonus, or filter prompts",
+        seed="Collapse is entropy falling *with* the reward signal drying up", seed_source=INSTRUMENTS,
+        example=Example(
+            "grpo", lambda i, g: grpo(i, g, reward=0.4, entropy=1.2 * (1 - 0.5 * ramp(i, 100, 100))),
+            lambda i, g: grpo(i, g, reward=0.4), 200, 100, 180, "entropy"),
+    ),
+    Rule(
+        "entropy", "entropy-collapse-persistent", severities=("stop",),
+        reads="as entropy-collapse",
+        test="below `stop_ratio` with collapse signs, held `stop_for` (stop)",
+        params=("stop_ratio", "stop_for"),
+        means="the policy has collapsed",
+        fix="stop; resume earlier with more exploration",
+        seed="Collapse is entropy falling *with* the reward signal drying up", seed_source=INSTRUMENTS,
+        example=Example(
+            "grpo", lambda i, g: grpo(i, g, reward=0.4, entropy=1.2 * (1 - 0.92 * ramp(i, 100, 40)),
+                                      zero_std=0.1 + 0.85 * ramp(i, 100, 100)),
+            lambda i, g: grpo(i, g, reward=0.4), 200, 100, 180, "entropy"),
+    ),
+    Rule(
+        "entropy", "entropy-sharpening", severities=("info",),
+        reads="as entropy-collapse",
+        test="below `sharpening_ratio` with no collapse sign (info)",
+        params=("sharpening_ratio", "for"),
+        means="the policy sharpens on what it learned",
+        fix="nothing; watch the reward",
+        seed="a learning GRPO run sharpens", seed_source=INSTRUMENTS,
+        example=Example(
+            "grpo", lambda i, g: grpo(i, g, reward=0.3 + 0.5 * i / 200, entropy=1.2 * (1 - 0.6 * ramp(i, 60, 80))),
+            lambda i, g: grpo(i, g, reward=0.3 + 0.5 * i / 200), 200, 60, 150, "entropy"),
+    ),
+    Rule(
+        "entropy", "entropy-spike", severities=("info",),
+        reads="entropy",
+        test="robust z above `spike_z` vs the last 30 rows (info)",
+        params=("spike_z",),
+        means="possible forgetting or a bad batch",
+        fix="read samples at that step",
+        seed="a spike can mean forgetting", seed_source=INSTRUMENTS,
+        example=Example(
+            "grpo", lambda i, g: grpo(i, g, entropy=1.0 + (1.0 if i == 60 else 0.0)),
+            lambda i, g: grpo(i, g, entropy=1.0),
+            100, 60, 60, "entropy"),
+    ),
+)

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from .bounded import RewardLevel
 from .gauge import Gauge, finite
 from .keys import Row
-from .rollouts import ROLLOUT_DEFAULTS, ROLLOUT_INPUTS, ROLLOUT_OUTPUTS, samples_rules
+from .rollouts import ROLLOUT_DEFAULTS, ROLLOUT_INPUTS, ROLLOUT_OUTPUTS, SAMPLES_ROLLOUT_RULES, samples_rules
+from .rule import INSTRUMENTS, Example, Rule
 from .sequential import Cusum
 from .stats import (
     Baseline,
@@ -19,6 +22,7 @@ from .stats import (
     robust_z,
     step_skew,
 )
+from .streams import after, evals, grpo, live, ramp, sft
 
 Q75_ABS_NORMAL = 1.1503
 """The upper quartile of |z| for a standard normal z."""
@@ -172,7 +176,7 @@ class LossGauge(Gauge):
                 "loss-spike-repeated", count >= self.p["spike_repeat"], "warn", "loss", loss,
                 lambda: f"the loss has jumped past {self.p['spike_ratio_now']:.0f}x its running mean {count} times "
                 f"in the last {self.p['spike_repeat_rows']} logged steps: not one bad batch but unstable training. "
-                "Lower the learning rate or tighten gradient clipping.", clear=10,
+                + self.fix("loss-spike-repeated", sentence=True), clear=10,
             )
         self._shift_up(loss)
         self._oscillation(loss, row.values.get("epoch"))
@@ -261,7 +265,7 @@ class LossGauge(Gauge):
                    f"swing so far), repeating every {every}")
         self.check("loss-oscillating", grown or periodic, "warn", "loss", loss,
                    lambda: f"{msg}: it oscillates instead of converging (learning rate too high for this stage). "
-                   "Lower the learning rate or decay it sooner.", for_=p["osc_for"], clear=10)
+                   + self.fix("loss-oscillating", sentence=True), for_=p["osc_for"], clear=10)
 
     def _period(self, loss: float, epoch: float | None) -> bool:
         """The swing's period: a sinusoid that explains most of the last rows' detrended log loss."""
@@ -286,6 +290,119 @@ class LossGauge(Gauge):
             self.periodic = found
             self.period_rows, self.period_amp = per, amp
         return self.periodic
+
+
+_NAN = float("nan")
+_LOWER_LR = "Lower the learning rate (or tighten max_grad_norm) and resume from the last good checkpoint."
+
+#: The loss gauge's rules (``core/catalog.py`` collects every module's).
+LOSS_RULES: tuple[Rule, ...] = (
+    Rule(
+        "loss", "loss-nonfinite", severities=("info",),
+        reads="loss",
+        test="any NaN/Inf row (info: one isolated row is a skipped fp16 loss-scale step)",
+        means="the loss is NaN or infinite on this row",
+        fix="nothing for one row; if it repeats, see loss-nonfinite-repeated",
+        example=Example(
+            "sft", lambda i, g: sft(i, g, loss=_NAN if i == 60 else None), sft, 100, 60, 60, "loss"),
+    ),
+    Rule(
+        "loss", "loss-nonfinite-repeated", severities=("warn",),
+        reads="loss, and the row of its last NaN/Inf",
+        test="a second NaN/Inf within `nonfinite_window` logged rows of the last",
+        params=("nonfinite_window",),
+        means="more than a skipped loss-scale step: the run is heading for divergence",
+        fix="lower the learning rate or enable gradient clipping; resume from the last good checkpoint if it goes on",
+        # two NaN losses 20 rows apart; the healthy run has two isolated fp16 skipped steps 60 rows apart
+        example=Example(
+            "sft", lambda i, g: sft(i, g, loss=_NAN if i in (40, 60) else None),
+            lambda i, g: sft(i, g, loss=_NAN if i in (10, 70) else None), 100, 60, 60, "loss"),
+    ),
+    Rule(
+        "loss", "loss-nonfinite-persistent", severities=("stop",),
+        reads="loss",
+        test="NaN/Inf held `nonfinite_for` rows",
+        params=("nonfinite_for",),
+        means="the loss stays NaN/Inf: the weights are probably corrupted",
+        fix=_LOWER_LR,
+        example=Example(
+            "sft", lambda i, g: sft(i, g, loss=_NAN if i >= 60 else None), sft, 100, 60, 62, "loss"),
+    ),
+    Rule(
+        "loss", "loss-spike", severities=("warn",),
+        reads="loss / mean of the last `window` non-spike rows (not for RL surrogate losses)",
+        test="level ratio above a line, held `spike_for` rows",
+        params=("spike_ratio", "spike_for", "window"),
+        means="the loss stays well above its running mean: a bad batch, LR too high, or a data-order problem",
+        fix="check grad_norm at the same steps; lower the learning rate if it repeats",
+        seed="spike ratio > 2.0", seed_source=INSTRUMENTS,
+        example=Example(
+            "sft", lambda i, g: sft(i, g, loss=3.5 if 60 <= i < 66 else None), sft, 100, 60, 61, "loss"),
+    ),
+    Rule(
+        "loss", "loss-spike-single", severities=("info",),
+        reads="loss / running mean",
+        test="one row past `spike_ratio_now` (info)",
+        params=("spike_ratio_now",),
+        means="one batch the model handles badly",
+        fix="nothing unless it repeats",
+        seed="spike ratio > 2.0", seed_source=INSTRUMENTS,
+        example=Example(
+            "sft", lambda i, g: sft(i, g, loss=9.0 if i == 60 else None), sft, 100, 60, 60, "loss"),
+    ),
+    Rule(
+        "loss", "loss-spike-repeated", severities=("warn",),
+        reads="rows past `spike_ratio_now` x the running mean",
+        test="count of spikes within `spike_repeat_rows` rows",
+        params=("spike_ratio_now", "spike_repeat", "spike_repeat_rows"),
+        means="the loss keeps jumping: unstable training, not one bad batch",
+        fix="lower the learning rate or tighten gradient clipping",
+        seed="spike ratio > 2.0", seed_source=INSTRUMENTS,
+        example=Example(
+            "sft", lambda i, g: sft(i, g, loss=9.0 if i in (60, 70, 80) else None), sft, 100, 60, 80, "loss"),
+    ),
+    Rule(
+        "loss", "loss-shift-up", severities=("warn",),
+        reads="loss vs the median of its last `shift_level` rows before the rise, in sigmas of its row-to-row changes "
+              "(at least `shift_floor` of the level; not for RL surrogate losses)",
+        test="Page's CUSUM for a shift of 2 x `shift_k` sigmas, each row clipped at `shift_clip` (a large jump must "
+             "hold several rows)",
+        params=("shift_k", "shift_clip", "shift_floor", "shift_level", "shift_arl"),
+        means="the loss jumped and stays up: corrupted or mislabelled data, a new data source, a learning-rate jump",
+        fix="check the data loader (the shard or source served at these steps) and the learning rate",
+        seed="spike ratio > 2.0", seed_source=INSTRUMENTS,
+        origin="the seed's spike ratio is a single-row test; a lasting jump is a change of level, decided by the "
+               "sequential engine at its own budget (every SFT/DPO row is tested, and batch losses are heavy-tailed)",
+        budgeted=True,
+        budget_param="shift_arl",
+        example=Example(
+            "sft", lambda i, g: sft(i, g, noise=0.05, loss=None if i < 60 else 1.6 * (0.8 + 1.2 * math.exp(-i / 50))),
+            lambda i, g: sft(i, g, noise=0.05), 100, 60, 75, "loss"),
+    ),
+    Rule(
+        "loss", "loss-volatile", severities=("info",),
+        reads="variance of the last 5 rows / variance of the last 5 x `window` rows",
+        test="variance ratio above a line, held 3 rows (info)",
+        params=("var_ratio",),
+        means="training is getting noisier",
+        fix="watch for spikes and the learning-rate schedule",
+        seed="variance rising", seed_source=INSTRUMENTS,
+        example=Example(
+            "sft", lambda i, g: sft(i, g, noise=0.01 + 0.2 * after(i, 150)), sft, 200, 150, 180, "loss"),
+    ),
+    Rule(
+        "loss", "loss-oscillating", severities=("warn",),
+        reads="the loss's swing around a 9-row running median; a sinusoid fit of the log loss",
+        test="swing vs its own earlier octave, or one period explaining most detrended variance; held `osc_for` rows",
+        params=("osc_ratio", "osc_min", "osc_share", "osc_amp", "osc_for"),
+        means="the loss oscillates instead of converging",
+        fix="lower the learning rate or decay it sooner",
+        example=Example(
+            "sft", lambda i, g: sft(i, g, loss=(0.8 + 1.2 * math.exp(-i / 50)) * (1 + 0.3 * ramp(i, 100, 20)
+                                                                                 * math.sin(2 * math.pi * i / 8))),
+            sft, 200, 100, 140, "loss"),
+    ),
+)
 
 
 class GradientGauge(Gauge):
@@ -384,8 +501,8 @@ class GradientGauge(Gauge):
                         "grad-explosion", exploding, "warn", "grad_norm", g,
                         (lambda: f"grad_norm has stayed above {self.p['explode_ratio']:.0f}x the upper quartile of "
                          f"the last {len(self.win)} logged norms, and above all of them, for "
-                         f"{self.p['explode_for']} logged steps (now {g:.3g}): gradients are exploding. Lower the LR "
-                         "or tighten max_grad_norm.") if exploding else "",
+                         f"{self.p['explode_for']} logged steps (now {g:.3g}): gradients are exploding. "
+                         + self.fix("grad-explosion", sentence=True)) if exploding else "",
                         for_=self.p["explode_for"],
                     )
                     if not exploding:  # an exploding norm must not become its own reference
@@ -420,6 +537,152 @@ class GradientGauge(Gauge):
             d["sparsity"] = sp
             self.check("grad-sparse", sp > self.p["sparsity"], "warn", "gradients/sparsity", sp,
                        lambda: f"{sp:.1%} of gradient entries are ~0.", for_=3)
+
+
+_GRAD_SEED = "vanishing (norm collapsing toward 0), exploding (fat tails / spikes), layer imbalance, any NaN/Inf"
+
+#: The gradient gauge's rules.
+GRADIENT_RULES: tuple[Rule, ...] = (
+    Rule(
+        "gradients", "grad-nonfinite", severities=("info",),
+        reads="grad_norm",
+        test="any NaN/Inf row (info: one isolated row is a skipped fp16 loss-scale step)",
+        means="a gradient norm is NaN/Inf",
+        fix="nothing for one row; if it repeats, see grad-nonfinite-repeated",
+        seed=_GRAD_SEED, seed_source=INSTRUMENTS,
+        example=Example(
+            "sft", lambda i, g: sft(i, g, grad=_NAN if i == 60 else None), sft, 100, 60, 60, "grad_norm"),
+    ),
+    Rule(
+        "gradients", "grad-nonfinite-repeated", severities=("warn",),
+        reads="grad_norm, and the row of its last NaN/Inf",
+        test="a second NaN/Inf within `nonfinite_window` logged rows of the last",
+        params=("nonfinite_window",),
+        means="more than a skipped loss-scale step: gradients keep overflowing and the run is heading for divergence",
+        fix="lower the learning rate or enable gradient clipping",
+        seed=_GRAD_SEED, seed_source=INSTRUMENTS,
+        example=Example(
+            "sft", lambda i, g: sft(i, g, grad=_NAN if i in (40, 60) else None),
+            lambda i, g: sft(i, g, grad=_NAN if i in (10, 70) else None), 100, 60, 60, "grad_norm"),
+    ),
+    Rule(
+        "gradients", "grad-nonfinite-persistent", severities=("stop",),
+        reads="grad_norm",
+        test="NaN/Inf held `nonfinite_for` rows",
+        params=("nonfinite_for",),
+        means="gradients stay NaN/Inf: the weights are probably corrupted",
+        fix=_LOWER_LR,
+        seed=_GRAD_SEED, seed_source=INSTRUMENTS,
+        example=Example(
+            "sft", lambda i, g: sft(i, g, grad=_NAN if i >= 60 else None), sft, 100, 60, 62, "grad_norm"),
+    ),
+    Rule(
+        "gradients", "grad-zero", severities=("stop",),
+        reads="grad_norm; in GRPO also frac_reward_zero_std and the reward's level",
+        test="exactly 0 held `zero_for` rows, unless a saturating GRPO reward explains it (grad-zero-saturated)",
+        params=("zero_for",),
+        means="nothing is being learned (frozen parameters, all-zero advantages, a broken loss)",
+        fix="find why no parameter gets a gradient before spending more compute",
+        example=Example(
+            "sft", lambda i, g: sft(i, g, grad=0.0 if i >= 60 else None), sft, 100, 60, 64, "grad_norm"),
+    ),
+    Rule(
+        "gradients", "grad-zero-saturated", severities=("info",),
+        reads="grad_norm, frac_reward_zero_std and the reward's level as a success rate (GRPO; core/bounded.py)",
+        test="exactly 0 held `zero_for` rows while at least half the groups are uniform, the reward sits above 1/2 of "
+             "its range and still moves (info)",
+        params=("zero_for",),
+        means="whole batches are solved prompts (all-correct groups, advantages 0): not a dead run",
+        fix="add harder prompts if it persists; a frozen reward or one on the failure side is grad-zero",
+        origin="above a success rate of 1/2 a uniform group is more likely all-correct than all-wrong for every group "
+               "size",
+        # a GRPO run near the top of its reward range: for 5 rows every group is solved and the gradient is exactly 0
+        example=Example(
+            "grpo", lambda i, g: {**grpo(i, g, reward=0.7 + 0.15 * i / 100, zero_std=0.6),
+                                  **({"frac_reward_zero_std": 1.0, "grad_norm": 0.0} if 60 <= i < 65 else {})},
+            lambda i, g: grpo(i, g, reward=0.7 + 0.15 * i / 100, zero_std=0.6), 100, 60, 64, "grad_norm"),
+    ),
+    Rule(
+        "gradients", "grad-zero-step", severities=("warn",),
+        reads="grad_norm (not GRPO, where all-equal groups give 0)",
+        test="one exact 0",
+        means="no parameter received a gradient on this step",
+        fix="check for frozen weights, a detached loss, an empty batch",
+        example=Example(
+            "sft", lambda i, g: sft(i, g, grad=0.0 if i == 60 else None), sft, 100, 60, 60, "grad_norm"),
+    ),
+    Rule(
+        "gradients", "grad-spike", severities=("info",),
+        reads="grad_norm / running median of the last `window` rows",
+        test="one row past `spike_ratio` (info)",
+        params=("spike_ratio", "window", "min_history"),
+        means="an isolated gradient spike",
+        fix="nothing unless they cluster",
+        seed=_GRAD_SEED, seed_source=INSTRUMENTS,
+        example=Example(
+            "sft", lambda i, g: sft(i, g, grad=20.0 if i == 60 else None), sft, 100, 60, 60, "grad_norm"),
+    ),
+    Rule(
+        "gradients", "grad-explosion", severities=("warn",),
+        reads="grad_norm vs the running median and the window's upper quartile",
+        test="above `explode_ratio` x the median and x the window's upper quartile, and above every norm of the "
+             "window, held `explode_for` rows",
+        params=("explode_ratio", "explode_for", "window"),
+        means="gradients are exploding",
+        fix="lower the LR or tighten max_grad_norm",
+        seed=_GRAD_SEED, seed_source=INSTRUMENTS,
+        example=Example(
+            "sft", lambda i, g: sft(i, g, grad=8.0 * (1 + 0.1 * g.normal()) if i >= 60 else None), sft, 100, 60, 62,
+            "grad_norm"),
+    ),
+    Rule(
+        "gradients", "grad-vanishing", severities=("warn",),
+        reads="running median of grad_norm / its first 10 rows",
+        test="ratio below a line, held `vanish_for` rows",
+        params=("vanish_ratio", "vanish_for"),
+        means="gradients are vanishing and the model has stopped moving",
+        fix="check the schedule, the loss and the data",
+        seed=_GRAD_SEED, seed_source=INSTRUMENTS,
+        example=Example(
+            "sft", lambda i, g: sft(i, g, grad=0.001 * (1 + 0.1 * g.normal()) if i >= 60 else None), sft, 150, 60, 100,
+            "grad_norm"),
+    ),
+    Rule(
+        "gradients", "grad-nonfinite-params", severities=("warn",),
+        reads="gradients/nonfinite (live: per-parameter hooks)",
+        test="any count > 0",
+        means="some gradient entries are NaN/Inf",
+        fix="find the layer (fp16 overflow, a bad op) and lower the LR",
+        seed=_GRAD_SEED, seed_source=INSTRUMENTS,
+        example=Example(
+            "sft", lambda i, g: {**sft(i, g), "gradients/nonfinite": 12.0 if i == 60 else 0.0},
+            lambda i, g: {**sft(i, g), "gradients/nonfinite": 0.0}, 100, 60, 60, "gradients/nonfinite"),
+    ),
+    Rule(
+        "gradients", "grad-layer-imbalance", severities=("warn",),
+        reads="gradients/layer_spread (live): largest / smallest per-layer norm",
+        test="level above a line, held 3 rows",
+        params=("layer_spread",),
+        means="some layers learn while others are frozen or exploding",
+        fix="check frozen modules and per-layer LR",
+        seed=_GRAD_SEED, seed_source=INSTRUMENTS,
+        example=Example(
+            "sft", lambda i, g: {**sft(i, g), "gradients/layer_spread": 50.0 * (1 + 100 * after(i, 60))},
+            lambda i, g: {**sft(i, g), "gradients/layer_spread": 50.0}, 100, 60, 62, "gradients/layer_spread"),
+    ),
+    Rule(
+        "gradients", "grad-sparse", severities=("warn",),
+        reads="gradients/sparsity (live): share of entries ~0",
+        test="level above a line, held 3 rows",
+        params=("sparsity",),
+        means="almost no gradient entry is non-zero",
+        fix="check which parameters are trainable",
+        seed=_GRAD_SEED, seed_source=INSTRUMENTS,
+        example=Example(
+            "sft", lambda i, g: {**sft(i, g), "gradients/sparsity": 0.995 if i >= 60 else 0.3},
+            lambda i, g: {**sft(i, g), "gradients/sparsity": 0.3}, 100, 60, 62, "gradients/sparsity"),
+    ),
+)
 
 
 class LearningRateGauge(Gauge):
@@ -480,7 +743,7 @@ class LearningRateGauge(Gauge):
             self.check("lr-peak-not-reached", late and self._still_warming(), "warn", "learning_rate", lr,
                        lambda: f"the learning rate is still rising at step {row.step} of {self.max_steps} "
                        f"({lr:.2g}, up from {self.first_lr:.2g}): warm-up is longer than most of the run, so the "
-                       "configured peak is reached late or never. Shorten warmup_steps / warmup_ratio.")
+                       "configured peak is reached late or never. " + self.fix("lr-peak-not-reached", sentence=True))
 
     def _still_warming(self) -> bool:
         n = self.rises + self.falls
@@ -500,7 +763,46 @@ class LearningRateGauge(Gauge):
             self.check("lr-peak-not-reached", self._still_warming(), "warn", "learning_rate", lr,
                        f"the learning rate rose on every logged step from {self.first_lr:.2g} to {lr:.2g} and never "
                        "levelled off or decayed: warm-up outlasted the run, which never trained at its configured "
-                       "peak. Shorten warmup_steps / warmup_ratio.")
+                       "peak. " + self.fix("lr-peak-not-reached", sentence=True))
+
+
+#: The learning-rate gauge's rules.
+LEARNING_RATE_RULES: tuple[Rule, ...] = (
+    Rule(
+        "learning_rate", "lr-zero-early", severities=("warn",),
+        reads="learning_rate vs its peak, with the planned max_steps",
+        test="LR <= `zero_frac` x peak before `end_frac` of the run, held `zero_for` rows",
+        params=("zero_frac", "end_frac", "zero_for"),
+        means="the schedule ended early; the remaining steps learn nothing",
+        fix="fix the scheduler's total steps",
+        seed="LR ≈ 0 well before the end", seed_source=INSTRUMENTS,
+        example=Example(
+            "sft", lambda i, g: sft(i, g, lr=0.0 if i >= 60 else None), sft, 200, 60, 69, "learning_rate",
+            {"max_steps": 200}),
+    ),
+    Rule(
+        "learning_rate", "lr-zero-long", severities=("warn",),
+        reads="share of logged rows with LR ~0 (end of a log without max_steps)",
+        test="share above 20 % at the end of the log",
+        params=("zero_frac",),
+        means="the schedule spent a large part of the run at ~0",
+        fix="fix the scheduler's total steps",
+        seed="LR ≈ 0 well before the end", seed_source=INSTRUMENTS,
+        example=Example(
+            "sft", lambda i, g: sft(i, g, lr=0.0 if i >= 100 else None), sft, 200, 100, 200, "learning_rate"),
+    ),
+    Rule(
+        "learning_rate", "lr-peak-not-reached", severities=("warn",),
+        reads="the schedule's shape: rises and falls of learning_rate",
+        test="still only rising past `warmup_frac` of the planned steps (or at the end of the log)",
+        params=("warmup_frac", "rising_share", "min_rows"),
+        means="warm-up outlasts most of the run",
+        fix="shorten warmup_steps / warmup_ratio",
+        seed="peak never reached", seed_source=INSTRUMENTS,
+        example=Example(
+            "sft", lambda i, g: sft(i, g, lr=2e-5 * i / 1000), sft, 200, 100, 100, "learning_rate", {"max_steps": 200}),
+    ),
+)
 
 
 class AttentionEntropyGauge(Gauge):
@@ -548,6 +850,52 @@ class AttentionEntropyGauge(Gauge):
         self.win.push(h)
 
 
+#: The attention-entropy gauge's rules (live).
+ATTENTION_ENTROPY_RULES: tuple[Rule, ...] = (
+    Rule(
+        "attention_entropy", "attention-collapse", severities=("warn",),
+        reads="attention_entropy/mean (live probe) / its first 3 probes",
+        test="ratio below a line, held 2 probes",
+        params=("collapse_ratio",),
+        means="heads are collapsing onto single tokens",
+        fix="lower the learning rate; check for degenerate inputs",
+        seed="collapse toward 0", seed_source=INSTRUMENTS,
+        example=Example(
+            "sft", lambda i, g: live(i, g, **{"attention_entropy/mean": 2.0 * (1 - 0.9 * ramp(i, 40, 20))}),
+            lambda i, g: live(i, g, **{"attention_entropy/mean": 2.0 * (1 - 0.2 * i / 100)}), 100, 40, 60,
+            "attention_entropy/mean"),
+    ),
+    Rule(
+        "attention_entropy", "attention-uniform", severities=("warn",),
+        reads="attention_entropy/mean / log n (attention_entropy/max_possible)",
+        test="share above a line, held 2 probes",
+        params=("saturation",),
+        means="attention spreads uniformly and carries nothing",
+        fix="lower the learning rate; check the attention mask",
+        seed="unbounded rise toward log n", seed_source=INSTRUMENTS,
+        example=Example(
+            "sft", lambda i, g: live(i, g, **{"attention_entropy/mean": 2.0 + 2.3 * ramp(i, 40, 20),
+                                              "attention_entropy/max_possible": 4.5}),
+            lambda i, g: live(i, g, **{"attention_entropy/mean": 2.0, "attention_entropy/max_possible": 4.5}),
+            100, 40, 65, "attention_entropy/mean"),
+    ),
+    Rule(
+        "attention_entropy", "attention-jump", severities=("info",),
+        reads="attention_entropy/mean",
+        test="robust z vs the last 20 probes (info)",
+        params=("jump_z",),
+        means="a sudden phase change in attention",
+        fix="read samples around that step",
+        seed="sudden phase change", seed_source=INSTRUMENTS,
+        example=Example(
+            "sft",
+            lambda i, g: live(i, g, **{"attention_entropy/mean": 2.0 + 0.01 * g.normal() + (1.0 if i == 60 else 0)}),
+            lambda i, g: live(i, g, **{"attention_entropy/mean": 2.0 + 0.01 * g.normal()}), 100, 60, 60,
+            "attention_entropy/mean"),
+    ),
+)
+
+
 class SamplesGauge(Gauge):
     """Gauge 5 — generated samples: repetition loops and format drift (live runs only).
 
@@ -574,6 +922,24 @@ class SamplesGauge(Gauge):
         self.check("sample-repetition", r > self.p["repetition"], "warn", "samples/repetition_rate", r,
                    lambda: f"{r:.0%} of sampled n-grams are repeats: generations are looping.",
                    for_=self.p["repetition_for"])
+
+
+#: The samples gauge's rules: the live probe's, then the training completions' (``core/rollouts.py``).
+SAMPLES_RULES: tuple[Rule, ...] = (
+    Rule(
+        "samples", "sample-repetition", severities=("warn",),
+        reads="samples/repetition_rate (live probe generations)",
+        test="level above a line, held `repetition_for` rows",
+        params=("repetition", "repetition_for"),
+        means="generations are looping",
+        fix="add a repetition penalty; check the reward for paying repeats",
+        seed="repetition loops, format drift", seed_source=INSTRUMENTS,
+        example=Example(
+            "sft", lambda i, g: live(i, g, **{"samples/repetition_rate": 0.1 + 0.6 * after(i, 60)}),
+            lambda i, g: live(i, g, **{"samples/repetition_rate": 0.1}), 100, 60, 61, "samples/repetition_rate"),
+    ),
+    *SAMPLES_ROLLOUT_RULES,
+)
 
 
 class LoraGauge(Gauge):
@@ -611,11 +977,54 @@ class LoraGauge(Gauge):
             self.check("lora-rank-collapse", er < max(1.0, self.p["rank_collapse"] * r) and r >= 4, "info",
                        "lora/effective_rank", er,
                        lambda: f"effective rank {er:.1f} of configured rank {r:.0f}: the adapter uses few "
-                       "directions; a smaller rank would do.", for_=2)
+                       f"directions; {self.fix('lora-rank-collapse')}.", for_=2)
         cv = d.get("norm_cv")
         if cv is not None:
             self.check("lora-layer-imbalance", cv > self.p["layer_cv"], "info", "lora/norm_cv", cv,
                        lambda: f"per-layer LoRA norms vary widely (CV {cv:.1f}).", for_=2)
+
+
+#: The LoRA gauge's rules (live).
+LORA_RULES: tuple[Rule, ...] = (
+    Rule(
+        "lora", "lora-norm-explosion", severities=("warn",),
+        reads="lora/norm_mean (‖B·A‖) / its first 2 probes",
+        test="ratio above a line, held 2",
+        params=("norm_explosion",),
+        means="adapters are blowing up",
+        fix="lower the adapter's learning rate",
+        seed="norm explosion", seed_source=INSTRUMENTS,
+        example=Example(
+            "sft", lambda i, g: live(i, g, **{"lora/norm_mean": 0.1 * (1 + i / 100) * (1 + 20 * ramp(i, 60, 10))}),
+            lambda i, g: live(i, g, **{"lora/norm_mean": 0.1 * (1 + i / 100)}), 100, 60, 70, "lora/norm_mean"),
+    ),
+    Rule(
+        "lora", "lora-rank-collapse", severities=("info",),
+        reads="lora/effective_rank vs lora/rank",
+        test="below `rank_collapse` x rank, held 2 (info)",
+        params=("rank_collapse",),
+        means="the adapter uses few directions",
+        fix="a smaller rank would do",
+        seed="effective rank ≪ configured rank or = configured rank", seed_source=INSTRUMENTS,
+        example=Example(
+            "sft", lambda i, g: live(i, g, **{"lora/norm_mean": 0.1, "lora/rank": 16.0,
+                                              "lora/effective_rank": 12.0 - 11.0 * after(i, 60)}),
+            lambda i, g: live(i, g, **{"lora/norm_mean": 0.1, "lora/rank": 16.0, "lora/effective_rank": 12.0}),
+            100, 60, 61, "lora/effective_rank"),
+    ),
+    Rule(
+        "lora", "lora-layer-imbalance", severities=("info",),
+        reads="lora/norm_cv (cross-layer coefficient of variation)",
+        test="level above a line, held 2 (info)",
+        params=("layer_cv",),
+        means="per-layer adapter norms vary widely",
+        fix="check per-layer targets and ranks",
+        seed="large cross-layer variance", seed_source=INSTRUMENTS,
+        example=Example(
+            "sft", lambda i, g: live(i, g, **{"lora/norm_mean": 0.1, "lora/norm_cv": 0.5 + 2.5 * after(i, 60)}),
+            lambda i, g: live(i, g, **{"lora/norm_mean": 0.1, "lora/norm_cv": 0.5}), 100, 60, 61, "lora/norm_cv"),
+    ),
+)
 
 
 _LIVE_EFFICIENCY_KEYS = tuple((k, k.split("/", 1)[1]) for k in (
@@ -686,7 +1095,39 @@ class EfficiencyGauge(Gauge):
             dropping = util is not None and self.util_base.ready and util < self.p["util_drop"] * self.util_base.value
             self.check("memory-pressure", mem > self.p["mem_high"] and dropping, "warn", "efficiency/mem_frac", mem,
                        lambda: f"device memory at {mem:.0%} while utilisation falls: the three-alarm fire "
-                       "(allocator thrashing or swapping). Reduce batch size or sequence length.", for_=3)
+                       "(allocator thrashing or swapping). " + self.fix("memory-pressure", sentence=True), for_=3)
+
+
+#: The efficiency gauge's rules.
+EFFICIENCY_RULES: tuple[Rule, ...] = (
+    Rule(
+        "efficiency", "throughput-declining", severities=("warn",),
+        reads="step_time: median of the last 10 / its first 10 (after 3 warm-up rows)",
+        test="ratio above a line, held `slowdown_for` rows; only where the first steps took `min_step_s` or more (a "
+             "sub-second step is timed by the host's load, not the run)",
+        params=("slowdown", "slowdown_for", "min_step_s"),
+        means="steps take much longer than at the start",
+        fix="look for memory fragmentation, growing lengths, a straggler",
+        seed="throughput declining", seed_source=INSTRUMENTS,
+        example=Example(
+            "sft", lambda i, g: {**sft(i, g), "step_time": 1.0 * (1 + 0.05 * g.normal()) * (1 + 1.5 * ramp(i, 60, 20))},
+            lambda i, g: {**sft(i, g), "step_time": 1.0 * (1 + 0.05 * g.normal())}, 150, 60, 85, "step_time"),
+    ),
+    Rule(
+        "efficiency", "memory-pressure", severities=("warn",),
+        reads="efficiency/mem_frac and efficiency/util (live)",
+        test="memory above a line while utilisation fell below `util_drop` x its start, held 3 rows",
+        params=("mem_high", "util_drop"),
+        means="the three-alarm fire: allocator thrashing or swapping",
+        fix="reduce batch size or sequence length",
+        seed="memory in the top 10–15 % while utilisation falls", seed_source=INSTRUMENTS,
+        example=Example(
+            "sft", lambda i, g: {**sft(i, g), "efficiency/mem_frac": 0.7 + 0.25 * after(i, 60),
+                                 "efficiency/util": 0.9 - 0.5 * after(i, 60)},
+            lambda i, g: {**sft(i, g), "efficiency/mem_frac": 0.7, "efficiency/util": 0.9}, 100, 60, 62,
+            "efficiency/mem_frac"),
+    ),
+)
 
 
 class ConvergenceGauge(Gauge):
@@ -759,7 +1200,7 @@ class ConvergenceGauge(Gauge):
                 self.check("no-progress", stuck, "warn", "loss", sm,
                            lambda: f"loss has not improved for {self.since_best_train} logged steps and is within "
                            f"{progress:.0%} of where it started ({start:.4g}): the run is not learning. "
-                           "Check learning rate, data and labels.")
+                           + self.fix("no-progress", sentence=True))
         ev = v.get("eval_loss")
         if ev is None or not finite(ev) or self.family in SURROGATE_LOSS_FAMILIES:
             return
@@ -802,7 +1243,7 @@ class ConvergenceGauge(Gauge):
                              and e[2] > self.best_eval * (1 + self.p["diverge_margin"]))
                 self.check("eval-diverging", diverging, "warn", "eval_loss", ev,
                            lambda: "eval_loss rose for 3 evaluations while train loss kept falling: "
-                           "classic overfitting. Keep the best checkpoint; stop or regularise.")
+                           "classic overfitting. " + self.fix("eval-diverging", sentence=True))
 
     def _oscillation(self, ev: float) -> None:
         """Eval loss see-sawing: direction flips on most evaluations, by more than noise, with no new best."""
@@ -820,3 +1261,108 @@ class ConvergenceGauge(Gauge):
                    ev, lambda: f"eval_loss has changed direction {flips} times in the last {k} evaluations, by "
                    f"{amp:.1%} on average, without a new best ({self.best_eval:.4g}): the run oscillates instead of "
                    "converging (learning rate too high at this stage, or evaluation on a tiny set).")
+
+
+def _eval_diverging(s: int, firing: bool, g: np.random.Generator) -> float:
+    base = 1.0 + 0.8 * math.exp(-s / 40) + 0.002 * g.normal()
+    return base + (0.004 * max(0, s - 100) if firing else 0.0)
+
+
+def _eval_oscillating(s: int, firing: bool, g: np.random.Generator) -> float:
+    if firing and s > 100:  # see-sawing above the best it reached, never a new best
+        return 1.0 + 0.8 * math.exp(-100 / 40) + 0.05 + (0.06 if (s // 5) % 2 else 0.0) + 0.002 * g.normal()
+    return 1.0 + 0.8 * math.exp(-s / 40) + 0.002 * g.normal()
+
+
+def _eval_plateau(s: int, firing: bool, g: np.random.Generator) -> float:
+    if firing:
+        return 1.0 + 0.8 * math.exp(-min(s, 60) / 40) + 0.0005 * g.normal()
+    return 1.0 + 0.8 * math.exp(-s / 40) - 0.001 * s
+
+
+def _eval_converged(s: int, firing: bool, g: np.random.Generator) -> float:
+    """Eval loss falling with the schedule, held from step 140 (firing: the learning rate is nearly spent there)."""
+    if firing:
+        return 1.0 + 0.8 * math.exp(-min(s, 140) / 40) + 0.0005 * g.normal()
+    return 1.0 + 0.8 * math.exp(-s / 40) - 0.001 * s
+
+
+def _overfitting(s: int, firing: bool, g: np.random.Generator) -> float:
+    base = 1.0 + 0.8 * math.exp(-s / 40) + 0.002 * g.normal()
+    return base + (0.2 * ((s - 120) / 5 + 1) if firing and s >= 120 else 0.0)  # the gap widens every evaluation
+
+
+#: The convergence gauge's rules.
+CONVERGENCE_RULES: tuple[Rule, ...] = (
+    Rule(
+        "convergence", "no-progress", severities=("warn",),
+        reads="EWMA of the train loss vs its best and its first 5 rows (not RL surrogates)",
+        test="no new best for `plateau_rows` rows and under `progress` gained, after `min_rows`",
+        params=("plateau_rows", "progress", "min_rows", "warmup_share"),
+        means="the run is not learning",
+        fix="check learning rate, data and labels",
+        seed="trend flat while loss still high (plateau)", seed_source=INSTRUMENTS,
+        example=Example(
+            "sft", lambda i, g: sft(i, g, loss=2.0, noise=0.02), sft, 200, 1, 70, "loss"),
+    ),
+    Rule(
+        "convergence", "eval-plateau", severities=("warn",),
+        reads="eval_loss vs its best",
+        test="no improvement by `min_delta` in `patience` evals, before the schedule's end (eval-converged there)",
+        params=("patience", "min_delta", "schedule_done_lr"),
+        means="converged or stuck: early stopping would stop here",
+        fix="stop, or change the schedule",
+        seed="patience counter (default patience 5, min_delta 0.001)", seed_source=INSTRUMENTS,
+        example=Example(
+            "sft", sft, sft, 200, 60, 120, "eval_loss", extra=evals(10, 200, _eval_plateau)),
+    ),
+    Rule(
+        "convergence", "eval-converged", severities=("info",),
+        reads="eval_loss vs its best, learning_rate vs its peak, the step vs max_steps",
+        test="eval-plateau's test at the end of the schedule: the learning rate at or under `schedule_done_lr` of its "
+             "peak, or past `schedule_done_share` of the planned steps (info; eval-plateau stays quiet there)",
+        params=("patience", "min_delta", "schedule_done_lr", "schedule_done_share"),
+        means="the run converged where it was planned to end",
+        fix="nothing; keep the best checkpoint",
+        example=Example(
+            "sft", sft, sft, 200, 140, 200, "eval_loss", extra=evals(10, 200, _eval_converged)),
+    ),
+    Rule(
+        "convergence", "overfitting", severities=("warn",),
+        reads="train/eval gap velocity (change of eval - train EWMA per eval / eval_loss)",
+        test="velocity above a line while eval stalls, held 2 evals",
+        params=("gap_velocity",),
+        means="the model is overfitting",
+        fix="keep the best checkpoint; regularise or stop",
+        seed="gap velocity > 0.1 (overfitting)", seed_source=INSTRUMENTS,
+        example=Example(
+            "sft", sft, sft, 200, 120, 130, "eval_loss", extra=evals(5, 200, _overfitting)),
+    ),
+    Rule(
+        "convergence", "eval-diverging", severities=("warn",),
+        reads="the last 3 evals and the train EWMA at each",
+        test="eval rose 3 times while train fell, `diverge_margin` above its best",
+        params=("diverge_margin",),
+        means="classic overfitting",
+        fix="keep the best checkpoint; stop or regularise",
+        seed="eval diverging from train", seed_source=INSTRUMENTS,
+        example=Example(
+            "sft", sft, sft, 200, 100, 130, "eval_loss", extra=evals(5, 200, _eval_diverging)),
+    ),
+    Rule(
+        "convergence", "eval-oscillating", severities=("warn",),
+        reads="the last `osc_evals` eval losses",
+        test="`osc_flips` direction changes of mean size `osc_amp`, no new best",
+        params=("osc_evals", "osc_flips", "osc_amp"),
+        means="the run oscillates instead of converging",
+        fix="lower the learning rate at this stage, or evaluate on more data",
+        seed="eval oscillating", seed_source=INSTRUMENTS,
+        example=Example(
+            "sft", sft, sft, 200, 100, 160, "eval_loss", extra=evals(5, 200, _eval_oscillating)),
+    ),
+)
+
+
+#: Every rule of the gauges in this module, in their order.
+RULES: tuple[Rule, ...] = (*LOSS_RULES, *GRADIENT_RULES, *LEARNING_RATE_RULES, *ATTENTION_ENTROPY_RULES,
+                           *SAMPLES_RULES, *LORA_RULES, *EFFICIENCY_RULES, *CONVERGENCE_RULES)

@@ -324,6 +324,14 @@ class Gauge:
         st = self._rules.get(rule)
         return st.held if st is not None else 0
 
+    def fix(self, rule: str, *, sentence: bool = False) -> str:
+        """What to do about ``rule``, as its declaration beside the gauge says (``Rule.fix``, ``core/rule.py``): a
+        message reads it there instead of writing it again. ``sentence``: capitalised, with its full stop."""
+        from .catalog import declared_fix  # the catalog imports every gauge module: read it when a message is built
+
+        text = declared_fix(self.id, rule)
+        return text[:1].upper() + text[1:] + "." if sentence else text
+
     def hold(self, for_: int, severity: Severity, longer: bool) -> int:
         """The rows a rule held ``for_`` must be active before it fires in this run: shorter in a short run,
         longer in a long one (``persistence_factor``, ``long_hold_factor``), and ``warn_sooner`` rows shorter for a

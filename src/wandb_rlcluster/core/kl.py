@@ -11,6 +11,7 @@ from collections.abc import Mapping
 
 from .gauge import Gauge, finite
 from .keys import Row
+from .rule import INSTRUMENTS, POST, Example, Rule
 from .sequential import Ar1, Cusum, ar1_inflation, arl_for
 from .stats import (
     Baseline,
@@ -24,6 +25,7 @@ from .stats import (
     poisson_tail,
     robust_z,
 )
+from .streams import after, grpo, ppo, ramp
 
 ACCEL_SE = 2.0
 """``kl-growing`` calls a climb accelerating only where its last 20 rows' slope exceeds the last 40's by this many of
@@ -265,14 +267,16 @@ class KLGauge(Gauge):
                 del rows[0]
             self.check("kl-spike", spike, "info", key, kl,
                        (lambda: f"{key} spiked to {kl:.3g} ({z:.0f} robust sigmas above its recent median): often "
-                        "one batch the model handles very differently from the reference; investigate that batch. One "
-                        "spike that is gone the next step is not a trend.") if spike else "", clear=3)
+                        "one batch the model handles very differently from the reference; "
+                        f"{self.fix('kl-spike')}. One spike that is gone the next step is not a trend.")
+                       if spike else "", clear=3)
             count = len(rows)
             repeated = count >= p["spike_repeat"] and self._spikes_stand_out(count, n)
             self.check("kl-spike-repeated", repeated, "warn", key, kl,
                        (lambda: f"{key} has spiked {count} times in the last {p['spike_repeat_rows']} logged steps "
-                        f"(now {kl:.3g}): the spikes repeat, so the updates are unstable, not one odd batch. Lower "
-                        "the learning rate or raise beta.") if repeated else "", clear=p["spike_repeat_rows"] // 5)
+                        f"(now {kl:.3g}): the spikes repeat, so the updates are unstable, not one odd batch. "
+                        + self.fix("kl-spike-repeated", sentence=True)) if repeated else "",
+                       clear=p["spike_repeat_rows"] // 5)
         self.win.push(kl)
 
     def _teacher(self, key: str, kl: float) -> float:
@@ -301,8 +305,8 @@ class KLGauge(Gauge):
         away = s0 == s0 and s0 > 0 and e > ratio * s0
         self.check("kl-teacher-diverging", away, "stop", key, kl,
                    (lambda: f"{key} {e:.3g} is {e / s0:.1f}x its start ({s0:.3g}), a KL to the teacher: the student is "
-                    "moving away from the model it distils, not towards it. Stop; check the learning rate, the "
-                    "reward's weight against the KL term and the samples.") if away else "",
+                    "moving away from the model it distils, not towards it. "
+                    + self.fix("kl-teacher-diverging", sentence=True)) if away else "",
                    for_=p["for"], clear=p["clear"])
         return e
 
@@ -457,3 +461,157 @@ class KLGauge(Gauge):
                     + ": unstable optimisation. The learning rate is probably too high for this KL penalty.")
                    if noisy else "",
                    for_=p["noisy_for"], clear=p["clear"])
+
+
+_KL_LINES = "KL > 0.5 is a warning and KL > 1.0 is a stop sign"
+
+#: The KL gauge's rules (``core/catalog.py`` collects every module's).
+RULES: tuple[Rule, ...] = (
+    Rule(
+        "kl", "kl-warn", severities=("warn",),
+        reads="kl (GRPO, per token) / objective/kl (PPO, per sequence)",
+        test="level above a line, held `for` rows, or sooner where a CUSUM of (kl - line) in the row noise (AR(1) "
+             "prewhitened, rows clipped at `warn_clip` sigmas, reference `warn_k`) crosses its ARL0-budget threshold",
+        params=("warn", "for", "warn_k", "warn_clip"),
+        means="the policy drifts far from the reference",
+        fix="watch the reward; consider a larger beta",
+        seed=_KL_LINES, seed_source=POST,
+        origin="PPO/Online DPO log a per-sequence sum: their lines are per family",
+        budgeted=True,
+        example=Example(
+            "grpo", lambda i, g: grpo(i, g, kl=0.05 + 0.6 * ramp(i, 60, 20) + 0.005 * g.normal()),
+            lambda i, g: grpo(i, g, kl=0.05 + 0.005 * g.normal()), 100, 60, 80, "kl"),
+    ),
+    Rule(
+        "kl", "kl-stop", severities=("stop",),
+        reads="kl / objective/kl",
+        test="level above a line, held `for` rows (stop)",
+        params=("stop", "for"),
+        means="the policy ran away from the reference",
+        fix="stop; raise beta or lower the LR; resume earlier",
+        seed=_KL_LINES, seed_source=POST,
+        origin="per family, as kl-warn",
+        example=Example(
+            "grpo", lambda i, g: grpo(i, g, kl=0.05 + 1.2 * ramp(i, 60, 20) + 0.005 * g.normal()),
+            lambda i, g: grpo(i, g, kl=0.05 + 0.005 * g.normal()), 100, 60, 80, "kl"),
+    ),
+    Rule(
+        "kl", "kl-negative", severities=("warn",),
+        reads="EWMA of the KL estimate",
+        test="below `negative`, held 5 rows",
+        params=("negative",),
+        means="the estimator gets mismatched log-probs",
+        fix="align sampling and training settings; check the reference",
+        seed="k3 is never negative", seed_source=INSTRUMENTS,
+        example=Example(
+            "grpo", lambda i, g: grpo(i, g, kl=0.02 - 0.1 * after(i, 60) + 0.005 * g.normal()),
+            lambda i, g: grpo(i, g, kl=0.02 + 0.005 * g.normal()), 100, 60, 66, "kl"),
+    ),
+    Rule(
+        "kl", "kl-spike", severities=("info",),
+        reads="KL",
+        test="robust z above `spike_z` vs the window, and above `spike_min` (info)",
+        params=("spike_z", "spike_min"),
+        means="one batch the model handles very differently",
+        fix="investigate that batch",
+        seed="KL suddenly spiking: Often indicates a batch of data that the model handles very differently from the "
+             "reference.",
+        seed_source=POST,
+        example=Example(
+            "grpo", lambda i, g: grpo(i, g, kl=0.05 + 0.003 * g.normal() + (0.8 if i == 60 else 0.0)),
+            lambda i, g: grpo(i, g, kl=0.05 + 0.003 * g.normal()), 100, 60, 60, "kl"),
+    ),
+    Rule(
+        "kl", "kl-spike-repeated", severities=("warn",),
+        reads="KL spikes within `spike_repeat_rows`",
+        test="`spike_repeat` spikes and a Poisson tail below `spike_repeat_p` vs the run's own rate",
+        params=("spike_repeat", "spike_repeat_rows", "spike_repeat_p"),
+        means="the updates are unstable",
+        fix="lower the learning rate or raise beta",
+        example=Example(
+            "grpo", lambda i, g: grpo(i, g, kl=0.05 + 0.003 * g.normal() + (0.8 if i in (60, 70, 80) else 0.0)),
+            lambda i, g: grpo(i, g, kl=0.05 + 0.003 * g.normal()), 100, 60, 80, "kl"),
+    ),
+    Rule(
+        "kl", "kl-high-at-start", severities=("warn",),
+        reads="mean KL of the first `start_rows` rows",
+        test="above the warn line once",
+        params=("start_rows", "warn"),
+        means="the reference is not the initial policy, or sampling and scoring differ",
+        fix="check the reference model, temperature and chat template",
+        example=Example(
+            "grpo", lambda i, g: grpo(i, g, kl=1.0 + 0.05 * g.normal()),
+            lambda i, g: grpo(i, g, kl=0.002 * i + 0.002 * g.normal()), 100, 1, 5, "kl"),
+    ),
+    Rule(
+        "kl", "kl-to-teacher", severities=("info",),
+        reads="kl / verl actor/kl_loss beside a key naming distill or teacher (verl actor/distillation/*, "
+              "distill_loss, teacher_kl) in the first rows; or past `warn` at step 1, before any update, to a "
+              "reference whose log-prob pass costs 2x the policy's (verl timing_s/ref vs timing_s/old_log_prob: a "
+              "larger model); or `to: teacher`",
+        test="above the warn line (info, once); kl-warn, kl-stop, kl-high-at-start and kl-near-zero do not apply",
+        params=("to", "warn"),
+        means="the KL is to a teacher (on-policy distillation): high from the start by design, it falls as the "
+              "student learns",
+        fix="nothing; watch that it falls",
+        origin="the post's lines measure drift from the reference (the initial policy); a teacher is another model",
+        example=Example(
+            "grpo", lambda i, g: {**grpo(i, g, kl=0.1 + 0.5 * math.exp(-i / 40) + 0.02 * g.normal()),
+                                  "distill/teacher_mass": 0.8},
+            lambda i, g: grpo(i, g, kl=0.002 * i + 0.002 * g.normal()), 100, 1, 1, "kl"),
+    ),
+    Rule(
+        "kl", "kl-teacher-diverging", severities=("stop",),
+        reads="a KL to a teacher (kl-to-teacher): its EWMA vs its first `start_rows` rows",
+        test="above `stop` / `warn` (2x) times its start, held `for`",
+        params=("stop", "warn", "start_rows", "for"),
+        means="the student is moving away from the teacher it distils",
+        fix="stop; check the learning rate, the reward's weight against the KL term and the samples",
+        origin="the reference's stop line is twice its warn line; a teacher's KL is read from where the student "
+               "started",
+        example=Example(
+            "grpo", lambda i, g: {**grpo(i, g, kl=0.5 + 1.5 * ramp(i, 60, 40) + 0.02 * g.normal()),
+                                  "distill/teacher_mass": 0.8},
+            lambda i, g: {**grpo(i, g, kl=0.1 + 0.5 * math.exp(-i / 40) + 0.02 * g.normal()),
+                          "distill/teacher_mass": 0.8},
+            120, 60, 100, "kl"),
+    ),
+    Rule(
+        "kl", "kl-near-zero", severities=("warn",),
+        reads="median and spread of KL over the window after `near_zero_rows` rows",
+        test="|median| below `near_zero` and its spread pinned too (under 10x it: not an estimate scattered around "
+             "0), held 20",
+        params=("near_zero", "near_zero_rows"),
+        means="the policy is not moving (beta too high, LR too low)",
+        fix="lower beta or raise the learning rate",
+        seed="KL near zero throughout training: Your KL penalty (beta) is too high.", seed_source=POST,
+        example=Example(
+            "grpo", lambda i, g: grpo(i, g, kl=1e-6 * abs(g.normal())),
+            lambda i, g: grpo(i, g, kl=0.02 + 0.005 * g.normal()), 100, 1, 70, "kl"),
+    ),
+    Rule(
+        "kl", "kl-growing", severities=("warn",),
+        reads="KL slope, acceleration and projection vs its own noise",
+        test="slope t (deflated for AR(1) noise) above `grow_t`, projected past the warn line within a window (by "
+             "acceleration only past 2 standard errors) or by the run's end; held",
+        params=("grow_t", "grow_min", "grow_accel", "grow_for", "grow_end"),
+        means="runaway policy drift, before the line",
+        fix="raise beta or lower the learning rate",
+        seed="KL growing without bound: Runaway policy drift.", seed_source=POST,
+        example=Example(
+            "grpo", lambda i, g: grpo(i, g, kl=0.03 * math.exp(max(0, i - 100) / 25) + 0.003 * g.normal()),
+            lambda i, g: grpo(i, g, kl=0.02 + 0.04 * i / 200 + 0.004 * g.normal()), 200, 100, 160, "kl"),
+    ),
+    Rule(
+        "kl", "kl-noisy", severities=("warn",),
+        reads="KL row-to-row noise / its median level; share of negative estimates; a noise CUSUM",
+        test="noise ratio above `noisy_cv` and `noisy_ratio` x earlier (not for an estimate scattered around 0), a "
+             "negative share rising 3 binomial errors from a rare start, or the CUSUM past `noisy_h`; held",
+        params=("noisy_cv", "noisy_ratio", "noisy_negative", "noisy_h", "noisy_for"),
+        means="unstable optimisation",
+        fix="lower the learning rate for this KL penalty",
+        seed="KL noisy with high variance: Unstable optimisation.", seed_source=POST,
+        example=Example(
+            "ppo", lambda i, g: ppo(i, g, kl_noise=0.5 + 4.5 * ramp(i, 100, 100)), ppo, 200, 100, 160, "objective/kl"),
+    ),
+)

@@ -13,9 +13,11 @@ from .gauge import Gauge, finite
 from .keys import Row
 from .kl import KLGauge, TeacherReading
 from .reward_progress import RewardProgress
-from .rollouts import ROLLOUT_DEFAULTS, ROLLOUT_OUTPUTS, length_rules
+from .rollouts import LENGTH_ROLLOUT_RULES, ROLLOUT_DEFAULTS, ROLLOUT_OUTPUTS, length_rules
+from .rule import INSTRUMENTS, POST, Example, Rule
 from .sequential import ar1_inflation
 from .stats import Baseline, DiffNoise, Ewma, RollingCorrelation, RollingWindow
+from .streams import after, grpo, ppo, ramp
 
 
 def _as_fall(rise: float) -> float:
@@ -132,7 +134,7 @@ class LengthGauge(Gauge):
                     self.check("truncation-gap", gapped, "warn", "completions/mean_terminated_length", term,
                                (lambda: f"mean length {L:.0f} is {frac:.0%} above the mean length of completions "
                                 f"that ended with EOS ({term:.0f}): many answers are cut off at max_completion_length "
-                                "before they conclude. Raise the limit or find out why the model rambles.")
+                                "before they conclude. " + self.fix("truncation-gap", sentence=True))
                                if gapped else "",
                                for_=p["truncation_for"], clear=5)
             if self.base.ready and self.base.value > 0:
@@ -145,7 +147,7 @@ class LengthGauge(Gauge):
                            (lambda: f"completions are {ratio:.1f}x their starting length ({b:.0f} -> "
                             f"{e:.0f} tokens; the line, {p['explode']:g}x, is the post's baseline ratio): length bias. "
                             "If reward rose with it, the policy is being paid for "
-                            "verbosity; add a length penalty or check the reward.") if over else "", for_=p["for"])
+                            f"verbosity; {self.fix('length-explosion')}.") if over else "", for_=p["for"])
                 under = ratio < p["collapse"]
                 self.check("length-collapse", under, "warn", "completions/mean_length", L,
                            (lambda: f"completions shrank to {ratio:.2f}x their starting length "
@@ -258,7 +260,8 @@ class LengthGauge(Gauge):
         self.check("length-trend-down", down, "warn",
                    "completions/mean_length", L,
                    (lambda: f"length is steadily decreasing ({pct:+.0%} vs the baseline{where}, trend t={t:.0f}) "
-                    "while the reward does not improve: the model learns to say less. Check which penalty it avoids.")
+                    "while the reward does not improve: the model learns to say less. "
+                    + self.fix("length-trend-down", sentence=True))
                    if down else "",
                    for_=p["trend_for"], clear=10)
 
@@ -301,7 +304,7 @@ class LengthGauge(Gauge):
                    spread,
                    (lambda: f"the length spread within a batch fell to {cratio:.2f}x its start ((max - min) / mean "
                     f"{sb:.2f} -> {se_c:.2f}) while the reward is not improving: answers are converging on one "
-                    "template, a sign of mode collapse. Raise the temperature or add an entropy bonus.")
+                    "template, a sign of mode collapse. " + self.fix("length-variance-collapse", sentence=True))
                    if collapsed else "",
                    for_=p["for"], clear=10)
         self.check("length-spread-narrowing", collapsed and improving, "info", "completions/max_length",
@@ -322,8 +325,9 @@ class LengthGauge(Gauge):
         self.check("length-variance-change", changed, "warn", "completions/max_length", spread,
                    (lambda: f"the length variance is {var_ratio:.2f}x the baseline's (spread (max - min) / mean "
                     f"{sb:.2f} -> {se:.2f}; {d.get('log_spread_vs_baseline', math.nan) ** 2:.2f}x on log(max / min)), "
-                    f"past the {vc:.0%} change that deserves a look: the output distribution is changing shape. Read "
-                    "samples; compare with the SFT model.") if changed else "", for_=p["drift_for"], clear=10)
+                    f"past the {vc:.0%} change that deserves a look: the output distribution is changing shape. "
+                    + self.fix("length-variance-change", sentence=True)) if changed else "",
+                   for_=p["drift_for"], clear=10)
 
     def _log_spread_grew(self, mn: float, mx: float, limit: float) -> bool:
         """The spread's growth read on log(max / min), against its own baseline, squared as a variance ratio.
@@ -346,3 +350,180 @@ class LengthGauge(Gauge):
         self.derived["log_spread_vs_baseline"] = ratio
         sd = self.log_range_noise.level_se(0.2, 10)
         return le - lb >= self.p["significance"] * sd and ratio * ratio > limit
+
+
+_LEN_DEV = ("Any significant deviation (> 30% change in mean or > 50% change in variance) during RL deserves "
+            "investigation.")
+
+#: The length gauge's rules (``core/catalog.py`` collects every module's).
+RULES: tuple[Rule, ...] = (
+    Rule(
+        "length", "length-explosion", severities=("warn",),
+        reads="EWMA (`smooth`) of completions/mean_length / its first `baseline_rows` rows",
+        test="ratio above a line, held `for` rows",
+        params=("explode", "for", "smooth"),
+        means="length bias",
+        fix="add a length penalty or check the reward",
+        seed="baseline ratio < 0.5 or > 2.0", seed_source=INSTRUMENTS,
+        example=Example(
+            "grpo", lambda i, g: grpo(i, g, length=200 * (1 + 1.5 * ramp(i, 60, 10))),
+            lambda i, g: grpo(i, g, length=200 * (1 + 0.3 * i / 100)), 100, 60, 75, "completions/mean_length"),
+    ),
+    Rule(
+        "length", "length-collapse", severities=("warn",),
+        reads="EWMA of mean length / baseline",
+        test="ratio below a line, held `for` rows",
+        params=("collapse", "for"),
+        means="terse collapse",
+        fix="check for a reward that punishes length",
+        seed="baseline ratio < 0.5 or > 2.0", seed_source=INSTRUMENTS,
+        example=Example(
+            "grpo", lambda i, g: grpo(i, g, length=200 * (1 - 0.7 * ramp(i, 60, 10))),
+            lambda i, g: grpo(i, g, length=200 * (1 - 0.2 * i / 100)), 100, 60, 75, "completions/mean_length"),
+    ),
+    Rule(
+        "length", "length-grew", severities=("warn",),
+        reads="slow EWMA of mean length vs the baseline",
+        test="past `drift` by its own noise and `significance` standard errors, held `drift_for`; not in a run that "
+             "distils while its KL to the teacher is below its start (kl-to-teacher: the student's length follows its "
+             "teacher's)",
+        params=("drift", "drift_sd", "significance", "drift_for"),
+        means="verbosity pays",
+        fix="length normalisation or a brevity penalty",
+        seed=_LEN_DEV, seed_source=POST,
+        example=Example(
+            "grpo", lambda i, g: grpo(i, g, length=200 * (1 + 0.5 * ramp(i, 100, 40))), grpo, 200, 100, 150,
+            "completions/mean_length"),
+    ),
+    Rule(
+        "length", "length-shrank", severities=("warn",),
+        reads="slow EWMA of mean length vs the baseline, with the reward's progress",
+        test="as length-grew, downwards, while the reward is not improving now, and fallen by `shrink_now` of the "
+             "baseline (and `significance` errors) over the same last 45 rows: a length that fell while the reward "
+             "climbed and now holds is a concise policy",
+        params=("drift", "significance", "drift_for", "shrink_now"),
+        means="short answers are safer for the policy",
+        fix="check the reward for penalties it avoids by saying less",
+        seed="Length steadily decreasing: The model is learning that short responses are safer.", seed_source=POST,
+        example=Example(
+            "grpo", lambda i, g: grpo(i, g, reward=0.4, length=200 * (1 - 0.4 * ramp(i, 100, 40))),
+            lambda i, g: grpo(i, g, reward=0.4), 200, 100, 150, "completions/mean_length"),
+    ),
+    Rule(
+        "length", "length-shorter-concise", severities=("info",),
+        reads="as length-shrank",
+        test="the same fall while the reward improves (info)",
+        params=("drift", "significance", "drift_for"),
+        means="the model is getting more concise",
+        fix="read a few samples",
+        example=Example(
+            "grpo", lambda i, g: grpo(i, g, reward=0.3 + 0.4 * i / 200, length=200 * (1 - 0.4 * ramp(i, 100, 40))),
+            lambda i, g: grpo(i, g, reward=0.3 + 0.4 * i / 200), 200, 100, 150, "completions/mean_length"),
+    ),
+    Rule(
+        "length", "length-trend-up", severities=("warn",),
+        reads="mean length trend over `trend_rows` and its projection to the planned end",
+        test="t >= `trend_t` and on course for `trend_target` (or past `trend_min`), held `trend_for`; not in a run "
+             "that distils while its KL to the teacher is below its start (as length-grew)",
+        params=("trend_t", "trend_target", "trend_now", "trend_min", "trend_for"),
+        means="a length bias is being learned",
+        fix="length normalisation or a brevity penalty",
+        seed="Length steadily increasing: The model is learning that verbosity is rewarded.", seed_source=POST,
+        example=Example(
+            "grpo", lambda i, g: grpo(i, g, length=200 * (1 + 0.5 * ramp(i, 100, 100))),
+            lambda i, g: grpo(i, g, length=200 * (1 + 0.15 * i / 200)), 200, 100, 170, "completions/mean_length",
+            {"max_steps": 200}),
+    ),
+    Rule(
+        "length", "length-trend-down", severities=("warn",),
+        reads="as length-trend-up, on a log scale",
+        test="the same, falling, reward not improving now, and fallen by `shrink_now` of the baseline over the last "
+             "45 rows (as length-shrank: a length that fell while the reward climbed and now creeps is a concise "
+             "policy at rest)",
+        params=("trend_t", "trend_target", "trend_min", "trend_for", "shrink_now"),
+        means="the model learns to say less",
+        fix="check which penalty it avoids",
+        seed="Length steadily decreasing: The model is learning that short responses are safer.", seed_source=POST,
+        example=Example(
+            "grpo", lambda i, g: grpo(i, g, reward=0.4, length=200 * (1 - 0.45 * ramp(i, 100, 100))),
+            lambda i, g: grpo(i, g, reward=0.4, length=200 * (1 - 0.15 * i / 200)), 200, 100, 170,
+            "completions/mean_length", {"max_steps": 200}),
+    ),
+    Rule(
+        "length", "length-variance-collapse", severities=("warn",),
+        reads="within-batch spread (max - min) / mean vs its start",
+        test="below `spread_collapse` x start past `significance` errors while the reward is not clearly rising now "
+             "(however deep); held `for`",
+        params=("spread_collapse", "significance", "for"),
+        means="answers converge on one template",
+        fix="raise the temperature or add an entropy bonus",
+        seed="Length variance collapsing: Even if mean length stays stable, collapsing variance indicates mode "
+             "collapse.",
+        seed_source=POST,
+        example=Example(
+            "grpo", lambda i, g: grpo(i, g, reward=0.4, spread=1.2 - 1.0 * ramp(i, 100, 40)),
+            lambda i, g: grpo(i, g, reward=0.4), 200, 100, 150, "completions/max_length"),
+    ),
+    Rule(
+        "length", "length-spread-narrowing", severities=("info",),
+        reads="as length-variance-collapse",
+        test="the same narrowing while the reward clearly rises now (info)",
+        params=("spread_collapse", "significance", "for"),
+        means="the policy is sharpening",
+        fix="read samples for one template",
+        example=Example(
+            "grpo", lambda i, g: grpo(i, g, reward=0.3 + 0.4 * i / 200, spread=1.2 - 0.95 * ramp(i, 100, 40)),
+            lambda i, g: grpo(i, g, reward=0.3 + 0.4 * i / 200), 200, 100, 150, "completions/max_length"),
+    ),
+    Rule(
+        "length", "length-variance-change", severities=("warn",),
+        reads="spread ratio squared (and log(max/min)) vs the baseline",
+        test="past `variance_change` and `significance` errors, held `drift_for`; a growth of (max - min) / mean "
+             "counts only if the range in tokens grew too (a mean falling under a max pinned at the cap is not a "
+             "wider shape)",
+        params=("variance_change", "significance", "drift_for"),
+        means="the output distribution changes shape",
+        fix="read samples; compare with the SFT model",
+        seed=_LEN_DEV, seed_source=POST,
+        example=Example(
+            "grpo", lambda i, g: grpo(i, g, spread=1.2 + 0.8 * ramp(i, 100, 30)), grpo, 200, 100, 140,
+            "completions/max_length"),
+    ),
+    Rule(
+        "length", "truncation", severities=("warn",),
+        reads="completions/clipped_ratio",
+        test="level above a line, held `truncation_for` rows",
+        params=("truncation", "truncation_for"),
+        means="rewards are computed on cut-off answers",
+        fix="raise max_completion_length or penalise overlong answers",
+        seed="If completions/clipped_ratio is high (> 20%), many responses are hitting the maximum length limit.",
+        seed_source=POST,
+        example=Example(
+            "grpo", lambda i, g: {**grpo(i, g), "completions/clipped_ratio": 0.02 + 0.3 * after(i, 60)}, grpo, 100, 60,
+            62, "completions/clipped_ratio"),
+    ),
+    Rule(
+        "length", "truncation-gap", severities=("warn",),
+        reads="(mean_length - mean_terminated_length) / mean_length, where clipped_ratio is absent",
+        test="above `gap`, held `truncation_for` rows",
+        params=("gap", "truncation_for"),
+        means="many answers are cut off",
+        fix="raise the limit or find out why the model rambles",
+        seed="A large gap between these two metrics indicates frequent truncation", seed_source=POST,
+        example=Example(
+            "grpo", lambda i, g: {k: v for k, v in grpo(i, g).items() if k != "completions/clipped_ratio"}
+            | {"completions/mean_terminated_length": 200 * (0.99 - 0.3 * ramp(i, 60, 20))},
+            lambda i, g: {k: v for k, v in grpo(i, g).items() if k != "completions/clipped_ratio"}, 100, 60, 75,
+            "completions/mean_terminated_length"),
+    ),
+    Rule(
+        "length", "no-eos", severities=("warn",),
+        reads="val/num_eos_tokens (PPO)",
+        test="0, held 10 rows",
+        means="no completion ends: the reward scores unfinished text",
+        fix="check the stop token and generation config",
+        example=Example(
+            "ppo", lambda i, g: ppo(i, g, eos=0.0 if i >= 60 else 30.0), ppo, 100, 60, 69, "val/num_eos_tokens"),
+    ),
+    *LENGTH_ROLLOUT_RULES,
+)

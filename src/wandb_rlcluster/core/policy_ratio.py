@@ -11,7 +11,9 @@ from collections.abc import Mapping
 
 from .gauge import Gauge, finite
 from .keys import Row
+from .rule import POST, Example, Rule
 from .stats import Baseline, DiffNoise, Ewma, RollingCorrelation, RollingSlope, RollingWindow
+from .streams import after, grpo, ppo, ramp
 
 
 class PolicyRatioGauge(Gauge):
@@ -131,7 +133,7 @@ class PolicyRatioGauge(Gauge):
             self.lr_prev = lr
         self.check("clip-stop", clip > p["clip_stop"], "stop", key, clip,
                    lambda: f"{clip:.0%} of tokens are clipped for {p['for']} logged steps: each update is far too "
-                   "large; KL explosion usually follows. Stop; lower LR or num_iterations.", for_=p["for"])
+                   "large; KL explosion usually follows. " + self.fix("clip-stop", sentence=True), for_=p["for"])
         self.check("clip-high", clip > p["clip_warn"], "warn", key, clip,
                    lambda: f"clip fraction {clip:.0%} is above {p['clip_warn']:.0%} ({self._clip_line_source()}): "
                    "updates are too aggressive.", for_=p["warn_for"])
@@ -193,8 +195,8 @@ class PolicyRatioGauge(Gauge):
         high = e >= p["ratio_var_x"] * max(base, p["ratio_var_min"] / p["ratio_var_x"]) and e >= p["ratio_var_min"]
         self.check("ratio-variance", high, "warn", metric, rv,
                    lambda: f"the policy ratio's variance rose to {e:.3g} ({e / max(base, 1e-12):.0f}x its start): some "
-                   "tokens move far more than others in each update, the trust region is fraying. Lower the "
-                   "learning rate or the number of PPO epochs.", for_=3, clear=10)
+                   "tokens move far more than others in each update, the trust region is fraying. "
+                   + self.fix("ratio-variance", sentence=True), for_=3, clear=10)
 
     def _value(self, v: Mapping[str, float]) -> None:
         """PPO's value function: value loss growing, value clipping high (the post's "value function" row)."""
@@ -233,3 +235,129 @@ class PolicyRatioGauge(Gauge):
                        lambda: f"{vc:.0%} of the critic's value predictions are clipped after its warm-up: the value "
                        "function moves too far per update (value loss unstable). Lower the critic's learning rate "
                        "or widen cliprange_value.", for_=3)
+
+
+#: The policy-ratio gauge's rules (``core/catalog.py`` collects every module's).
+RULES: tuple[Rule, ...] = (
+    Rule(
+        "policy_ratio", "ratio-warn", severities=("warn",),
+        reads="val/ratio (PPO)",
+        test="outside a band, held `warn_for` rows",
+        params=("ratio_warn", "warn_for"),
+        means="updates drift off-policy",
+        fix="lower the learning rate or PPO epochs",
+        seed="Values consistently above 1.5 or below 0.7 indicate that consecutive policy updates are too drastic.",
+        seed_source=POST,
+        example=Example(
+            "ppo", lambda i, g: ppo(i, g, ratio=1.0 + 0.7 * after(i, 60)), ppo, 100, 60, 62, "val/ratio"),
+    ),
+    Rule(
+        "policy_ratio", "ratio-stop", severities=("warn",),
+        reads="val/ratio (PPO)",
+        test="outside the wider band, held `for` rows",
+        params=("ratio_stop", "for"),
+        means="updates are far off-policy: the trust region is gone",
+        fix="lower the learning rate or PPO epochs",
+        seed="If it regularly exceeds 2.0 or drops below 0.5, the policy updates are too aggressive", seed_source=POST,
+        origin="the post warns here, it does not stop: a warning despite the name (kept for alerts.yaml)",
+        example=Example(
+            "ppo", lambda i, g: ppo(i, g, ratio=1.0 + 1.3 * after(i, 60)), ppo, 100, 60, 62, "val/ratio"),
+    ),
+    Rule(
+        "policy_ratio", "clip-high", severities=("warn",),
+        reads="policy/clipfrac_avg (PPO) / clip_ratio/region_mean (GRPO)",
+        test="level above a line, held `warn_for` rows",
+        params=("clip_warn", "warn_for"),
+        means="updates are too aggressive",
+        fix="lower the learning rate or num_iterations",
+        seed="Clip fraction too high (> 30%): Most of your updates are being clipped.", seed_source=POST,
+        origin="GRPO's line is 40 %, from the series' GRPO guidance (Part III of the series: 'total clip > 40 % "
+               "excessive ... 10–30 % usually healthy'); the post's 30 % is PPO's",
+        example=Example(
+            "ppo", lambda i, g: ppo(i, g, clip=0.12 + 0.23 * after(i, 60)), lambda i, g: ppo(i, g, clip=0.12), 100, 60,
+            63, "policy/clipfrac_avg"),
+    ),
+    Rule(
+        "policy_ratio", "clip-stop", severities=("stop",),
+        reads="clip fraction",
+        test="level above a line, held `for` rows (stop)",
+        params=("clip_stop", "for"),
+        means="each update is far too large: KL explosion usually follows",
+        fix="stop; lower LR or num_iterations",
+        origin="no seed line: 50 % (GRPO 60 %) is the product's own stop, above the seed's warn lines",
+        example=Example(
+            "ppo", lambda i, g: ppo(i, g, clip=0.12 + 0.5 * after(i, 60)), lambda i, g: ppo(i, g, clip=0.12), 100, 60,
+            63, "policy/clipfrac_avg"),
+    ),
+    Rule(
+        "policy_ratio", "clip-low", severities=("info",),
+        reads="EWMA of the clip fraction, off-policy runs only",
+        test="below `clip_low`, held 10 (info)",
+        params=("clip_low",),
+        means="updates are very timid",
+        fix="a larger learning rate would learn faster",
+        seed="Clip fraction too low (< 1%): Almost no clipping is happening.", seed_source=POST,
+        example=Example(
+            "grpo", lambda i, g: grpo(i, g, clip=0.05 - 0.047 * after(i, 40)), lambda i, g: grpo(i, g, clip=0.05),
+            100, 40, 70, "clip_ratio/region_mean"),
+    ),
+    Rule(
+        "policy_ratio", "clip-growing", severities=("warn",),
+        reads="clip fraction trend vs its start and noise",
+        test="trend t above `grow_t`, up `grow_abs` and `grow_ratio` x the start, held `grow_for`",
+        params=("grow_t", "grow_abs", "grow_ratio", "grow_sigma", "grow_for"),
+        means="updates getting more aggressive",
+        fix="lower the learning rate before it passes the clip line",
+        seed="Clip fraction growing over time: The optimisation is becoming increasingly aggressive.", seed_source=POST,
+        example=Example(
+            "ppo", lambda i, g: ppo(i, g, clip=0.06 + 0.3 * ramp(i, 100, 100)), ppo, 200, 100, 170,
+            "policy/clipfrac_avg"),
+    ),
+    Rule(
+        "policy_ratio", "ratio-variance", severities=("warn",),
+        reads="EWMA of val/ratio_var (else the ratio's spread) vs its start",
+        test="above `ratio_var_x` x start and `ratio_var_min`, held 3",
+        params=("ratio_var_x", "ratio_var_min"),
+        means="the trust region is fraying",
+        fix="lower the learning rate or the number of PPO epochs",
+        example=Example(
+            "ppo", lambda i, g: ppo(i, g, ratio_var=0.001 + 0.03 * ramp(i, 100, 30)), ppo, 200, 100, 130,
+            "val/ratio_var"),
+    ),
+    Rule(
+        "policy_ratio", "value-loss-growing", severities=("warn",),
+        reads="EWMA of loss/value_avg vs its start; trend",
+        test="`value_growth` x start and t >= `value_t`, held 3",
+        params=("value_growth", "value_t"),
+        means="the value function cannot follow the returns",
+        fix="lower the LR, check reward scale, smaller vf_coef",
+        seed="Value function: Value loss, value clipping. (PPO only.)", seed_source=POST,
+        example=Example(
+            "ppo", lambda i, g: ppo(i, g, value_loss=0.8 + 4.0 * ramp(i, 100, 100)), ppo, 200, 100, 170,
+            "loss/value_avg"),
+    ),
+    Rule(
+        "policy_ratio", "value-clip-high", severities=("warn",),
+        reads="val/clipfrac_avg",
+        test="level above a line, held 3",
+        params=("value_clip",),
+        means="the value function moves too far per update",
+        fix="lower the LR or widen cliprange_value",
+        seed="Value function: Value loss, value clipping. (PPO only.)", seed_source=POST,
+        origin="waits out the critic's warm-up (`value_warmup` value rows): a fresh value head is clipped while it "
+               "moves to the first returns (value-clip-warmup)",
+        example=Example(
+            "ppo", lambda i, g: ppo(i, g, value_clip=0.05 + 0.45 * ramp(i, 100, 30)), ppo, 200, 100, 130,
+            "val/clipfrac_avg"),
+    ),
+    Rule(
+        "policy_ratio", "value-clip-warmup", severities=("info",),
+        reads="val/clipfrac_avg (TRL PPO; verl critic/vf_clipfrac)",
+        test="above `value_clip` within the critic's first `value_warmup` value rows (info)",
+        params=("value_clip", "value_warmup"),
+        means="a fresh value head moving to the returns: a fact of PPO's critic, not the policy's clip",
+        fix="nothing; it warns (value-clip-high) if it lasts past the warm-up",
+        example=Example(
+            "ppo", lambda i, g: ppo(i, g, value_clip=0.45 * (1 - ramp(i, 1, 8))), ppo, 200, 1, 3, "val/clipfrac_avg"),
+    ),
+)

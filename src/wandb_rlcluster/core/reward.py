@@ -12,10 +12,13 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
 from .bounded import RewardLevel
 from .gauge import Gauge, finite
 from .keys import Row
-from .rollouts import ROLLOUT_DEFAULTS, ROLLOUT_OUTPUTS, reward_rules
+from .rollouts import REWARD_ROLLOUT_RULES, ROLLOUT_DEFAULTS, ROLLOUT_OUTPUTS, reward_rules
+from .rule import INSTRUMENTS, POST, Example, Maker, Rule
 from .sequential import Ar1, NoiseRiseCusum, ar1_inflation, ar1_var_factor, bounded_mean_sd, ewma_var_factor
 from .stats import (
     Baseline,
@@ -29,6 +32,7 @@ from .stats import (
     ScaleRef,
     ShiftDetector,
 )
+from .streams import GOLD, dpo, grpo, ramp, reward_components, with_gold
 
 PREFERENCE_FAMILIES = frozenset({"dpo", "kto", "orpo"})
 
@@ -489,7 +493,7 @@ class RewardGauge(Gauge):
             self.check("reward-plateau", stalled, "warn", key, r,
                        lambda: f"reward is not improving: no upward trend over {self.rows_seen} logged steps "
                        f"(t={t:.1f}; started near {m1:.3g}, now {d['reward_ewma']:.3g}). The policy is stable but "
-                       "not learning; check the learning rate, the task's difficulty and frac_reward_zero_std.",
+                       f"not learning; {self.fix('reward-plateau')}.",
                        for_=p["plateau_for"], clear=10)
         self.check("reward-saturated", held and saturated, "info", key, r,
                    lambda: f"{key} holds near its ceiling ({sat:.0%} success): the task is solved, so there is little "
@@ -523,8 +527,8 @@ class RewardGauge(Gauge):
                 hack = lr > p["hack_length_ratio"] and corr > p["hack_corr"] and gain > p["hack_gain_sigma"]
                 self.check("reward-hacking", hack, "warn", key, r,
                            lambda: f"reward is up {gain:.1f} sigma while completions grew {lr:.1f}x and track it "
-                           f"(corr {corr:.2f}): the policy may be paying for length, not quality. Read samples; "
-                           "check KL; add a length penalty.",
+                           f"(corr {corr:.2f}): the policy may be paying for length, not quality. "
+                           + self.fix("reward-hacking", sentence=True),
                            for_=3)
             self._pays_length(key, r, length)
         if len(v) != self._row_width:  # re-scan for reward components only when the row's shape changes
@@ -612,7 +616,7 @@ class RewardGauge(Gauge):
                             f"{key} dropped since step {self.down_since} (now {e:.3g}, reference {ref:.3g}, "
                             f"{det.z:+.1f} sigma of its own noise)")
                    + ": the policy lost something it had (forgetting, a collapse, or a harder slice of prompts). "
-                   "Check KL, entropy and samples at that step.", clear=10)
+                   + self.fix("reward-shift-down", sentence=True), clear=10)
 
     def _material_at_ceiling(self, e: float) -> bool:
         """A drop the CUSUM found is a loss, unless the score holds at its ceiling and gave back under
@@ -889,14 +893,15 @@ class RewardGauge(Gauge):
                        (lambda fn=fn, g=g, level=level: f"reward function '{fn}' is pinned at its "
                        f"ceiling ({level:.3g}, every completion scores alike; up {g:.1f} sigma since the start) while "
                        f"{_names(flat)} stay flat: the policy has learned the easy part and gets no signal from it any "
-                       "more; the task itself is not being learned. Check the other functions' scale and weights.")
+                       "more; the task itself is not being learned. "
+                       + self.fix("reward-component-saturated", sentence=True))
                        if pinned else "",
                        for_=p["saturated_for"], clear=10)
             self.check(f"reward-component-dominant:{fn}", is_lead and not pinned, "info", metric, level,
                        (lambda fn=fn, g=g, level=level: f"reward function '{fn}' carries the whole "
                        f"reward rise (up {g:.1f} sigma since the start, now {level:.3g}) while {_names(flat)} stay "
                        "flat: the policy optimises one component. If it is a format or length check, the task is not "
-                       "being learned; log a held-out gold reward to tell hacking from learning.")
+                       f"being learned; {self.fix('reward-component-dominant')}.")
                        if is_lead else "",
                        for_=p["component_for"], clear=10)
 
@@ -967,7 +972,7 @@ class RewardGauge(Gauge):
                    for_=p["margin_shrink_for"], clear=10)
         self.check("margin-negative", warm and me < 0, "warn", "rewards/margins", m,
                    lambda: f"reward margin is negative ({me:.3g}): the policy now prefers the rejected answers. "
-                   "Check that chosen/rejected are not swapped.", for_=5)
+                   + self.fix("margin-negative", sentence=True), for_=5)
         if acc is not None and finite(acc):
             a = self.acc.push(acc)
             d["accuracy_ewma"] = a
@@ -1000,7 +1005,9 @@ class RewardGauge(Gauge):
             falling = self.chosen_start.ready and ce < self.chosen_start.value - 0.1 and healthy_margin
             self.check("chosen-reward-falling", warm and falling, "info", "rewards/chosen", c,
                        lambda: f"chosen reward drifts down ({ce:.3g}) while the margin grows ({me:.3g}): likelihood "
-                       "displacement, common in DPO and usually harmless. Watch logps/chosen.", for_=10, clear=20)
+                       "displacement, common in DPO and usually harmless. "
+                       + self.fix("chosen-reward-falling", sentence=True),
+                       for_=10, clear=20)
             # Unbounded growth: chosen keeps climbing past +runaway_level while the rejected side does not fall.
             if rj is not None and finite(rj):
                 self.rejected.push(rj)
@@ -1033,5 +1040,302 @@ class RewardGauge(Gauge):
             self.check("chosen-reward-runaway", runaway, "warn", "rewards/chosen", c,
                        lambda: f"chosen reward keeps climbing ({ce:.3g}, trend t={ct:.1f}) while the rejected reward "
                        f"does not fall{kl_txt}: unbounded growth, the policy exploits the implicit reward rather than "
-                       "learning the preference. Raise beta or lower the learning rate.", for_=5, clear=10,
+                       "learning the preference. " + self.fix("chosen-reward-runaway", sentence=True), for_=5, clear=10,
                        long_hold=False)  # its window is a share of the run already (runaway_share)
+
+
+_CONVERGE = ("If chosen and rejected rewards approach each other, the model is losing its ability to distinguish "
+             "preferences.")
+
+
+def _pays_length(row: dict[str, float], on: bool) -> dict[str, float]:
+    """A GRPO row whose reward, once ``on``, pays per token of its completions (a reward function's length term)."""
+    if on:
+        row["reward"] = 0.02 * row["completions/mean_length"]
+    return row
+
+
+def _outpacing(proxy0: float, proxy_gain: float, gold0: float, gold_gain: float, gold_sd: float) -> Maker:
+    """A GRPO run whose proxy and gold rates both rise from row 40 over 100 rows, by the gains given: a gold
+    gaining a sliver of its headroom beside a proxy gaining most of its own, or the two rising together."""
+    def make(i: int, g: np.random.Generator) -> dict[str, float]:
+        up = ramp(i, 40, 100)
+        gold = min(1.0, max(0.0, gold0 + gold_gain * up + gold_sd * g.normal()))
+        return {**grpo(i, g, reward=proxy0 + proxy_gain * up), "rewards/gold/mean": gold}
+    return make
+
+
+#: The reward gauge's rules (``core/catalog.py`` collects every module's).
+RULES: tuple[Rule, ...] = (
+    Rule(
+        "reward", "reward-flatline", severities=("warn",),
+        reads="reward / objective/scores over the last `flat_rows` rows",
+        test="range within `flat_span` x level",
+        params=("flat_span", "flat_rows"),
+        means="every completion gets the same score: no learning signal",
+        fix="check the reward function and format penalties",
+        example=Example(
+            "grpo", lambda i, g: {**grpo(i, g), **({"reward": -0.1} if i >= 60 else {})}, grpo, 200, 60, 80, "reward"),
+    ),
+    Rule(
+        "reward", "reward-flatline-persistent", severities=("stop",),
+        reads="reward / objective/scores",
+        test="flat for `flat_stop_rows` rows (stop)",
+        params=("flat_span", "flat_stop_rows"),
+        means="the run cannot learn",
+        fix="stop and fix the reward",
+        example=Example(
+            "grpo", lambda i, g: {**grpo(i, g), **({"reward": -0.1} if i >= 60 else {})}, grpo, 200, 60, 110, "reward"),
+    ),
+    Rule(
+        "reward", "reward-plateau", severities=("warn",),
+        reads="reward / objective/scores: trend over the whole run so far",
+        test="regression t below `plateau_t` after `min_rows`, and the slope's upper bound (`plateau_z` AR(1)-widened "
+             "standard errors) adding under `plateau_gain` row-noise sigmas over the planned run; held `plateau_for` "
+             "rows",
+        params=("plateau_t", "plateau_gain", "plateau_z", "plateau_for", "min_rows", "warmup_share"),
+        means="the policy is stable but not learning",
+        fix="check the learning rate, the task's difficulty and frac_reward_zero_std",
+        example=Example(
+            "grpo", lambda i, g: grpo(i, g, reward=0.4), grpo, 200, 1, 80, "reward"),
+    ),
+    Rule(
+        "reward", "reward-saturated", severities=("info",),
+        reads="the task score (gold, e.g. verl critic/score) or the reward as a success rate",
+        test="flat (reward-flatline's test) or stalled (reward-plateau's) with the smoothed level at or above "
+             "`saturated_level` (info; those two stay quiet there)",
+        params=("saturated_level", "flat_rows"),
+        means="the task is solved: every completion scores alike, nothing left to climb",
+        fix="nothing; harder prompts give a signal again",
+        example=Example(
+            "grpo", lambda i, g: grpo(i, g, reward=0.93), grpo, 200, 1, 90, "reward"),
+    ),
+    Rule(
+        "reward", "reward-hacking", severities=("warn",),
+        reads="reward gain in its early sigmas, completions/mean_length ratio and their correlation",
+        test="length above `hack_length_ratio` x start, corr above `hack_corr`, gain above `hack_gain_sigma`, held 3",
+        params=("hack_length_ratio", "hack_corr", "hack_gain_sigma"),
+        means="the policy may be paid for length, not quality",
+        fix="read samples; check KL; add a length penalty",
+        seed="Reward hacking is the default failure mode.", seed_source=POST,
+        example=Example(
+            "grpo",
+            lambda i, g: grpo(i, g, reward=0.3 + 0.5 * ramp(i, 100, 60), length=200 * (1 + 1.5 * ramp(i, 100, 60))),
+            grpo, 200, 100, 150, "reward"),
+    ),
+    Rule(
+        "reward", "reward-pays-length", severities=("warn",),
+        reads="reward and completions/mean_length, row by row from the row the reward's shift detector crossed "
+              "`shift_h`",
+        test="the reward jumped far outside its noise (its CUSUM crossed `shift_h` on a row `pays_jump_z` sigmas out) "
+             "and, since then, correlates with the mean length at `pays_corr` or more over `pays_rows` to "
+             "`pays_window` rows",
+        params=("shift_h", "pays_jump_z", "pays_rows", "pays_window", "pays_corr"),
+        means="the reward now pays for length (a per-token or per-character term, a lost length normalisation)",
+        fix="check the reward function and read samples; add a length penalty",
+        seed="Reward hacking is the default failure mode.", seed_source=POST,
+        origin="reward-hacking waits until the length has grown 1.5x; a reward that starts paying length jumps at "
+               "once, and rows since the jump that follow the length are the same loophole read before the length "
+               "grows",
+        example=Example(
+            "grpo", lambda i, g: _pays_length(grpo(i, g), i >= 100), grpo, 200, 100, 112, "reward"),
+    ),
+    Rule(
+        "reward", "reward-shift-up", severities=("info",),
+        reads="reward, residuals in its own noise units",
+        test="two-sided CUSUM (k=`shift_k`, h=`shift_h`) with clipped residuals (info)",
+        params=("shift_k", "shift_h", "shift_clip"),
+        means="a jump, not the slow trend: the policy found something",
+        fix="if length or KL jumped with it, read samples",
+        example=Example(
+            "grpo", lambda i, g: grpo(i, g, reward=0.3 + 0.4 * ramp(i, 100, 5)), grpo, 200, 100, 110, "reward"),
+    ),
+    Rule(
+        "reward", "reward-shift-down", severities=("warn",),
+        reads="reward: CUSUM residuals; EWMA vs its peak",
+        test="CUSUM past `shift_h` (a score held at its ceiling: only once it gave back `ceiling_drop_share` of the "
+             "run's gain), or a fall of `drop_share` of the gain held `drop_for` rows",
+        params=("shift_h", "ceiling_drop_share", "drop_share", "drop_sigma", "drop_for"),
+        means="the policy lost something it had",
+        fix="check KL, entropy and samples at that step",
+        example=Example(
+            "grpo", lambda i, g: grpo(i, g, reward=0.6 - 0.35 * ramp(i, 100, 5)), grpo, 200, 100, 110, "reward"),
+    ),
+    Rule(
+        "reward", "reward-volatile", severities=("warn",),
+        reads="row-to-row reward changes clipped at 4 robust sigmas, in reward_std units (a [0, 1] reward without it: "
+              "its binomial noise, rows at a success rate under 5 % or over 95 % not measured; DPO: margin noise / "
+              "level)",
+        test="a CUSUM for the noise rising `volatile_ratio(_rl)` x over `volatile_tol` x its previous octave (each "
+             "row's z^2 clipped at 9), threshold from `volatile_arl`, while the windowed noise ratio is past the same "
+             "line",
+        params=("volatile_ratio_rl", "volatile_ratio", "volatile_tol", "volatile_arl", "volatile_warmup_rl"),
+        means="unstable optimisation",
+        fix="lower the learning rate or raise beta",
+        seed="High reward variance: Unstable rewards suggest unstable optimisation.", seed_source=POST,
+        origin="RL rewards use volatile_ratio_rl, DPO margins volatile_ratio",
+        budgeted=True,
+        budget_param="volatile_arl",
+        example=Example(
+            "grpo", lambda i, g: {**grpo(i, g), "reward": 0.3 + 0.3 * i / 200 + (0.05 + 0.3 * ramp(i, 100, 30))
+                                  * g.normal()}, grpo, 200, 100, 140, "reward"),
+    ),
+    Rule(
+        "reward", "gold-rising", severities=("info",),
+        reads="the gold reward (params reward.gold): trend over the second half of the run",
+        test="half-run t at least `gold_rising_t` over 20+ rows (info)",
+        params=("gold_rising_t",),
+        means="the held-out check confirms the gains",
+        fix="nothing: this lets the reward-hacking diagnosis stand down",
+        example=Example(
+            "grpo", with_gold(False),
+            lambda i, g: {**grpo(i, g, reward=0.3 + 0.5 * i / 200), "rewards/gold/mean": 0.3 - 0.02 * i / 200
+                          + 0.03 * g.normal()},
+            200, 1, 60, "rewards/gold/mean", GOLD),
+    ),
+    Rule(
+        "reward", "proxy-gold-divergence", severities=("warn",),
+        reads="proxy reward vs gold reward (EWMAs, trends, noise coupling)",
+        test="gold stalled/fell since its peak while the proxy rose, held `gold_for` rows (or coupled drop "
+             "`gold_drop_se`)",
+        params=("gold_for", "gold_stall_rows", "gold_gap_sigma", "gold_drop_se"),
+        means="over-optimisation: the policy learns the proxy's loopholes",
+        fix="keep the checkpoint from before the divergence; raise beta; fix the proxy",
+        seed="Proxy up while gold stalls or falls is over-optimisation (Gao et al. 2023).", seed_source=INSTRUMENTS,
+        example=Example(
+            "grpo", with_gold(True), with_gold(False),
+            200, 100, 160, "rewards/gold/mean", GOLD),
+    ),
+    Rule(
+        "reward", "proxy-outpaces-gold", severities=("warn",),
+        reads="proxy reward vs gold reward, both rates in [0, 1]: each one's gain as a share of its headroom (1 - its "
+              "start), against its own row-to-row noise",
+        test="the proxy up `gold_gap_sigma` standard errors while the gold's share, at `gold_share_z` standard errors "
+             "above, is under `gold_share` of the proxy's at `gold_share_z` below, held `gold_share_for` rows",
+        params=("gold_share", "gold_share_z", "gold_share_for", "gold_gap_sigma"),
+        means="reward hacking: the proxy is paid for something the gold does not measure (a gold rising by a sliver "
+              "beside it, statistically real or not)",
+        fix="read samples the proxy scores high and the gold low; fix the proxy or train on the gold",
+        example=Example(
+            "grpo", _outpacing(0.2, 0.5, 0.005, 0.005, 0.002), _outpacing(0.4, 0.4, 0.3, 0.3, 0.03),
+            200, 40, 110, "rewards/gold/mean", GOLD),
+    ),
+    Rule(
+        "reward", "reward-component-saturated", severities=("warn",),
+        reads="rewards/<fn>/mean and /std per reward function",
+        test="the one rising component pinned at its peak with std near 0, others flat, held `saturated_for` rows",
+        params=("component_gain_sigma", "component_dead", "saturated_for"),
+        means="the easy part is learned and gives no signal any more",
+        fix="check the other functions' scale and weights",
+        per_function=True,
+        example=Example(
+            "grpo",
+            lambda i, g: {**grpo(i, g), **reward_components(i, g, fmt=min(1.0, 0.2 + 0.8 * ramp(i, 50, 40)), acc=0.3,
+                                                            fmt_std=0.35 * (1 - ramp(i, 50, 40)))},
+            lambda i, g: {**grpo(i, g), **reward_components(i, g, fmt=min(1.0, 0.2 + 0.8 * ramp(i, 50, 40)),
+                                                      acc=0.3 + 0.3 * ramp(i, 50, 100),
+                                                      fmt_std=0.35 * (1 - ramp(i, 50, 40)))},
+            200, 50, 170, "rewards/fmt/mean"),
+    ),
+    Rule(
+        "reward", "reward-component-dominant", severities=("info",),
+        reads="rewards/<fn>/mean per reward function",
+        test="one component up `component_gain_sigma`, the rest under `component_flat_sigma`, held `component_for` "
+             "(info)",
+        params=("component_gain_sigma", "component_flat_sigma", "component_for"),
+        means="one component carries the whole rise",
+        fix="log a held-out gold reward to tell hacking from learning",
+        per_function=True,
+        example=Example(
+            "grpo", lambda i, g: {**grpo(i, g), **reward_components(i, g, fmt=0.1 + 0.6 * ramp(i, 100, 100), acc=0.3)},
+            lambda i, g: {**grpo(i, g), **reward_components(i, g, fmt=0.1 + 0.6 * ramp(i, 100, 100),
+                                                      acc=0.3 + 0.3 * ramp(i, 100, 100))},
+            200, 100, 160, "rewards/fmt/mean"),
+    ),
+    Rule(
+        "reward", "accuracy-chance", severities=("warn",),
+        reads="EWMA of rewards/accuracies (DPO family) or accuracy (reward model)",
+        test="below `accuracy_chance` after `dpo_min_rows` while the margin is not climbing, held 10 rows",
+        params=("accuracy_chance", "dpo_min_rows", "margin_learning_t"),
+        means="the model is not learning the preference",
+        fix="check the learning rate, beta and that chosen/rejected are right",
+        origin="no seed line: 0.55 is the product's own (chance is 0.5)",
+        example=Example(
+            "dpo", lambda i, g: dpo(i, g, margin=0.02, acc=0.5), dpo, 200, 1, 60, "rewards/accuracies"),
+    ),
+    Rule(
+        "reward", "margin-collapse", severities=("warn",),
+        reads="EWMA of rewards/margins (rows clipped at 5 robust sigmas) vs its peak",
+        test="below `margin_collapse` x peak and `margin_collapse_se` standard errors of the EWMA (AR(1)-aware) under "
+             "it, held 5",
+        params=("margin_collapse", "margin_collapse_se", "margin_peak_min", "dpo_min_rows"),
+        means="the preference signal is being undone",
+        fix="lower the LR, check for noisy pairs, raise beta",
+        seed=_CONVERGE, seed_source=POST,
+        example=Example(
+            "dpo", lambda i, g: dpo(i, g, margin=1.2 * min(i, 100) / 100 - 1.1 * ramp(i, 100, 20), acc=0.8), dpo, 200,
+            100, 130, "rewards/margins"),
+    ),
+    Rule(
+        "reward", "margin-shrinking", severities=("warn",),
+        reads="rewards/margins: fall from its peak and its trend",
+        test="`margin_shrink` off the peak with t <= `margin_shrink_t`, past `margin_shrink_sd` noise, held",
+        params=("margin_shrink", "margin_shrink_t", "margin_shrink_sd", "margin_shrink_for"),
+        means="chosen and rejected are converging",
+        fix="lower the learning rate; keep the best checkpoint",
+        seed=_CONVERGE, seed_source=POST,
+        example=Example(
+            "dpo", lambda i, g: dpo(i, g, margin=1.2 * min(i, 100) / 100 - 0.9 * ramp(i, 100, 100), acc=0.8), dpo, 200,
+            100, 160, "rewards/margins"),
+    ),
+    Rule(
+        "reward", "margin-negative", severities=("warn",),
+        reads="EWMA of rewards/margins",
+        test="below 0 after `dpo_min_rows`, held 5",
+        params=("dpo_min_rows",),
+        means="the policy prefers the rejected answers",
+        fix="check that chosen/rejected are not swapped",
+        example=Example(
+            "dpo", lambda i, g: dpo(i, g, margin=0.3 - 0.8 * ramp(i, 60, 20), acc=0.6), dpo, 200, 60, 90,
+            "rewards/margins"),
+    ),
+    Rule(
+        "reward", "margin-plateau", severities=("warn",),
+        reads="rewards/margins growth over the second half; accuracy EWMA",
+        test="growth under `margin_plateau_growth` while accuracy is below `plateau_accuracy`, held "
+             "`margin_plateau_for`",
+        params=("margin_plateau_growth", "plateau_accuracy", "margin_plateau_for"),
+        means="the model stopped learning from the preference data early",
+        fix="raise the learning rate or get more signal",
+        seed="If rewards/margins plateaus early, your model has stopped learning from the preference data.",
+        seed_source=POST,
+        example=Example(
+            "dpo", lambda i, g: dpo(i, g, margin=0.4 * min(1.0, i / 60), acc=0.5 + 0.1 * min(1.0, i / 60)),
+            lambda i, g: dpo(i, g, acc=0.55 + 0.1 * i / 200), 200, 60, 150, "rewards/margins"),
+    ),
+    Rule(
+        "reward", "chosen-reward-falling", severities=("info",),
+        reads="EWMA of rewards/chosen vs its first 5 rows, with the margin",
+        test="0.1 below its start while the margin grows, held 10 (info)",
+        params=("dpo_min_rows",),
+        means="likelihood displacement: common in DPO, usually harmless",
+        fix="watch logps/chosen",
+        example=Example(
+            "dpo", lambda i, g: dpo(i, g, chosen=-0.5 * ramp(i, 40, 60)), dpo, 200, 40, 100, "rewards/chosen"),
+    ),
+    Rule(
+        "reward", "chosen-reward-runaway", severities=("warn",),
+        reads="rewards/chosen trend (windowed and half-run) vs rewards/rejected",
+        test="chosen above `runaway_level` climbing at t >= `runaway_t` while rejected does not fall, held 5; not "
+             "while the climb settles (its slope over the later half of the run under `runaway_settle` x its average "
+             "since the start: the pair being learned)",
+        params=("runaway_level", "runaway_t", "runaway_half_t", "runaway_settle"),
+        means="the policy exploits the implicit reward",
+        fix="raise beta or lower the learning rate",
+        seed="Unbounded reward growth: If chosen rewards keep climbing without limit", seed_source=POST,
+        example=Example(
+            "dpo", lambda i, g: dpo(i, g, chosen=3.0 * ramp(i, 100, 100), rejected=-0.2), dpo, 200, 100, 170,
+            "rewards/chosen"),
+    ),
+    *REWARD_ROLLOUT_RULES,
+)

@@ -13,8 +13,10 @@ from .bounded import RewardLevel
 from .gauge import Gauge, finite
 from .keys import Row
 from .reward_progress import RewardProgress
-from .rollouts import ROLLOUT_DEFAULTS, ROLLOUT_OUTPUTS, reward_signal_rules
+from .rollouts import REWARD_SIGNAL_ROLLOUT_RULES, ROLLOUT_DEFAULTS, ROLLOUT_OUTPUTS, reward_signal_rules
+from .rule import INSTRUMENTS, Example, Rule
 from .stats import Ewma, RollingCorrelation
+from .streams import grpo, ramp, reward_components
 
 GROUP_FAMILIES = frozenset({"grpo"})
 
@@ -114,7 +116,7 @@ class RewardSignalGauge(Gauge):
             self.check("zero-std-dead", dead_all, "stop", "frac_reward_zero_std", f,
                        (lambda: f"every group has identical rewards for {p['stop_for']} logged steps: advantages "
                         "are all zero and the policy receives no gradient. The task is either solved or "
-                        "impossible for this model: change the prompts or the reward.") if dead_all else "",
+                        f"impossible for this model: {self.fix('zero-std-dead')}.") if dead_all else "",
                        for_=p["stop_for"])
             # groups losing their spread are mostly prompts being solved when the (smoothed) reward sits on the
             # success side of its range, or has been rising over the run (the entropy gauge's test of progress)
@@ -137,8 +139,8 @@ class RewardSignalGauge(Gauge):
             self.check("zero-std-solved", solved, "info", "frac_reward_zero_std", f,
                        (lambda: f"{ze:.0%} of groups have zero reward variance while the reward "
                         + ("keeps climbing" if lv != lv or lv <= 0.5 else f"sits near {lv:.0%} of its range")
-                        + ": prompts are being solved and stop teaching anything. Add harder prompts when it nears "
-                        "100 %.") if solved else "",
+                        + ": prompts are being solved and stop teaching anything. "
+                        + self.fix("zero-std-solved", sentence=True)) if solved else "",
                        for_=p["for"], clear=5)
         # One unambiguous row: no group had any reward spread and the optimizer got a zero gradient —
         # the step changed nothing (the seed's dead-run signal, made specific to group-relative training).
@@ -189,3 +191,108 @@ class RewardSignalGauge(Gauge):
                 self.check("length-reward-correlation", together, "info", "completions/mean_length", L,
                            (lambda: f"reward and completion length move together (corr {corr:.2f}): check for "
                             "length hacking.") if together else "", for_=5, clear=10)
+
+
+_ALL_FAILED = {"reward": 0.0, "frac_reward_zero_std": 1.0, "grad_norm": 0.0}
+
+#: The reward-signal gauge's rules (``core/catalog.py`` collects every module's).
+RULES: tuple[Rule, ...] = (
+    Rule(
+        "reward_signal", "zero-std-dead", severities=("stop",),
+        reads="frac_reward_zero_std",
+        test="at least `zero_std_stop`, held `stop_for` (stop)",
+        params=("zero_std_stop", "stop_for"),
+        means="every group scores alike: no gradient",
+        fix="change the prompts or the reward",
+        example=Example(
+            "grpo", lambda i, g: grpo(i, g, zero_std=1.5 if i >= 60 else 0.1), grpo, 100, 60, 69,
+            "frac_reward_zero_std"),
+    ),
+    Rule(
+        "reward_signal", "zero-std-high", severities=("warn",),
+        reads="EWMA of frac_reward_zero_std, the reward's smoothed level as a success rate (core/bounded.py), its "
+              "progress",
+        test="above `zero_std_warn` with the level at most half of it (the uniform groups mostly failures; a signed "
+             "reward: the line alone) and the reward not rising, held `for`",
+        params=("zero_std_warn", "for", "smooth"),
+        means="the learning signal is vanishing: most uniform groups fail every completion (prompts too hard)",
+        fix="filter prompts by difficulty (drop the ones it always fails) or raise num_generations",
+        seed="`frac_reward_zero_std` (share of groups whose rewards are all equal) is the robust form of the same "
+             "signal.",
+        seed_source=INSTRUMENTS,
+        # a run failing its prompts (success rate 0.2, flat): the uniform groups are failures, and they spread
+        example=Example(
+            "grpo", lambda i, g: grpo(i, g, reward=0.2, zero_std=0.2 + 0.6 * ramp(i, 100, 60)),
+            lambda i, g: grpo(i, g, reward=0.2, zero_std=0.2), 200, 100, 160, "frac_reward_zero_std"),
+    ),
+    Rule(
+        "reward_signal", "zero-std-solved", severities=("info",),
+        reads="as zero-std-high",
+        test="above `zero_std_warn` with the smoothed level above 1/2 or the reward rising (info)",
+        params=("zero_std_warn", "for", "smooth"),
+        means="prompts are being solved",
+        fix="add harder prompts when it nears 100 %",
+        example=Example(
+            "grpo", lambda i, g: grpo(i, g, reward=0.3 + 0.03 * i / 200, zero_std=0.2 + 0.4 * ramp(i, 100, 100)),
+            lambda i, g: grpo(i, g, reward=0.3 + 0.03 * i / 200), 200, 100, 190, "frac_reward_zero_std"),
+    ),
+    Rule(
+        "reward_signal", "no-update-step", severities=("warn",),
+        reads="frac_reward_zero_std (or reward_std = 0 where it is not logged), grad_norm and the reward's level",
+        test="every group uniform (at least `zero_std_stop`) and grad_norm 0, `no_update_for` rows in a row, unless "
+             "the reward sits on the success side and still moves (solved batches)",
+        params=("zero_std_stop", "no_update_for"),
+        means="these steps changed nothing: the groups fail alike and the optimizer gets no gradient",
+        fix="if it goes on the run is dead: change the prompts or the reward",
+        origin="one such row is chance on a small batch (4 groups of 2 at p = 1/2: 6 % of rows)",
+        # every group fails every completion (reward 0) with a zero gradient for 5 rows; the healthy run has one such
+        # row, which a small batch gives by chance
+        example=Example(
+            "grpo", lambda i, g: {**grpo(i, g), **(_ALL_FAILED if 60 <= i < 65 else {})},
+            lambda i, g: {**grpo(i, g), **(_ALL_FAILED if i == 60 else {})}, 100, 60, 62, "grad_norm"),
+    ),
+    Rule(
+        "reward_signal", "reward-std-low", severities=("warn",),
+        reads="reward_std where frac_reward_zero_std is not logged (older TRL)",
+        test="a runs test: k rows in a row under `std_low` whose chance q^k (q: this run's own rate of such rows "
+             "before the streak) is under `std_low_alpha`, while the reward is not rising",
+        params=("std_low", "std_low_alpha"),
+        means="little signal left to learn from",
+        fix="filter prompts by difficulty",
+        seed="Reward std is the primary GRPO gauge: warn when it falls below 0.05 (no signal left to learn from).",
+        seed_source=INSTRUMENTS,
+        # older TRL (no frac_reward_zero_std): reward_std sinks to 0.02 and stays there while the reward is flat
+        example=Example(
+            "grpo", lambda i, g: {k: v for k, v in grpo(i, g, reward=0.4).items() if k != "frac_reward_zero_std"}
+            | {"reward_std": 0.3 - 0.28 * ramp(i, 60, 10)},
+            lambda i, g: {k: v for k, v in grpo(i, g, reward=0.4).items() if k != "frac_reward_zero_std"}, 100, 60, 80,
+            "reward_std"),
+    ),
+    Rule(
+        "reward_signal", "reward-component-dead", severities=("warn",),
+        reads="rewards/<fn>/std per reward function",
+        test="below `component_dead`, held `component_for`",
+        params=("component_dead", "component_for"),
+        means="the function scores every completion alike",
+        fix="fix or drop the function",
+        seed="a component whose std stays below 0.01 is dead.", seed_source=INSTRUMENTS,
+        per_function=True,
+        example=Example(
+            "grpo",
+            lambda i, g: {**grpo(i, g), **reward_components(i, g, fmt=0.5, acc=0.3, fmt_std=0.002 if i >= 60 else 0.3)},
+            lambda i, g: {**grpo(i, g), **reward_components(i, g, fmt=0.5, acc=0.3)}, 100, 60, 69, "rewards/fmt/std"),
+    ),
+    Rule(
+        "reward_signal", "length-reward-correlation", severities=("info",),
+        reads="correlation of reward and mean length over 30 rows",
+        test="above 0.8, held 5 (info)",
+        means="length may be what is paid",
+        fix="read samples; see length-paid",
+        seed="Length–reward correlation: length hacking.", seed_source=INSTRUMENTS,
+        example=Example(
+            "grpo",
+            lambda i, g: grpo(i, g, reward=0.3 + 0.4 * ramp(i, 60, 40), length=200 * (1 + 0.5 * ramp(i, 60, 40))),
+            grpo, 150, 60, 100, "completions/mean_length"),
+    ),
+    *REWARD_SIGNAL_ROLLOUT_RULES,
+)

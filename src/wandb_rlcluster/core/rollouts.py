@@ -52,6 +52,8 @@ from typing import Any
 
 from .gauge import Gauge, finite
 from .keys import Row
+from .rule import INSTRUMENTS, Example, Rule
+from .streams import after, grpo
 from .text import clean_text
 
 __all__ = [
@@ -686,6 +688,46 @@ def samples_rules(g: Gauge, row: Row) -> None:
         d["rollout_distinct_frac"] = distinct
 
 
+#: The samples gauge's rules on the training completions.
+SAMPLES_ROLLOUT_RULES: tuple[Rule, ...] = (
+    Rule(
+        "samples", "rollout-repetition", severities=("warn",),
+        reads="rollouts/repetitive_frac (the training completions)",
+        test="level above a line, held `rollout_repetitive_for` rows",
+        params=("rollout_repetitive", "rollout_repetitive_for"),
+        means="training completions repeat over half their n-grams",
+        fix="repetition penalty, or a reward that does not count repeats",
+        seed="repetition loops, format drift", seed_source=INSTRUMENTS,
+        example=Example(
+            "grpo", lambda i, g: {**grpo(i, g), "rollouts/repetitive_frac": 0.05 + 0.6 * after(i, 60)},
+            lambda i, g: {**grpo(i, g), "rollouts/repetitive_frac": 0.05}, 100, 60, 61, "rollouts/repetitive_frac"),
+    ),
+    Rule(
+        "samples", "identical-groups", severities=("warn",),
+        reads="rollouts/near_identical_group_frac",
+        test="level above a line, held `rollout_identical_for` rows",
+        params=("rollout_identical", "rollout_identical_for"),
+        means="the policy answers each prompt one way (mode collapse)",
+        fix="raise the temperature, clip-higher, entropy bonus",
+        example=Example(
+            "grpo", lambda i, g: {**grpo(i, g), "rollouts/near_identical_group_frac": 0.1 + 0.6 * after(i, 60)},
+            lambda i, g: {**grpo(i, g), "rollouts/near_identical_group_frac": 0.1}, 100, 60, 62,
+            "rollouts/near_identical_group_frac"),
+    ),
+    Rule(
+        "samples", "empty-completions", severities=("warn",),
+        reads="rollouts/empty_frac",
+        test="level above a line, held `rollout_empty_for` rows",
+        params=("rollout_empty", "rollout_empty_for"),
+        means="an immediate EOS scores well enough",
+        fix="make the reward punish empty answers",
+        example=Example(
+            "grpo", lambda i, g: {**grpo(i, g), "rollouts/empty_frac": 0.4 * after(i, 60)},
+            lambda i, g: {**grpo(i, g), "rollouts/empty_frac": 0.0}, 100, 60, 61, "rollouts/empty_frac"),
+    ),
+)
+
+
 def length_rules(g: Gauge, row: Row) -> None:
     """Length paid inside groups: longer completions score higher than their siblings, step after step."""
     v, p, d = row.values, g.p, g.derived
@@ -706,6 +748,25 @@ def length_rules(g: Gauge, row: Row) -> None:
             for_=p["rollout_paid_for"], clear=5)
 
 
+#: The length gauge's rule on the training completions.
+LENGTH_ROLLOUT_RULES: tuple[Rule, ...] = (
+    Rule(
+        "length", "length-paid", severities=("warn",),
+        reads="rollouts/length_reward_corr within groups (the training completions)",
+        test="above `rollout_paid_corr` over `rollout_paid_dof` completions, held `rollout_paid_for`",
+        params=("rollout_paid_corr", "rollout_paid_dof", "rollout_paid_for"),
+        means="the reward pays for length",
+        fix="a length penalty or cap (DAPO-style overlong shaping)",
+        seed="Length–reward correlation: length hacking.", seed_source=INSTRUMENTS,
+        example=Example(
+            "grpo", lambda i, g: {**grpo(i, g), "rollouts/length_reward_corr": 0.1 + 0.6 * after(i, 60),
+                                  "rollouts/length_reward_dof": 14.0},
+            lambda i, g: {**grpo(i, g), "rollouts/length_reward_corr": 0.1, "rollouts/length_reward_dof": 14.0},
+            100, 60, 62, "rollouts/length_reward_corr"),
+    ),
+)
+
+
 def reward_rules(g: Gauge, row: Row) -> None:
     """A few completions scoring far above the rest: a loophole the policy has just found?"""
     v, p, d = row.values, g.p, g.derived
@@ -720,6 +781,24 @@ def reward_rules(g: Gauge, row: Row) -> None:
             "over the median) for consecutive steps: the policy may have found a loophole in the reward that "
             "the rest will soon copy. Read the outliers below before they become the norm.",
             for_=p["rollout_outlier_for"], clear=5)
+
+
+#: The reward gauge's rule on the training completions.
+REWARD_ROLLOUT_RULES: tuple[Rule, ...] = (
+    Rule(
+        "reward", "reward-outliers", severities=("warn",),
+        reads="rollouts/reward_outlier_z and _frac (the training completions)",
+        test="a few completions past `rollout_outlier_z` robust sigmas, held `rollout_outlier_for` rows",
+        params=("rollout_outlier_z", "rollout_outlier_frac", "rollout_outlier_for"),
+        means="the policy may have found a loophole the rest will copy",
+        fix="read the outliers",
+        example=Example(
+            "grpo", lambda i, g: {**grpo(i, g), "rollouts/reward_outlier_z": 3.0 + 9.0 * after(i, 60),
+                                  "rollouts/reward_outlier_frac": 0.05},
+            lambda i, g: {**grpo(i, g), "rollouts/reward_outlier_z": 3.0, "rollouts/reward_outlier_frac": 0.05},
+            100, 60, 61, "rollouts/reward_outlier_z"),
+    ),
+)
 
 
 def reward_signal_rules(g: Gauge, row: Row) -> None:
@@ -749,3 +828,37 @@ def reward_signal_rules(g: Gauge, row: Row) -> None:
                     lambda fn=fn, x=x: f"reward function '{fn}' carries {x:.0%} of the within-group reward variance: "
                     "it alone decides which completions are reinforced; the other reward functions barely move "
                     "the advantage.", for_=p["rollout_decides_for"], clear=5)
+
+
+#: The reward-signal gauge's rules on the training completions.
+REWARD_SIGNAL_ROLLOUT_RULES: tuple[Rule, ...] = (
+    Rule(
+        "reward_signal", "reward-ceiling", severities=("warn",),
+        reads="rollouts/reward/<fn>/ceiling_frac (the training completions)",
+        test="at least `rollout_ceiling`, held `rollout_ceiling_for`",
+        params=("rollout_ceiling", "rollout_ceiling_for"),
+        means="the function no longer tells completions apart",
+        fix="harder prompts, or fix the loophole",
+        per_function=True,
+        example=Example(
+            "grpo", lambda i, g: {**grpo(i, g), "rollouts/ceiling_frac_max": 0.3 + 0.6 * after(i, 60),
+                                  "rollouts/reward/fmt/ceiling_frac": 0.3 + 0.6 * after(i, 60)},
+            lambda i, g: {**grpo(i, g), "rollouts/ceiling_frac_max": 0.3, "rollouts/reward/fmt/ceiling_frac": 0.3},
+            100, 60, 64, "rollouts/reward/fmt/ceiling_frac"),
+    ),
+    Rule(
+        "reward_signal", "advantage-decided-by", severities=("info",),
+        reads="rollouts/reward/<fn>/advantage_share",
+        test="at least `rollout_decides`, held `rollout_decides_for` (info)",
+        params=("rollout_decides", "rollout_decides_for"),
+        means="one function alone decides the advantage",
+        fix="check the other functions' weights",
+        per_function=True,
+        example=Example(
+            "grpo", lambda i, g: {**grpo(i, g), "rollouts/advantage_share_max": 0.6 + 0.35 * after(i, 60),
+                                  "rollouts/reward/acc/advantage_share": 0.6 + 0.35 * after(i, 60)},
+            lambda i, g: {**grpo(i, g), "rollouts/advantage_share_max": 0.6,
+                          "rollouts/reward/acc/advantage_share": 0.6},
+            100, 60, 64, "rollouts/reward/acc/advantage_share"),
+    ),
+)

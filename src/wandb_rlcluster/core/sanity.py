@@ -17,6 +17,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from .rule import ANY_GAUGE, Example, Rule
+from .streams import ppo
+
 RULE = "value-out-of-range"
 """The finding's rule id."""
 
@@ -110,3 +113,26 @@ def message(key: str, value: float, rng: ValueRange) -> str:
     return (f"{key} = {value:.6g} is {side} its possible range {rng.text()}: {rng.what} cannot be that, so the value "
             f"is logged wrongly -- likely {rng.bug}. Every rule reading {key} judges a wrong number until the "
             "logging is fixed (reported once per key).")
+
+
+def _ranged_keys() -> str:
+    """``[0, 1]: a, b; [0, inf): c`` -- the keys ``value-out-of-range`` checks, by range."""
+    by_range: dict[str, list[str]] = {}
+    for key, rng in RANGES.items():
+        by_range.setdefault(rng.text(), []).append(key)
+    return "; ".join(f"{text}: {', '.join(keys)}" for text, keys in by_range.items())
+
+
+#: The range rule, which every gauge raises on the keys it reads (``Gauge.update``; ``core/catalog.py`` collects it).
+RULES: tuple[Rule, ...] = (
+    Rule(
+        ANY_GAUGE, RULE, severities=("warn",),
+        reads="the gauge reading each key with a mathematical range (core/sanity.py): " + _ranged_keys(),
+        test="one value outside its range beyond float noise, reported once per key",
+        means="a logging bug (sign, definition or units): every rule reading the key judges a wrong number",
+        fix="fix the logging of the key named in the message",
+        origin="an entropy cannot be negative, a share cannot pass 1",
+        example=Example(
+            "ppo", lambda i, g: ppo(i, g, entropy=-106.0 if i >= 40 else None), ppo, 100, 40, 40, "objective/entropy"),
+    ),
+)
