@@ -2,10 +2,33 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 import pytest
+
+# One intra-op thread per test process (and, through the environment, per subprocess it starts: the demo, torchrun's
+# ranks, the W&B writers). The tiny models' ops are far too small to split: on 2 cores two threads ran a tiny GRPO step
+# about 5x slower than one (OpenMP hand-off on every op), and under xdist each worker's threads fought the other's.
+# Set before anything imports torch (its OpenMP runtime reads it once); an OMP_NUM_THREADS already set is kept.
+# The first process to load this file (xdist's controller, whose environment the workers inherit) notes what it was
+# given, so that a test can hand a subprocess torch's default thread count again (threads_as_given).
+_GIVEN = "RLCLUSTER_TESTS_OMP_NUM_THREADS_GIVEN"
+os.environ.setdefault(_GIVEN, os.environ.get("OMP_NUM_THREADS", ""))
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+if "torch" in sys.modules:  # pragma: no cover - no pytest plugin here imports torch, but one could
+    sys.modules["torch"].set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
+
+def threads_as_given() -> dict[str, str]:
+    """The environment for a subprocess with OMP_NUM_THREADS as the test run was given it (unset: torch's default,
+    one thread per core), not the one thread set above."""
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", _GIVEN)}
+    if os.environ.get(_GIVEN):
+        env["OMP_NUM_THREADS"] = os.environ[_GIVEN]
+    return env
+
 
 REPO = Path(__file__).resolve().parents[1]
 BENCHMARKS = REPO / "benchmarks"
