@@ -106,6 +106,13 @@ SHARED_RUN_TESTS = {
     "test_callback_trl.py::test_ppo_shaped_rows_through_real_trainer_log": lambda ids: "ppo-rows-run",
     "test_panel_keys.py::test_every_plotted_ppo_key_exists_in_the_replayed_ppo_run": lambda ids: "ppo-rows-run",
 }
+# test_sharded's two-rank run per engine (engine_run), read by four tests each; FSDP2's probe test also reads DDP's run.
+SHARED_RUN_TESTS.update({
+    f"test_sharded.py::{name}": lambda ids: "sharded-" + ("ddp" if ids in ("ddp", "fsdp2") else ids)
+    for name in ("test_sharding_is_really_on", "test_layer_norms_equal_the_full_gradient_reference",
+                 "test_stop_lands_on_the_same_step_and_its_save_completes",
+                 "test_forward_probes_run_under_every_engine")
+})
 
 
 def shared_run_group(nodeid: str) -> str | None:
