@@ -94,18 +94,23 @@ def verl_ppo_log() -> Path:
 SHARED_RUN_MODULES = frozenset({
     "test_gold_trl", "test_hardening_runs", "test_rollouts_trl", "test_sft_epoch_staircase", "test_wandb_thinning",
     "test_watch", "test_sidecar", "test_verl_layout", "test_wandb_offline", "test_detection_slice",
-    "test_gauge_outputs",
+    "test_gauge_outputs", "test_sweep",
 })
 # test_callback_trl's session-shared runs (metrics_run, ppo_rows_run), read by tests in several modules: one group per
 # run rather than per module, so the many different runs still spread over the workers. Keyed by the test's file and
 # name; the value turns its parameter id (``grpo-after``: kind, then order) into the run's group.
 SHARED_RUN_TESTS = {
-    "test_callback_trl.py::test_callback_metrics_reach_wandb": lambda ids: f"metrics-run-{ids}",
+    # GRPO's "after" run is also read by test_rollouts_trl (a group of its own): it joins that group
+    "test_callback_trl.py::test_callback_metrics_reach_wandb":
+        lambda ids: "test_rollouts_trl" if ids == "grpo-after" else f"metrics-run-{ids}",
     "test_panel_keys.py::test_every_plotted_key_exists_in_a_real_run": lambda ids: f"metrics-run-{ids}-after",
     "test_panel_keys.py::test_sft_eval_loss_is_stored_as_eval_slash_loss": lambda ids: "metrics-run-sft-after",
     "test_callback_trl.py::test_ppo_shaped_rows_through_real_trainer_log": lambda ids: "ppo-rows-run",
     "test_panel_keys.py::test_every_plotted_ppo_key_exists_in_the_replayed_ppo_run": lambda ids: "ppo-rows-run",
 }
+# the rule pages rendered once (render_pages, 4 s) for the two tests that compare and read them
+SHARED_RUN_TESTS.update({f"test_rule_catalog.py::{name}": lambda ids: "rule-pages" for name in (
+    "test_the_committed_rule_pages_and_pictures_are_current", "test_rule_pictures_show_the_decision")})
 # test_sharded's two-rank run per engine (engine_run), read by four tests each; FSDP2's probe test also reads DDP's run.
 SHARED_RUN_TESTS.update({
     f"test_sharded.py::{name}": lambda ids: "sharded-" + ("ddp" if ids in ("ddp", "fsdp2") else ids)
