@@ -28,7 +28,7 @@ demo: $(STAMP)
 	$(BIN)/rlcluster demo
 
 # Test workers (pytest-xdist): 2 fits a 2-core machine; more on a bigger one (make test TEST_WORKERS=8). Tests that
-# share one expensive run stay on one worker (xdist_group, see tests/conftest.py; --dist loadgroup).
+# share one expensive run stay on one worker (--dist loadgroup: tests/conftest.py holds the groups and the scheduler).
 TEST_WORKERS ?= 2
 PYTEST_PARALLEL = -n $(TEST_WORKERS) --dist loadgroup
 

@@ -2,10 +2,38 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 import pytest
+
+# One intra-op thread per test process (and, through the environment, per subprocess it starts: the demo, torchrun's
+# ranks, the W&B writers). The tiny models gain nothing from a second thread on an idle machine (the pretraining of
+# the demo's model: 1.4 s on one thread or two), but under xdist the other worker keeps the other core busy, and a
+# thread that waits for a descheduled peer at every op's barrier spins: with one core busy, the same pretraining took
+# 6.0 s on two threads, 1.5 s on one, and the entropy demo 89 s against 18 s. Set before anything imports torch (its
+# OpenMP runtime reads it once); an OMP_NUM_THREADS already set is kept.
+# The first process to load this file (xdist's controller, whose environment the workers inherit) notes what it was
+# given, so that a test can hand a subprocess torch's default thread count again (threads_as_given).
+_GIVEN = "RLCLUSTER_TESTS_OMP_NUM_THREADS_GIVEN"
+os.environ.setdefault(_GIVEN, os.environ.get("OMP_NUM_THREADS", ""))
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+if "torch" in sys.modules:  # pragma: no cover - no pytest plugin here imports torch, but one could
+    sys.modules["torch"].set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
+
+def threads_as_given() -> dict[str, str]:
+    """The environment for a subprocess with OMP_NUM_THREADS as the test run was given it (unset: torch's default,
+    one thread per core), not the one thread set above. Its idle threads sleep rather than spin (OMP_WAIT_POLICY
+    PASSIVE, unless one is given), which changes no result, only how long a busy machine takes (the entropy demo, one
+    core busy: 18 s instead of 89, the same alerts)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", _GIVEN)}
+    if os.environ.get(_GIVEN):
+        env["OMP_NUM_THREADS"] = os.environ[_GIVEN]
+    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    return env
+
 
 REPO = Path(__file__).resolve().parents[1]
 BENCHMARKS = REPO / "benchmarks"
@@ -62,30 +90,78 @@ def verl_ppo_log() -> Path:
 
 # Modules whose tests share one expensive module- or session-scoped result (a training run, a W&B run written by a
 # subprocess, a detection corpus): under pytest-xdist each worker would build its own copy, so each module is one
-# xdist group and runs on one worker (make test passes --dist loadgroup).
+# group of tests that runs on one worker (make test passes --dist loadgroup; the scheduler below does the grouping).
 SHARED_RUN_MODULES = frozenset({
     "test_gold_trl", "test_hardening_runs", "test_rollouts_trl", "test_sft_epoch_staircase", "test_wandb_thinning",
     "test_watch", "test_sidecar", "test_verl_layout", "test_wandb_offline", "test_detection_slice",
-    "test_gauge_outputs",
+    "test_gauge_outputs", "test_sweep",
 })
 # test_callback_trl's session-shared runs (metrics_run, ppo_rows_run), read by tests in several modules: one group per
-# run rather than per module, so the many different runs still spread over the workers.
+# run rather than per module, so the many different runs still spread over the workers. Keyed by the test's file and
+# name; the value turns its parameter id (``grpo-after``: kind, then order) into the run's group.
 SHARED_RUN_TESTS = {
-    "test_callback_trl.py::test_callback_metrics_reach_wandb": lambda p: f"metrics-run-{p['kind']}-{p['order']}",
-    "test_panel_keys.py::test_every_plotted_key_exists_in_a_real_run": lambda p: f"metrics-run-{p['kind']}-after",
-    "test_panel_keys.py::test_sft_eval_loss_is_stored_as_eval_slash_loss": lambda p: "metrics-run-sft-after",
-    "test_callback_trl.py::test_ppo_shaped_rows_through_real_trainer_log": lambda p: "ppo-rows-run",
-    "test_panel_keys.py::test_every_plotted_ppo_key_exists_in_the_replayed_ppo_run": lambda p: "ppo-rows-run",
+    # GRPO's "after" run is also read by test_rollouts_trl (a group of its own): it joins that group
+    "test_callback_trl.py::test_callback_metrics_reach_wandb":
+        lambda ids: "test_rollouts_trl" if ids == "grpo-after" else f"metrics-run-{ids}",
+    "test_panel_keys.py::test_every_plotted_key_exists_in_a_real_run": lambda ids: f"metrics-run-{ids}-after",
+    "test_panel_keys.py::test_sft_eval_loss_is_stored_as_eval_slash_loss": lambda ids: "metrics-run-sft-after",
+    "test_callback_trl.py::test_ppo_shaped_rows_through_real_trainer_log": lambda ids: "ppo-rows-run",
+    "test_panel_keys.py::test_every_plotted_ppo_key_exists_in_the_replayed_ppo_run": lambda ids: "ppo-rows-run",
 }
+# the rule pages rendered once (render_pages, 4 s) for the two tests that compare and read them
+SHARED_RUN_TESTS.update({f"test_rule_catalog.py::{name}": lambda ids: "rule-pages" for name in (
+    "test_the_committed_rule_pages_and_pictures_are_current", "test_rule_pictures_show_the_decision")})
+# test_sharded's two-rank run per engine (engine_run), read by four tests each; FSDP2's probe test also reads DDP's run.
+SHARED_RUN_TESTS.update({
+    f"test_sharded.py::{name}": lambda ids: "sharded-" + ("ddp" if ids in ("ddp", "fsdp2") else ids)
+    for name in ("test_sharding_is_really_on", "test_layer_norms_equal_the_full_gradient_reference",
+                 "test_stop_lands_on_the_same_step_and_its_save_completes",
+                 "test_forward_probes_run_under_every_engine")
+})
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def shared_run_group(nodeid: str) -> str | None:
+    """The group of tests sharing one expensive result that ``nodeid`` belongs to (None: it shares none)."""
+    path, _, rest = nodeid.partition("::")
+    file = path.rsplit("/", 1)[-1]
+    if file.removesuffix(".py") in SHARED_RUN_MODULES:
+        return file.removesuffix(".py")
+    name, _, ids = rest.partition("[")
+    group = SHARED_RUN_TESTS.get(f"{file}::{name}")
+    return group(ids.removesuffix("]")) if group is not None else None
+
+
+@pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: absent without xdist
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """``--dist loadgroup``: xdist's load-scope scheduler, each group of :func:`shared_run_group` one unit of work
+    sent whole to one worker, every other test a unit of its own.
+
+    Not xdist's own loadgroup scheduler: it reads an ``xdist_group`` mark through a suffix it writes into the test's
+    node id, and with pytest >= 9.2 (structured node ids) that write no longer takes, so every group was split over
+    the workers and each worker trained its own copy of the shared run (pytest-xdist issue #1386). Units go out
+    biggest group first (xdist's loadscope order), then single tests in collection order, which
+    :func:`pytest_collection_modifyitems` puts training tests first.
+    """
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedRunScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return shared_run_group(nodeid) or nodeid
+
+    return SharedRunScheduling(config, log)
+
+
+def _cost_rank(item: pytest.Item) -> int:
+    """0: trains a model; 1: slow without training; 2: the rest. Long tests go out first, so that the last minutes of
+    a parallel run are many short tests spread over the workers, not one long test on one of them."""
+    if item.get_closest_marker("trains"):
+        return 0
+    return 1 if item.get_closest_marker("slow") else 2
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's own reordering (by fixture scope)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        if item.path.stem in SHARED_RUN_MODULES:
-            item.add_marker(pytest.mark.xdist_group(item.path.stem))
-            continue
-        group = SHARED_RUN_TESTS.get(f"{item.path.name}::{getattr(item, 'originalname', item.name)}")
-        if group is not None:
-            params = item.callspec.params if hasattr(item, "callspec") else {}
-            item.add_marker(pytest.mark.xdist_group(group(params)))
+    if config.getoption("numprocesses", None):  # only under xdist: a plain run keeps the files' order
+        items.sort(key=_cost_rank)  # stable: a module's tests keep their order and stay together within a rank

@@ -50,8 +50,9 @@ def verl_runs(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     for name in LOGS:
         out = tmp_path_factory.mktemp("verl-layout")
         p = subprocess.run([sys.executable, str(HERE / "scripts" / "replay_loop.py"), "--out", str(out), "--log",
-                            str(shared_log("verl", name)), "--watch", "--keep-going"], env=env, capture_output=True,
-                           text=True, timeout=300)
+                            str(shared_log("verl", name)), "--watch", "--keep-going", "--min-interval", "0"],
+                           env=env,  # every row written: a test of the layout, not of thinning (as for OpenRLHF below)
+                           capture_output=True, text=True, timeout=300)
         assert p.returncode == 0, p.stderr[-3000:]
         runs.append(json.loads((out / "result.json").read_text())["run_dir"])
     return runs

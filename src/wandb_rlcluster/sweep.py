@@ -317,7 +317,13 @@ def _pooled(paths: Sequence[str], options: SweepOptions, jobs: int, done: Callab
     process died before answering."""
     broken: list[str] = []
     with ProcessPoolExecutor(max_workers=jobs) as pool:
-        futures = {pool.submit(analyze_one, p, options): p for p in paths}
+        futures = {}
+        for i, p in enumerate(paths):
+            try:
+                futures[pool.submit(analyze_one, p, options)] = p
+            except BrokenProcessPool:  # a worker died while the runs were still being handed out: the rest too
+                broken.extend(paths[i:])
+                break
         for fut in as_completed(futures):
             try:
                 rec = fut.result()
