@@ -19,6 +19,7 @@ from .core.frameworks import FRAMEWORK_LABELS, detect_framework_rows, get_profil
 from .core.keymap import KeyMap, merge_keys
 from .core.text import clean_text
 from .readers import LoadedLog, LogReadError, load_rows
+from .readers.stream import StreamedLog, open_stream
 from .readers.verl import load_verl_log
 
 # The one series per gauge that the sparkline shows (first key present wins).
@@ -333,6 +334,9 @@ def load_any(path: str) -> LoadedLog:
         rows, rollouts = with_rollouts(run)
         return LoadedLog(rows=rows, source_format="wandb_offline_run", path=str(run.path),
                          meta={"run_id": run.run_id, "rollouts": rollouts})
+    streamed = open_stream(path)  # a large JSON Lines file or trainer_state.json: read a row at a time, none kept
+    if streamed is not None:
+        return streamed
     verl = load_verl_log(path)  # a verl console log (step:N - key:value lines) before the generic text readers
     if verl is not None:
         if not verl.rows:
@@ -358,6 +362,8 @@ def analyze_path(path: str, trainer: str | None = None, alerts: Any = None,
                               max_steps=int(max_steps) if isinstance(max_steps, (int, float)) else 0, alerts=alerts,
                               params=params, warn_sooner=warn_sooner, framework=framework, keys=keys)
     analysis.skipped_lines = sum(int(log.meta.get(k) or 0) for k in ("skipped_lines", "text_lines"))  # type: ignore[call-overload]
+    if isinstance(log, StreamedLog):  # a printed log may show it is one only late in the file
+        analysis.source_format = log.finished_format()
     if log.meta.get("rollouts") is not None:
         from .rollouts_offline import add_evidence
 

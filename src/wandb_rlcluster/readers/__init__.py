@@ -4,7 +4,9 @@
 ``json_document.py`` (a transformers ``trainer_state.json``, a JSON list of rows, a wrapper dict), ``lines.py`` (JSON
 Lines, the HF Trainer's stdout), ``csv_export.py`` (a W&B CSV export); ``verl.py`` reads verl's console log and
 ``wandb.py`` a W&B run's ``.wandb`` transaction log (offline runs, and the sidecar's tail of a live one). Every file is
-read through ``files.read_bounded``. Standard library only, except ``wandb.py``'s use of wandb's protobuf classes.
+read through ``files.read_bounded``, except a large JSON Lines file or ``trainer_state.json``, which ``stream.py`` reads
+a row at a time (``rlcluster analyze`` on a 1M-row history in bounded memory). Standard library only, except
+``wandb.py``'s use of wandb's protobuf classes.
 """
 
 from .dispatch import load_rows, parse_rows_text

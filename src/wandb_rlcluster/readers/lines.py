@@ -53,50 +53,81 @@ def _parse_lines(text: str, name: str, suffix: str) -> LoadedLog | None:
     Lines that do not start with ``{`` may still end with a printed dict (a logging prefix or a
     tqdm bar before it), which is how HF Trainer output looks in a captured stdout file.
     """
-    rows: list[dict[str, object]] = []
-    skipped_rows = 0
-    bad = 0
-    other = 0
-    python_style = suffix in _LOG_SUFFIXES
-    too_long = 0  # the first line (1-based) too long to be a row
-    for number, raw in enumerate(text.splitlines(), 1):
+    reader = LineRows(suffix)
+    rows = [row for row in map(reader.row, text.splitlines()) if row is not None]
+    return reader.result(rows, name)
+
+
+class LineRows:
+    """The line-by-line reading, one line at a time, so a whole text (``_parse_lines``) and a file streamed from
+    disk (``stream.py``) read the same rows and count the same skipped lines."""
+
+    def __init__(self, suffix: str) -> None:
+        self.python_style = suffix in _LOG_SUFFIXES
+        self.skipped_rows = 0
+        self.bad = 0
+        self.other = 0
+        self.too_long = 0  # the first line (1-based) too long to be a row
+        self.number = 0
+        self.rows = 0
+
+    def row(self, raw: str) -> dict[str, object] | None:
+        """The row on this line, or None (counted as skipped, not a row, or blank)."""
         if len(raw) > MAX_LINE_CHARS:  # far longer than any logged row: not worth a parse attempt
-            bad += 1
-            too_long = too_long or number
-            continue
+            self.too_long_line()
+            return None
+        self.number += 1
         s = raw.strip()
         if not s:
-            continue
+            return None
         if s[0] not in "{[":
             start = _embedded_dict_start(s)
             if start < 0:
-                other += 1
-                continue
+                self.other += 1
+                return None
             s = s[start:]
-            python_style = True
+            self.python_style = True
         s = s.rstrip(",")  # tolerate one-row-per-line JSON arrays cut off before the closing ']'
         obj, used_python = _parse_line(s)
         if obj is None:
-            bad += 1
-            continue
-        python_style = python_style or used_python
+            self.bad += 1
+            return None
+        self.python_style = self.python_style or used_python
         row = _clean_item(obj, str_keys=not used_python)
         if row:
-            rows.append(row)
-        else:
-            skipped_rows += 1
-
-    if not rows:
-        if too_long:
-            raise _TooLong(f"rlcluster: cannot read '{name}': line {too_long} is too long to be a logged row "
-                           f"(over {MAX_LINE_CHARS:,} characters)")
+            self.rows += 1
+            return row
+        self.skipped_rows += 1
         return None
-    fmt = "stdout_log" if python_style else "jsonl"
-    skipped_lines = bad if python_style else bad + other
-    meta: dict[str, object] = {"skipped_rows": skipped_rows, "skipped_lines": skipped_lines}
-    if python_style:  # a printed log's other lines (banners, warnings, progress bars): counted, said, not rows
-        meta["text_lines"] = other
-    return LoadedLog(rows, fmt, name, meta)
+
+    def too_long_line(self) -> None:
+        """Count a line too long to be a row (a stream skips its bytes without reading it whole)."""
+        self.number += 1
+        self.bad += 1
+        self.too_long = self.too_long or self.number
+
+    @property
+    def source_format(self) -> str:
+        return "stdout_log" if self.python_style else "jsonl"
+
+    def meta(self) -> dict[str, object]:
+        skipped_lines = self.bad if self.python_style else self.bad + self.other
+        meta: dict[str, object] = {"skipped_rows": self.skipped_rows, "skipped_lines": skipped_lines}
+        if self.python_style:  # a printed log's other lines (banners, warnings, progress bars): counted, said, not rows
+            meta["text_lines"] = self.other
+        return meta
+
+    def no_rows(self, name: str) -> None:
+        """Raise ``_TooLong`` when no line gave a row because a line was too long to be one."""
+        if self.too_long:
+            raise _TooLong(f"rlcluster: cannot read '{name}': line {self.too_long} is too long to be a logged row "
+                           f"(over {MAX_LINE_CHARS:,} characters)")
+
+    def result(self, rows: list[dict[str, object]], name: str) -> LoadedLog | None:
+        if not rows:
+            self.no_rows(name)
+            return None
+        return LoadedLog(rows, self.source_format, name, self.meta())
 
 
 def _embedded_dict_start(line: str) -> int:
