@@ -52,6 +52,8 @@ for _p in (HERE, HERE.parent, REPO):
         sys.path.insert(0, str(_p))
 
 from anchors import BEFORE_COMMIT, THRESHOLD, WINDOW, load_core_at, zscore_findings  # noqa: E402
+from glr_anchor import GlrTrace, for_family, thresholds  # noqa: E402
+from glr_anchor import trace as glr_trace  # noqa: E402
 from oracle import OracleTrace, threshold_for, trace  # noqa: E402
 
 from wandb_rlcluster.analyze import analyze_path  # noqa: E402
@@ -180,6 +182,7 @@ class Result:
     marks: dict[str, int] = field(default_factory=dict)
     outcomes: dict[str, Outcome] = field(default_factory=dict)
     oracle: OracleTrace | None = None
+    glr: GlrTrace | None = None
 
     def delay(self, detector: str) -> float | None:
         o = self.outcomes[detector]
@@ -308,6 +311,7 @@ def score_spec(spec: Spec, detectors: Sequence[str] = DETECTORS) -> Result:
         res.outcomes[d] = _outcome(DETECTOR_FNS[d](run, trainer), run.onset_step, run.expected_gauges)
     if ORACLE and (spec.pathology is None or run.kind in TARGET_KINDS):
         res.oracle = trace(spec, run.rows, run.onset_step)
+        res.glr = glr_trace(run.rows, spec.family, run.onset_step, run.expected_gauges)
     return res
 
 
@@ -356,6 +360,56 @@ def oracle_scores(results: list[Result], detector: str = "core", rate: float | N
         per[name] = (statistics.median(pd) if pd else math.nan, statistics.median(od) if od else math.nan, len(rs))
     n = len(by.get("all", []))
     return OracleScores(rate, h, per, caught / n if n else math.nan, early / n if n else math.nan)
+
+
+def glr_scores(results: list[Result], detector: str = "core") -> OracleScores | None:
+    """The GLR anchor (``glr_anchor.py``) at ``detector``'s healthy false-alarm rate, beside it: median delays on the
+    trend and spread runs, per pathology and overall (the ``threshold`` field holds the quantile used)."""
+    healthy = [r.glr for r in healthy_runs(results) if r.glr is not None]
+    if not healthy:
+        return None
+    rate = aggregate(healthy_runs(results), detector).healthy_any_rate
+    h = thresholds(healthy, rate)
+    by_family = {f: for_family(h, f) for f in {r.spec.family for r in results}}
+    per: dict[str, tuple[float, float, int]] = {}
+    by: dict[str, list[Result]] = defaultdict(list)
+    for r in target_runs(results):
+        if r.glr is not None:
+            by[r.spec.pathology or ""].append(r)
+            by["all"].append(r)
+    caught = early = 0
+    for name, rs in by.items():
+        gd = []
+        for r in rs:
+            hf = by_family[r.spec.family]
+            first = r.glr.first_over(hf) if r.glr is not None else None
+            if first is not None and r.onset_step is not None:
+                gd.append(delay(first, r.onset_step, r.spec.n_steps))
+            if name == "all":
+                caught += first is not None
+                early += r.glr is not None and r.glr.early(hf)
+        pd = [d for d in (r.delay(detector) for r in rs) if d is not None]
+        per[name] = (statistics.median(pd) if pd else math.nan, statistics.median(gd) if gd else math.nan, len(rs))
+    n = len(by.get("all", []))
+    warned = sum(t.early(by_family[t.family]) for t in healthy) / len(healthy)
+    return OracleScores(warned, math.nan, per, caught / n if n else math.nan, early / n if n else math.nan)
+
+
+def glr_table(results: list[Result], detector: str = "core") -> list[str]:
+    g = glr_scores(results, detector)
+    if g is None:
+        return []
+    lines = [f"The GLR anchor, one threshold per (family, metric) set on these healthy runs so that it warns on "
+             f"{_pct(g.rate)} of them (as {LABELS[detector]} does), catches {_pct(g.recall)} of the trend and "
+             f"spread runs from an expected gauge after onset, with {_pct(g.early)} early fires.", "",
+             "| pathology | runs | median delay, ours | median delay, GLR | ours / GLR |",
+             "|---|---:|---|---|---|"]
+    for name in sorted(g.per, key=lambda k: (k == "all", k)):
+        ours, glr, n = g.per[name]
+        ratio = ours / glr if glr and glr == glr and ours == ours and glr > 0 else math.nan
+        label = f"**{name}**" if name == "all" else name
+        lines.append(f"| {label} | {n} | {_num(ours)} | {_num(glr)} | {'–' if ratio != ratio else f'{ratio:.1f}x'} |")
+    return lines
 
 
 def oracle_table(results: list[Result], detector: str = "core") -> list[str]:
@@ -848,6 +902,10 @@ def render(held: list[Result], tune: list[Result], real: list[RealResult], dets:
             for name, (v, ok) in checks.items()) + ".", ""]
         lines += [f"#### {title}: the oracle anchor (a CUSUM that knows the true change, `oracle.py`)", ""]
         lines += oracle_table(rs)
+        glr = glr_table(rs)
+        if glr:
+            lines += ["", f"#### {title}: the GLR anchor (pre-change model only, `glr_anchor.py`)", ""]
+            lines += glr
         lines += ["", f"#### {title}: per pathology", ""]
         lines += pathology_table(rs, dets)
         lines += ["", f"#### {title}: healthy runs", ""]
@@ -895,6 +953,11 @@ def summary_text(results: list[Result], dets: Sequence[str]) -> str:
                 out.append(f"{'':>13}oracle at the same healthy rate ({_pct(o.rate)}): median delay {_num(orc)}, "
                            f"ours / oracle {ours / orc if orc and orc == orc else math.nan:.2f}x, "
                            f"recall {_pct(o.recall)}")
+            g = glr_scores(results, d)
+            if g is not None:
+                ours, gl, _ = g.per.get("all", (math.nan, math.nan, 0))
+                out.append(f"{'':>13}GLR at the same healthy rate ({_pct(g.rate)}): median delay {_num(gl)}, "
+                           f"ours / GLR {ours / gl if gl and gl == gl else math.nan:.2f}x, recall {_pct(g.recall)}")
         for model in NOISE_MODELS:
             hn = aggregate([r for r in healthy_runs(results) if r.spec.noise_model == model], d)
             if hn.healthy:
