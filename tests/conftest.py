@@ -14,25 +14,9 @@ import pytest
 # thread that waits for a descheduled peer at every op's barrier spins: with one core busy, the same pretraining took
 # 6.0 s on two threads, 1.5 s on one, and the entropy demo 89 s against 18 s. Set before anything imports torch (its
 # OpenMP runtime reads it once); an OMP_NUM_THREADS already set is kept.
-# The first process to load this file (xdist's controller, whose environment the workers inherit) notes what it was
-# given, so that a test can hand a subprocess torch's default thread count again (threads_as_given).
-_GIVEN = "RLCLUSTER_TESTS_OMP_NUM_THREADS_GIVEN"
-os.environ.setdefault(_GIVEN, os.environ.get("OMP_NUM_THREADS", ""))
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 if "torch" in sys.modules:  # pragma: no cover - no pytest plugin here imports torch, but one could
     sys.modules["torch"].set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
-
-
-def threads_as_given() -> dict[str, str]:
-    """The environment for a subprocess with OMP_NUM_THREADS as the test run was given it (unset: torch's default,
-    one thread per core), not the one thread set above. Its idle threads sleep rather than spin (OMP_WAIT_POLICY
-    PASSIVE, unless one is given), which changes no result, only how long a busy machine takes (the entropy demo, one
-    core busy: 18 s instead of 89, the same alerts)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", _GIVEN)}
-    if os.environ.get(_GIVEN):
-        env["OMP_NUM_THREADS"] = os.environ[_GIVEN]
-    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    return env
 
 
 REPO = Path(__file__).resolve().parents[1]

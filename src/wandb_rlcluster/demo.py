@@ -7,7 +7,9 @@ simulated: the run is set up so that it actually happens —
   reference, KL passes 0.5 (warn) and then 1.0 for 3 steps (stop), and training stops;
 - ``length``: a reward that pays for characters, on a model that starts out ending early:
   completions grow to the cap (length explosion, then reward hacking);
-- ``entropy``: a reward for one letter: the policy collapses onto it (entropy collapse);
+- ``entropy``: a reward model whose taste the policy cannot reach (words like "jazz"; its best answer, "sea",
+  scores 0.2): the policy finds that answer early and keeps sharpening onto it while the reward stays stuck,
+  so entropy collapses with the score flat (entropy collapse);
 - ``none``: a healthy GRPO run (sane learning rate, beta 0.1): the reward climbs, nothing alarms.
 
 ``trainer="dpo"`` runs a healthy DPO run (60 steps, learning rate 5e-4, beta 0.1, chosen " <word> again" over
@@ -90,6 +92,27 @@ def reward_like_ocean(completions: list[Any], **kwargs: Any) -> list[float]:
         words = text.split()
         answer = set(words[0].lower()) if words else set()
         out.append(len(target & answer) / len(target | answer))
+    return out
+
+
+def reward_like_jazz(completions: list[Any], **kwargs: Any) -> list[float]:
+    """A reward model with a taste the policy cannot reach, for the entropy demo: letter overlap (Jaccard) of the answer
+    with "jazz", and 0 for an answer that is not a word it knows (the tiny world's answers and prompt words).
+
+    The policy's words share at most one letter with "jazz": the best of them, "sea", scores 0.2 and nothing it can
+    say scores more, so the reward stops rising once the policy has found "sea" while GRPO keeps sharpening onto it.
+    Without the known-word check, invented words would let the score creep up a letter at a time ("sea" -> "sa" ->
+    "a"), which reads as a policy still learning, not as a collapse.
+    """
+    from .tiny import _ANSWERS, _WORDS, _texts
+
+    known = set(_ANSWERS) | set(_WORDS)
+    target = set("jazz")
+    out = []
+    for text in _texts(completions):
+        words = text.split()
+        word = words[0].lower() if words else ""
+        out.append(len(target & set(word)) / len(target | set(word)) if word in known else 0.0)
     return out
 
 
@@ -184,8 +207,11 @@ def run_demo(out: str | Path = "demo-out", trainer: str = "grpo", pathology: str
             t = make_trainer("grpo", max_steps=steps or 80, learning_rate=2e-3, per_device_train_batch_size=16,
                              **{**grpo, "max_completion_length": 48, "reward_funcs": [reward_length_chars]})
         elif pathology == "entropy":
-            t = make_trainer("grpo", max_steps=steps or 80, learning_rate=2e-3, per_device_train_batch_size=32,
-                             num_generations=8, reward_funcs=[reward_like_ocean], **grpo)
+            # the reward stops rising once the policy has found its best answer ("sea", 0.2), and GRPO at a high
+            # learning rate with no KL anchor (beta 0) keeps sharpening onto it: entropy collapses with the score
+            # flat. The warm-up keeps the first 10 steps, the entropy gauge's start, at the start policy's entropy.
+            t = make_trainer("grpo", max_steps=steps or 80, learning_rate=2e-3, warmup_steps=10,
+                             per_device_train_batch_size=32, num_generations=8, reward_funcs=[reward_like_jazz], **grpo)
         else:
             # healthy: a sane learning rate, beta 0.1 and 32 completions a step (8 per prompt), so the per-token KL
             # estimate is not dominated by one rare sampled token; the reward climbs ~0.3 -> ~0.55, KL stays < 0.4
