@@ -3,8 +3,8 @@
 No W&B account (offline), no GPU, no model hub. The pathology is real, not
 simulated: the run is set up so that it actually happens —
 
-- ``kl``: GRPO with beta = 0.04 and a learning rate ~60x the healthy run's: the policy runs away from its
-  reference, KL passes 0.5 (warn) and then 1.0 for 3 steps (stop), and training stops;
+- ``kl``: GRPO with beta = 0.04 and a learning rate ~7x the healthy run's (2e-3 against 3e-4): the policy runs away
+  from its reference, KL passes 0.5 (warn) and then 1.0 for 3 steps (stop), and training stops;
 - ``length``: a reward that pays for characters, on a model that starts out ending early:
   completions grow to the cap (length explosion, then reward hacking);
 - ``entropy``: a reward model whose taste the policy cannot reach (words like "jazz"; its best answer, "sea",
