@@ -40,18 +40,27 @@ def stream_bytes() -> int:
 
 class StreamedLog(LoadedLog):
     """A ``LoadedLog`` whose ``rows`` is an iterator read from disk as it is consumed. ``meta`` and
-    ``source_format`` are final once the rows are used up (a printed log may show it is one only late)."""
+    ``source_format`` are final once the rows are used up (a printed log may show it is one only late, a
+    ``trainer_state.json`` names its wrapper after its rows)."""
 
     def __init__(self, rows: Iterator[dict[str, object]], source_format: str, path: str,
                  meta: dict[str, object], lines: LineRows | None = None, seen: dict[str, str] | None = None) -> None:
-        super().__init__(rows, source_format, path, meta)  # type: ignore[arg-type]  # an iterator, read once
         self._lines = lines
         self._seen = seen if seen is not None else {}
+        super().__init__(rows, source_format, path, meta)  # type: ignore[arg-type]  # an iterator, read once
 
-    def finished_format(self) -> str:
+    @property
+    def source_format(self) -> str:
         if self._lines is not None:
             return self._lines.source_format
-        return self._seen.get("format", self.source_format)
+        return self._seen.get("format", self._guess)
+
+    @source_format.setter
+    def source_format(self, value: str) -> None:
+        self._guess = value
+
+    def finished_format(self) -> str:
+        return self.source_format
 
 
 def open_stream(path: str) -> StreamedLog | None:
