@@ -1,8 +1,11 @@
 """wandb-rlcluster: an instrument cluster for RL / preference-optimisation post-training."""
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .core import GAUGE_IDS, InstrumentCluster, analyze_rows
+if TYPE_CHECKING:
+    from .callback import RLClusterCallback
+    from .core import GAUGE_IDS, InstrumentCluster, analyze_rows
+    from .live.watch import watch, watch_on_init
 
 __version__ = "0.1.0"
 __all__ = ["GAUGE_IDS", "InstrumentCluster", "RLClusterCallback", "__version__", "analyze_rows", "watch",
@@ -10,6 +13,12 @@ __all__ = ["GAUGE_IDS", "InstrumentCluster", "RLClusterCallback", "__version__",
 
 
 def __getattr__(name: str) -> Any:
+    # Nothing is imported with the package itself: the guardian process (``python -m
+    # wandb_rlcluster.guard.guardian``, started beside every training run) would pay ~170 ms of CPU for the core.
+    if name in ("GAUGE_IDS", "InstrumentCluster", "analyze_rows"):
+        from . import core
+
+        return getattr(core, name)
     # The callback pulls in transformers and torch; the analyzer and the core must not pay for that.
     if name == "RLClusterCallback":
         from .callback import RLClusterCallback
