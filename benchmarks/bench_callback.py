@@ -36,13 +36,25 @@ def main() -> None:
 
     import wandb
     from tqdm.auto import tqdm
+    from transformers import TrainerCallback
 
     from wandb_rlcluster import RLClusterCallback
     from wandb_rlcluster.tiny import make_trainer
 
+    class StepClock(TrainerCallback):
+        """First in the list: the wall clock at each step's end, so steady steps can be told from the run's fixed
+        costs (imports, the guardian's start, W&B's first write, the end-of-run summary and report)."""
+
+        def __init__(self) -> None:
+            self.ends: list[float] = []
+
+        def on_step_end(self, *args: object, **kwargs: object) -> None:
+            self.ends.append(time.perf_counter())
+
     tmp = tempfile.mkdtemp(prefix="rlcluster-bench-")
     os.environ["WANDB_DIR"] = tmp
     times: dict[str, list[float]] = {"none": [], "on": [], "off": [], "attach": []}
+    steady: dict[str, list[float]] = {"none": [], "on": [], "off": [], "attach": []}  # median step after warm-up
     per_log_us: list[float] = []
     attach_log_us: list[float] = []
     rollout_us: list[float] = []
@@ -53,13 +65,16 @@ def main() -> None:
     for i, mode in enumerate(tqdm(plan, desc="alternating runs", unit="run")):
         with_cb = mode != "none"
         cbs = [RLClusterCallback(**(off if mode == "off" else {}))] if with_cb else []
-        trainer = make_trainer(args.kind, output_dir=f"{tmp}/run{i}", callbacks=cbs, report_to="wandb",
+        clock = StepClock()
+        trainer = make_trainer(args.kind, output_dir=f"{tmp}/run{i}", callbacks=[clock, *cbs], report_to="wandb",
                                max_steps=args.steps, seed=0, run_name=f"bench-{i}-{with_cb}")
         if mode == "attach":
             cbs[0].attach(trainer)
         t0 = time.perf_counter()
         trainer.train()
         times[mode].append(time.perf_counter() - t0)
+        gaps = [b - a for a, b in zip(clock.ends[10:], clock.ends[11:], strict=False)]
+        steady[mode].append(statistics.median(gaps) if gaps else float("nan"))
         wandb.finish()
         if with_cb:
             cb = cbs[0]
@@ -78,6 +93,15 @@ def main() -> None:
     print(f"  with callback:    median {ours:.2f} s  ({ours / args.steps * 1e3:.1f} ms/step)")
     print(f"  ratio with/without: median of pairs {statistics.median(ratios):.3f}  "
           f"(ratio of medians {ours / base:.3f})")
+    step_ratios = [b / a for a, b in zip(steady["none"], steady["on"], strict=True)]
+    print(f"  per step, after 10 warm-up steps (the median step of each run): without "
+          f"{statistics.median(steady['none']) * 1e3:.1f} ms, with {statistics.median(steady['on']) * 1e3:.1f} ms; "
+          f"ratio median of pairs {statistics.median(step_ratios):.3f} (pairs "
+          f"{', '.join(f'{r:.3f}' for r in step_ratios)}); the rest of the whole-run ratio is the run's fixed cost")
+    fixed = [(b - sb * args.steps) - (a - sa * args.steps) for a, b, sa, sb in
+             zip(times["none"], times["on"], steady["none"], steady["on"], strict=True)]
+    print(f"  fixed cost per train() (whole run minus steps x median step, with minus without): median "
+          f"{statistics.median(fixed) * 1e3:.0f} ms")
     print(f"  callback on_log cost (core + W&B log call): median {statistics.median(per_log_us):.0f} µs per call")
     print(f"  callback errors: {sum(cb.errors for cb in callbacks_seen)}")
     print(f"  with callback, liveness alerts off: median {quiet:.2f} s  ({quiet / args.steps * 1e3:.1f} ms/step)")
