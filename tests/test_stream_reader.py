@@ -105,6 +105,7 @@ def test_the_stream_holds_a_piece_where_reading_whole_holds_the_file(tmp_path: P
     whole, it grows with the file; streamed, it stays at a few pieces (64 KiB here, 1 MiB as shipped). The analysis
     of a 1M-row log, gauges included: benchmarks/bench_analyze.py --stream-rows 1000000."""
     monkeypatch.setattr(stream_mod, "_PIECE", 1 << 16)
+    monkeypatch.setattr(stream_mod, "_HEAD", 1 << 16)
 
     def peak(rows: int, stream: bool) -> int:
         name = "trainer_state.json" if shape == "trainer_state" else "log.jsonl"
@@ -176,3 +177,81 @@ def test_a_line_too_long_to_be_a_row_is_skipped_and_counted(tmp_path: Path, stre
     assert len(list(s.rows)) == 50 and s.meta["skipped_lines"] == 1
     streamed.delenv("RLCLUSTER_STREAM_BYTES")
     assert load_rows(path).meta["skipped_lines"] == 1
+
+
+def _same_both_ways(path: Path, monkeypatch: pytest.MonkeyPatch, streams: bool = True) -> None:
+    """The whole read and the forced stream agree: the same analysis, or both a one-line LogReadError. ``streams``:
+    whether the forced stream takes the file at all (else it is read whole both times, as it should be)."""
+    monkeypatch.setenv("RLCLUSTER_STREAM_BYTES", "1")
+    assert (open_stream(str(path)) is not None) == streams
+    outcomes = []
+    for stream in (False, True):
+        if stream:
+            monkeypatch.setenv("RLCLUSTER_STREAM_BYTES", "1")
+        else:
+            monkeypatch.delenv("RLCLUSTER_STREAM_BYTES", raising=False)
+        try:
+            outcomes.append(json.dumps(analyze_path(str(path)).to_dict(), sort_keys=True, default=repr))
+        except LogReadError as e:
+            assert str(e).startswith("rlcluster: cannot read") and "\n" not in str(e)
+            outcomes.append("error")
+    assert outcomes[0] == outcomes[1], outcomes[0][:300]
+
+
+@pytest.mark.parametrize("piece", [1 << 20, 61, 7])
+@pytest.mark.parametrize("case", ["bare_tokens", "max_steps_first", "number_elements", "escaped_key", "extra_comma",
+                                  "missing_comma", "nested_rows", "big_int"])
+def test_odd_documents_read_the_same_streamed_and_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: str,
+                                                        piece: int):
+    """Found by a hostile review: each of these once differed between the stream and the whole read (or raised)."""
+    monkeypatch.setattr(stream_mod, "_PIECE", piece)
+    rows = [{"loss": 1.0 + i / 100, "learning_rate": 2e-5 if i < 100 else 0.0, "kl": 0.01, "step": i + 1}
+            for i in range(200)]
+    body = json.dumps({"global_step": 200, "logging_steps": 1, "max_steps": 1000, "log_history": rows}, indent=2)
+    if case == "bare_tokens":  # hand-written tokens the whole reader mends
+        body = body.replace('"kl": 0.01', '"kl": nan', 3).replace('"kl": 0.01', '"kl": None', 3)
+    elif case == "max_steps_first":  # not sorted: the planned length before the rows (it changes the lr rules)
+        body = json.dumps({"max_steps": 1000, "global_step": 200, "log_history": rows}, indent=2)
+    elif case == "number_elements":  # bare numbers among the rows, cut anywhere by the pieces
+        body = body.replace('\n    {\n      "kl"', '\n    12.5e3, 7,\n    {\n      "kl"', 5)
+    elif case == "escaped_key":  # a key ending in an escaped quote and log_history is not log_history
+        body = '{"x\\"log_history": [{"loss": 9.0}],' + body[1:]
+    elif case == "extra_comma":
+        body = body.replace("},\n", "},,\n", 1)
+    elif case == "missing_comma":
+        body = body.replace("},\n", "}\n", 1)
+    elif case == "nested_rows":
+        body = body.replace('"kl": 0.01', '"kl": 0.01, "hist": {"a": [1, 2, {"b": "]}"}]}', 4)
+    else:
+        body = body.replace('"kl": 0.01', '"kl": ' + "9" * 5000, 1)
+    path = tmp_path / "trainer_state.json"
+    path.write_text(body)
+    _same_both_ways(path, monkeypatch)
+    if case == "bare_tokens":  # and it was read, not refused
+        assert analyze_path(str(path)).to_dict()["rows"] == 200
+
+
+@pytest.mark.parametrize("name, text, streams", [
+    ("progress.jsonl", '{"loss": 1.0}\n' + "\r".join(json.dumps({"loss": 1 + i / 10, "step": i}) for i in range(50)),
+     True),
+    ("crlf.jsonl", "".join(json.dumps({"loss": 1 + i / 10, "step": i}) + "\r\n" for i in range(50)), True),
+    ("one_doc.json", json.dumps({"history": [{"loss": 1.0, "step": i} for i in range(50)], "max_steps": 50}), False),
+    ("rows.csv", "".join(json.dumps({"loss": 1 + i / 10, "step": i}) + "\n" for i in range(50)), False),
+])
+def test_odd_line_files_read_the_same_streamed_and_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str,
+                                                          text: str, streams: bool):
+    monkeypatch.setattr(stream_mod, "_PIECE", 13)
+    path = tmp_path / name
+    path.write_text(text, newline="")
+    _same_both_ways(path, monkeypatch, streams)
+
+
+def test_the_package_still_offers_its_names_without_importing_them():
+    import subprocess
+    import sys
+
+    code = ("import sys, wandb_rlcluster as w; assert 'wandb_rlcluster.core' not in sys.modules; "
+            "assert {'GAUGE_IDS', 'InstrumentCluster', 'analyze_rows'} <= set(dir(w)); "
+            "assert w.core.GAUGE_IDS == w.GAUGE_IDS and callable(w.analyze_rows)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr

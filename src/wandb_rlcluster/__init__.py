@@ -1,5 +1,6 @@
 """wandb-rlcluster: an instrument cluster for RL / preference-optimisation post-training."""
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -19,6 +20,8 @@ def __getattr__(name: str) -> Any:
         from . import core
 
         return getattr(core, name)
+    if name == "core":  # as bound when the package imported it itself
+        return importlib.import_module(".core", __name__)
     # The callback pulls in transformers and torch; the analyzer and the core must not pay for that.
     if name == "RLClusterCallback":
         from .callback import RLClusterCallback
@@ -33,3 +36,7 @@ def __getattr__(name: str) -> Any:
 
         return watch_on_init
     raise AttributeError(f"module 'wandb_rlcluster' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -357,10 +357,18 @@ def analyze_path(path: str, trainer: str | None = None, alerts: Any = None,
     warn_sooner = resolve_warn_sooner(warn_sooner, alerts)  # a bad value says so before a large log is read
     KeyMap(merge_keys(getattr(alerts, "keys", None), keys))  # and a bad mapping
     log: LoadedLog = load_any(path)
-    max_steps = log.meta.get("max_steps") if isinstance(log.meta, dict) else 0
+    planned = _planned(log)
     analysis = analyze_stream(log.rows, trainer, source=str(path), source_format=log.source_format,
-                              max_steps=int(max_steps) if isinstance(max_steps, (int, float)) else 0, alerts=alerts,
-                              params=params, warn_sooner=warn_sooner, framework=framework, keys=keys)
+                              max_steps=planned, alerts=alerts, params=params, warn_sooner=warn_sooner,
+                              framework=framework, keys=keys)
+    if isinstance(log, StreamedLog) and _planned(log) != planned:
+        # A streamed document's planned length is read from its end before the rows; where the rows' end says
+        # otherwise (the number sat elsewhere), the log is read again with the right one: the whole read's findings.
+        planned = _planned(log)
+        log = load_any(path)
+        analysis = analyze_stream(log.rows, trainer, source=str(path), source_format=log.source_format,
+                                  max_steps=planned, alerts=alerts, params=params, warn_sooner=warn_sooner,
+                                  framework=framework, keys=keys)
     analysis.skipped_lines = sum(int(log.meta.get(k) or 0) for k in ("skipped_lines", "text_lines"))  # type: ignore[call-overload]
     if isinstance(log, StreamedLog):  # a printed log may show it is one only late in the file
         analysis.source_format = log.finished_format()
@@ -369,6 +377,11 @@ def analyze_path(path: str, trainer: str | None = None, alerts: Any = None,
 
         add_evidence(analysis, log.meta["rollouts"])  # type: ignore[arg-type]
     return analysis
+
+
+def _planned(log: LoadedLog) -> int:
+    max_steps = log.meta.get("max_steps") if isinstance(log.meta, dict) else 0
+    return int(max_steps) if isinstance(max_steps, (int, float)) else 0
 
 
 def merge_params(*layers: Mapping[str, Mapping[str, Any]] | None) -> dict[str, dict[str, Any]] | None:

@@ -23,6 +23,7 @@ from .core.keys import Row, canonical_family
 from .core.rollouts import evidence_lines
 from .core.text import clean_text
 from .layouts import FRAMEWORK_LAYOUT, Layout, PanelSpec, load_layout, thresholds
+from .readers.stream import StreamedLog
 
 STATUS_COLOR = {"ok": "#2e9d5b", "warn": "#e0a100", "stop": "#d1343b", "no-data": "#9aa0a6"}
 SEVERITY_COLOR = {"info": "#5f8fd6", "warn": "#e0a100", "stop": "#d1343b"}
@@ -310,6 +311,8 @@ def build_dashboard(path: str, trainer: str | None = None, alerts: Any = None,
     collector = SeriesCollector(layout, profile if framework in FRAMEWORK_LAYOUT else None)
     analysis = analyze_stream(rows, family, source=str(path), source_format=log.source_format,
                               alerts=alert_config, observer=collector, warn_sooner=warn_sooner, framework=framework)
+    if isinstance(log, StreamedLog):  # known once the rows are read (a printed log, a provenance wrapper)
+        analysis.source_format = log.finished_format()
     if log.meta.get("rollouts") is not None:
         from .rollouts_offline import add_evidence
 

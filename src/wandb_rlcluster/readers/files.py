@@ -59,7 +59,7 @@ class InputTooLarge(InputRefused):
 def input_limit() -> int:
     """The input size cap in bytes: ``RLCLUSTER_MAX_INPUT_BYTES`` when set to a positive integer."""
     raw = os.environ.get("RLCLUSTER_MAX_INPUT_BYTES", "").strip()
-    return int(raw) if raw.isdigit() and int(raw) > 0 else MAX_INPUT_BYTES
+    return int(raw) if raw.isascii() and raw.isdigit() and int(raw) > 0 else MAX_INPUT_BYTES
 
 
 _FILE_KINDS = (
