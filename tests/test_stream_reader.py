@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
 import tracemalloc
 from pathlib import Path
@@ -255,3 +256,25 @@ def test_the_package_still_offers_its_names_without_importing_them():
             "assert w.core.GAUGE_IDS == w.GAUGE_IDS and callable(w.analyze_rows)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
+
+
+def test_analyze_shows_its_progress_while_a_large_log_streams(tmp_path: Path):
+    """`rlcluster analyze FILE` on a streamed log draws a bytes-read bar on stderr (--progress: also off a terminal),
+    ending at the file's size, and prints the same report as without it; a log read whole draws none."""
+    import subprocess
+    import sys
+
+    path = _jsonl(tmp_path / "log.jsonl", _rows(3000))
+
+    def run(stream: bool, progress: bool) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "RLCLUSTER_STREAM_BYTES": "1" if stream else str(1 << 40)}
+        cmd = [sys.executable, "-m", "wandb_rlcluster", "analyze", str(path), "--format", "json"]
+        return subprocess.run(cmd + (["--progress"] if progress else []), capture_output=True, text=True, env=env,
+                              timeout=300)
+
+    shown, plain, whole = run(True, True), run(True, False), run(False, True)
+    assert shown.returncode == plain.returncode == whole.returncode
+    assert json.loads(shown.stdout) == json.loads(plain.stdout) == json.loads(whole.stdout)
+    bars = [line for line in shown.stderr.splitlines() if "MB read" in line]
+    assert bars and bars[-1].startswith("[" + "#" * 30 + "]"), shown.stderr
+    assert "MB read" not in plain.stderr and "MB read" not in whole.stderr

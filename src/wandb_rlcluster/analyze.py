@@ -347,16 +347,20 @@ def load_any(path: str) -> LoadedLog:
 
 def analyze_path(path: str, trainer: str | None = None, alerts: Any = None,
                  params: Mapping[str, Mapping[str, Any]] | None = None, warn_sooner: int | None = None,
-                 framework: str | None = None, keys: Mapping[str, Any] | None = None) -> Analysis:
+                 framework: str | None = None, keys: Mapping[str, Any] | None = None,
+                 progress: Callable[[int, int], None] | None = None) -> Analysis:
     """Read any supported log (file or W&B offline run) and analyse it (raises LogReadError on bad input).
 
     ``params`` are gauge parameters over the alert file's, e.g. ``{"reward": {"gold": ["verifier"]}}``;
     ``warn_sooner`` rows come off every warn rule's hold (``InstrumentCluster``; None: the alert file's, else 0);
-    ``keys`` name the keys a custom loop logs (``analyze_stream``).
+    ``keys`` name the keys a custom loop logs (``analyze_stream``); ``progress(bytes_read, file_bytes)`` is called as
+    a large (streamed) log is read, for a progress bar (never for a log read whole: that is quick).
     """
     warn_sooner = resolve_warn_sooner(warn_sooner, alerts)  # a bad value says so before a large log is read
     KeyMap(merge_keys(getattr(alerts, "keys", None), keys))  # and a bad mapping
     log: LoadedLog = load_any(path)
+    if isinstance(log, StreamedLog):
+        log.meter.hook = progress
     planned = _planned(log)
     analysis = analyze_stream(log.rows, trainer, source=str(path), source_format=log.source_format,
                               max_steps=planned, alerts=alerts, params=params, warn_sooner=warn_sooner,
@@ -366,6 +370,8 @@ def analyze_path(path: str, trainer: str | None = None, alerts: Any = None,
         # otherwise (the number sat elsewhere), the log is read again with the right one: the whole read's findings.
         planned = _planned(log)
         log = load_any(path)
+        if isinstance(log, StreamedLog):
+            log.meter.hook = progress
         analysis = analyze_stream(log.rows, trainer, source=str(path), source_format=log.source_format,
                                   max_steps=planned, alerts=alerts, params=params, warn_sooner=warn_sooner,
                                   framework=framework, keys=keys)

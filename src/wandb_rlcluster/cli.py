@@ -74,16 +74,21 @@ def _analyze_one_run(args: argparse.Namespace, path: str, trainer: str | None, a
                      gold: list[str], keys: dict[str, object] | None) -> int:
     """One log, as ``rlcluster analyze FILE`` has always printed it (``--html``: its one-row fleet page too)."""
     from .analyze import analyze_path, render_json, render_text
+    from .sweep import use_byte_progress
 
+    bar = use_byte_progress(args.progress)  # drawn only while a large log is streamed
     try:
         analysis = analyze_path(path, trainer, alerts=alerts, params={"reward": {"gold": gold}} if gold else None,
-                                warn_sooner=args.warn_sooner, framework=args.framework, keys=keys)
+                                warn_sooner=args.warn_sooner, framework=args.framework, keys=keys, progress=bar)
     except LogReadError as e:
         return _fail(str(e).splitlines()[0] if str(e) else "cannot read input")
     except MemoryError:
         return _fail(f"cannot read {path!r}: it does not fit in memory")
     except OSError as e:
         return _fail(f"cannot read {path!r}: {e.strerror or type(e).__name__}")
+    finally:
+        if bar is not None:
+            bar.close()
     if not analysis.cluster.recognised():
         return _fail(analysis.cluster.unmapped_message(path))
     if args.html:
@@ -463,7 +468,8 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--jobs", "-j", metavar="N", type=int, default=None,
                    help="processes for a sweep (default: the cores this process may use)")
     a.add_argument("--progress", action="store_true",
-                   help="a progress bar on stderr during a sweep even when stderr is not a terminal")
+                   help="a progress bar on stderr during a sweep, or while a large log is streamed, even when "
+                        "stderr is not a terminal")
     a.add_argument("--trainer", "--family", dest="trainer",
                    help=f"trainer family instead of auto-detection: {', '.join(FAMILIES)}, rloo, cpo")
     a.add_argument("--map", metavar="QUANTITY=KEY", action="append",

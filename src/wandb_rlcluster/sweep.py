@@ -372,6 +372,47 @@ class ProgressBar:
         self.stream.flush()
 
 
+class ByteProgress:
+    """``[#####.....] 412/993 MB · 52 s`` on stderr while one large log is streamed (``rlcluster analyze FILE``): a
+    million-row history takes minutes. Redrawn in place on a terminal, a line per tenth elsewhere; nothing at all
+    for a log read whole."""
+
+    WIDTH = 30
+
+    def __init__(self, stream: TextIO, tty: bool) -> None:
+        self.stream, self.tty = stream, tty
+        self.start = time.monotonic()
+        self._last_draw = 0.0
+        self._last_tenth = -1
+        self.drawn = False
+
+    def __call__(self, done: int, total: int) -> None:
+        now = time.monotonic()
+        total = max(total, 1)
+        tenth = done * 10 // total
+        if self.tty and now - self._last_draw < 0.2 and done < total:
+            return
+        if not self.tty and tenth == self._last_tenth and done < total:
+            return
+        self._last_draw, self._last_tenth = now, tenth
+        fill = min(self.WIDTH, done * self.WIDTH // total)
+        line = (f"[{'#' * fill}{'.' * (self.WIDTH - fill)}] {done / 1e6:.0f}/{total / 1e6:.0f} MB read"
+                f" · {now - self.start:.0f} s")
+        self.stream.write("\r" + line if self.tty else line + "\n")
+        self.stream.flush()
+        self.drawn = True
+
+    def close(self) -> None:
+        if self.tty and self.drawn:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def use_byte_progress(flag: bool, stream: TextIO = sys.stderr) -> ByteProgress | None:
+    tty = hasattr(stream, "isatty") and stream.isatty()
+    return ByteProgress(stream, tty) if (tty or flag) else None
+
+
 # -- rendering ----------------------------------------------------------------------------------
 
 COLUMNS = ("rank", "verdict", "first_warn_step", "first_stop_step", "diagnosis", "rule", "path")

@@ -16,7 +16,7 @@ import codecs
 import json
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -41,13 +41,30 @@ def stream_bytes() -> int:
     return int(raw) if raw.isascii() and raw.isdigit() and int(raw) > 0 else STREAM_BYTES
 
 
+class ReadMeter:
+    """Bytes of the file read so far, for a progress bar: ``hook(done, total)`` is called after each piece once
+    something sets it (``analyze_path(progress=...)``)."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.done = 0
+        self.hook: Callable[[int, int], None] | None = None
+
+    def add(self, n: int) -> None:
+        self.done += n
+        if self.hook is not None:
+            self.hook(self.done, self.total)
+
+
 class StreamedLog(LoadedLog):
     """A ``LoadedLog`` whose ``rows`` is an iterator read from disk as it is consumed. ``meta`` and
     ``source_format`` are final once the rows are used up (a printed log may show it is one only late, a
     ``trainer_state.json`` names its wrapper after its rows)."""
 
     def __init__(self, rows: Iterator[dict[str, object]], source_format: str, path: str,
-                 meta: dict[str, object], lines: LineRows | None = None, seen: dict[str, str] | None = None) -> None:
+                 meta: dict[str, object], lines: LineRows | None = None, seen: dict[str, str] | None = None,
+                 meter: ReadMeter | None = None) -> None:
+        self.meter = meter if meter is not None else ReadMeter(0)
         self._lines = lines
         self._seen = seen if seen is not None else {}
         super().__init__(rows, source_format, path, meta)  # type: ignore[arg-type]  # an iterator, read once
@@ -93,15 +110,17 @@ def open_stream(path: str) -> StreamedLog | None:
             return None  # one line: one document (a wrapper, a single row), as the whole reader reads it
         lines = LineRows(suffix)
         meta: dict[str, object] = {}
-        return StreamedLog(_line_rows(name, st.st_size, lines, meta), "jsonl", name, meta, lines)
+        meter = ReadMeter(st.st_size)
+        return StreamedLog(_line_rows(name, st.st_size, lines, meta, meter), "jsonl", name, meta, lines, meter=meter)
     m = _rows_key(text)
     if m is None or not _top_level(text[:m.start()]) or _FIRST_ROW.match(text, m.end()) is None:
         return None  # no top-level log_history of rows in the first piece (an empty one, or not rows: read whole)
     meta = _head_meta(text[:m.start()])
     meta.update(_tail_meta(name, st.st_size))
     seen: dict[str, str] = {}
-    return StreamedLog(_history_rows(name, st.st_size, text[:m.start()], m.end(), meta, seen), "trainer_state",
-                       name, meta, seen=seen)
+    meter = ReadMeter(st.st_size)
+    return StreamedLog(_history_rows(name, st.st_size, text[:m.start()], m.end(), meta, seen, meter),
+                       "trainer_state", name, meta, seen=seen, meter=meter)
 
 
 def _rows_key(text: str) -> re.Match[str] | None:
@@ -130,13 +149,15 @@ def _top_level(before: str) -> bool:
         return False
 
 
-def _bounded_pieces(fh: BinaryIO, size: int) -> Iterator[bytes]:
+def _bounded_pieces(fh: BinaryIO, size: int, meter: ReadMeter | None = None) -> Iterator[bytes]:
     left = size
     while left > 0:
         piece = fh.read(min(_PIECE, left))
         if not piece:
             return
         left -= len(piece)
+        if meter is not None:
+            meter.add(len(piece))
         yield piece
 
 
@@ -170,7 +191,8 @@ def _decode_line(raw: bytes, name: str, first: bool) -> str:
 _BREAK = re.compile(rb"\r\n|[\r\n]")
 
 
-def _line_rows(name: str, size: int, lines: LineRows, meta: dict[str, object]) -> Iterator[dict[str, object]]:
+def _line_rows(name: str, size: int, lines: LineRows, meta: dict[str, object], meter: ReadMeter
+               ) -> Iterator[dict[str, object]]:
     """JSON Lines (or a printed log that starts as one), line by line, as ``lines.py`` reads a whole text: lines end
     at ``\\n``, ``\\r\\n`` or ``\\r`` (a progress bar's updates), and each is split again as ``str.splitlines``
     splits it. A line over four times the longest row is skipped without being held (counted as too long)."""
@@ -182,7 +204,7 @@ def _line_rows(name: str, size: int, lines: LineRows, meta: dict[str, object]) -
         first = True
         dropping = False  # inside a line too long to be a row: its bytes are skipped, the line counted once
         lf_pending = False  # the last piece ended with a \r: a \n that starts the next one is the same break
-        for piece in _bounded_pieces(fh, size):
+        for piece in _bounded_pieces(fh, size, meter):
             start = 0
             if lf_pending and piece[:1] == b"\n":
                 start = 1
@@ -359,13 +381,13 @@ def _mend(text: str) -> object | None:
     return None
 
 
-def _history_rows(name: str, size: int, head: str, start: int, meta: dict[str, object], seen: dict[str, str]
-                  ) -> Iterator[dict[str, object]]:
+def _history_rows(name: str, size: int, head: str, start: int, meta: dict[str, object], seen: dict[str, str],
+                  meter: ReadMeter) -> Iterator[dict[str, object]]:
     """The elements of ``log_history``, parsed one at a time from a window that slides over the file; at the end,
     the document's run-level numbers into ``meta`` and its format's name into ``seen``."""
     cut_off = _error(name, "it is not valid JSON (it ends inside 'log_history': cut off while being written?)")
     with _open(name) as fh:
-        w = _Window(_text_pieces(_bounded_pieces(fh, size), name))
+        w = _Window(_text_pieces(_bounded_pieces(fh, size, meter), name))
         while len(w.buf) < start and w.more():  # to where open_stream found the rows' key
             pass
         if len(w.buf) < start:
