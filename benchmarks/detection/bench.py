@@ -331,6 +331,32 @@ class OracleScores:
     early: float
 
 
+def _beside(results: list[Result], detector: str, first_of: Callable[[Result], int | None],
+            early_of: Callable[[Result], bool]) -> tuple[dict[str, tuple[float, float, int]], float, float]:
+    """An anchor beside ``detector`` on the trend and spread runs of ``results`` (``first_of``: the anchor's first
+    detection after onset, None where it never caught the change): per pathology (and "all") the two median delays
+    and the runs, then the anchor's recall and early fires."""
+    by: dict[str, list[Result]] = defaultdict(list)
+    for r in target_runs(results):
+        by[r.spec.pathology or ""].append(r)
+        by["all"].append(r)
+    per: dict[str, tuple[float, float, int]] = {}
+    caught = early = 0
+    for name, rs in by.items():
+        ad = []
+        for r in rs:
+            first = first_of(r)
+            if first is not None and r.onset_step is not None:
+                ad.append(delay(first, r.onset_step, r.spec.n_steps))
+            if name == "all":
+                caught += first is not None
+                early += early_of(r)
+        pd = [d for d in (r.delay(detector) for r in rs) if d is not None]
+        per[name] = (statistics.median(pd) if pd else math.nan, statistics.median(ad) if ad else math.nan, len(rs))
+    n = len(by.get("all", []))
+    return per, caught / n if n else math.nan, early / n if n else math.nan
+
+
 def oracle_scores(results: list[Result], detector: str = "core", rate: float | None = None) -> OracleScores | None:
     """Threshold the oracle so that it warns on the healthy runs as often as ``detector`` does (or at ``rate``), and
     compare the two detectors' median delays on the trend and spread runs, per pathology and overall."""
@@ -340,93 +366,60 @@ def oracle_scores(results: list[Result], detector: str = "core", rate: float | N
     if rate is None:
         rate = aggregate(healthy_runs(results), detector).healthy_any_rate
     h = threshold_for([r.oracle.max_before for r in healthy if r.oracle is not None], rate)
-    per: dict[str, tuple[float, float, int]] = {}
-    by: dict[str, list[Result]] = defaultdict(list)
-    for r in target_runs(results):
-        if r.oracle is not None:
-            by[r.spec.pathology or ""].append(r)
-            by["all"].append(r)
-    caught = early = 0
-    for name, rs in by.items():
-        od = []
-        for r in rs:
-            first = r.oracle.first_over(h) if r.oracle is not None else None
-            if first is not None and r.onset_step is not None:
-                od.append(delay(first, r.onset_step, r.spec.n_steps))
-            if name == "all":
-                caught += first is not None
-                early += r.oracle is not None and r.oracle.max_before > h
-        pd = [d for d in (r.delay(detector) for r in rs) if d is not None]
-        per[name] = (statistics.median(pd) if pd else math.nan, statistics.median(od) if od else math.nan, len(rs))
-    n = len(by.get("all", []))
-    return OracleScores(rate, h, per, caught / n if n else math.nan, early / n if n else math.nan)
+    traced = [r for r in results if r.oracle is not None]
+    per, recall, early = _beside(traced, detector, lambda r: r.oracle.first_over(h) if r.oracle else None,
+                                 lambda r: r.oracle is not None and r.oracle.max_before > h)
+    return OracleScores(rate, h, per, recall, early)
 
 
 def glr_scores(results: list[Result], detector: str = "core") -> OracleScores | None:
     """The GLR anchor (``glr_anchor.py``) at ``detector``'s healthy false-alarm rate, beside it: median delays on the
-    trend and spread runs, per pathology and overall (the ``threshold`` field holds the quantile used)."""
+    trend and spread runs, per pathology and overall (``rate`` is the share of healthy runs it warns on; it has no
+    one threshold)."""
     healthy = [r.glr for r in healthy_runs(results) if r.glr is not None]
     if not healthy:
         return None
-    rate = aggregate(healthy_runs(results), detector).healthy_any_rate
-    h = thresholds(healthy, rate)
+    h = thresholds(healthy, aggregate(healthy_runs(results), detector).healthy_any_rate)
     by_family = {f: for_family(h, f) for f in {r.spec.family for r in results}}
-    per: dict[str, tuple[float, float, int]] = {}
-    by: dict[str, list[Result]] = defaultdict(list)
-    for r in target_runs(results):
-        if r.glr is not None:
-            by[r.spec.pathology or ""].append(r)
-            by["all"].append(r)
-    caught = early = 0
-    for name, rs in by.items():
-        gd = []
-        for r in rs:
-            hf = by_family[r.spec.family]
-            first = r.glr.first_over(hf) if r.glr is not None else None
-            if first is not None and r.onset_step is not None:
-                gd.append(delay(first, r.onset_step, r.spec.n_steps))
-            if name == "all":
-                caught += first is not None
-                early += r.glr is not None and r.glr.early(hf)
-        pd = [d for d in (r.delay(detector) for r in rs) if d is not None]
-        per[name] = (statistics.median(pd) if pd else math.nan, statistics.median(gd) if gd else math.nan, len(rs))
-    n = len(by.get("all", []))
+    traced = [r for r in results if r.glr is not None]
+    per, recall, early = _beside(traced, detector,
+                                 lambda r: r.glr.first_over(by_family[r.spec.family]) if r.glr else None,
+                                 lambda r: r.glr is not None and r.glr.early(by_family[r.spec.family]))
     warned = sum(t.early(by_family[t.family]) for t in healthy) / len(healthy)
-    return OracleScores(warned, math.nan, per, caught / n if n else math.nan, early / n if n else math.nan)
+    return OracleScores(warned, math.nan, per, recall, early)
+
+
+def _delay_rows(per: dict[str, tuple[float, float, int]], anchor: str) -> list[str]:
+    """The per-pathology table of ``detector`` (ours) against an anchor's median delays."""
+    lines = [f"| pathology | runs | median delay, ours | median delay, {anchor} | ours / {anchor} |",
+             "|---|---:|---|---|---|"]
+    for name in sorted(per, key=lambda k: (k == "all", k)):
+        ours, other, n = per[name]
+        ratio = ours / other if other and other == other and ours == ours and other > 0 else math.nan
+        label = f"**{name}**" if name == "all" else name
+        lines.append(f"| {label} | {n} | {_num(ours)} | {_num(other)} | "
+                     f"{'–' if ratio != ratio else f'{ratio:.1f}x'} |")
+    return lines
 
 
 def glr_table(results: list[Result], detector: str = "core") -> list[str]:
     g = glr_scores(results, detector)
     if g is None:
         return []
-    lines = [f"The GLR anchor, one threshold per (family, metric) set on these healthy runs so that it warns on "
-             f"{_pct(g.rate)} of them (as {LABELS[detector]} does), catches {_pct(g.recall)} of the trend and "
-             f"spread runs from an expected gauge after onset, with {_pct(g.early)} early fires.", "",
-             "| pathology | runs | median delay, ours | median delay, GLR | ours / GLR |",
-             "|---|---:|---|---|---|"]
-    for name in sorted(g.per, key=lambda k: (k == "all", k)):
-        ours, glr, n = g.per[name]
-        ratio = ours / glr if glr and glr == glr and ours == ours and glr > 0 else math.nan
-        label = f"**{name}**" if name == "all" else name
-        lines.append(f"| {label} | {n} | {_num(ours)} | {_num(glr)} | {'–' if ratio != ratio else f'{ratio:.1f}x'} |")
-    return lines
+    return [f"The GLR anchor, one threshold per (family, metric) set on these healthy runs so that it warns on "
+            f"{_pct(g.rate)} of them (as {LABELS[detector]} does), catches {_pct(g.recall)} of the trend and "
+            f"spread runs from an expected gauge after onset, with {_pct(g.early)} early fires.", "",
+            *_delay_rows(g.per, "GLR")]
 
 
 def oracle_table(results: list[Result], detector: str = "core") -> list[str]:
     o = oracle_scores(results, detector)
     if o is None:
         return []
-    lines = [f"The oracle thresholded at {o.threshold:.1f} warns on {_pct(o.rate)} of the healthy runs, as "
-             f"{LABELS[detector]} does; there it catches {_pct(o.recall)} of the trend and spread runs it has a "
-             f"change to read, with {_pct(o.early)} early fires.", "",
-             "| pathology | runs | median delay, ours | median delay, oracle | ours / oracle |",
-             "|---|---:|---|---|---|"]
-    for name in sorted(o.per, key=lambda k: (k == "all", k)):
-        ours, orc, n = o.per[name]
-        ratio = ours / orc if orc and orc == orc and ours == ours and orc > 0 else math.nan
-        label = f"**{name}**" if name == "all" else name
-        lines.append(f"| {label} | {n} | {_num(ours)} | {_num(orc)} | {'–' if ratio != ratio else f'{ratio:.1f}x'} |")
-    return lines
+    return [f"The oracle thresholded at {o.threshold:.1f} warns on {_pct(o.rate)} of the healthy runs, as "
+            f"{LABELS[detector]} does; there it catches {_pct(o.recall)} of the trend and spread runs it has a "
+            f"change to read, with {_pct(o.early)} early fires.", "",
+            *_delay_rows(o.per, "oracle")]
 
 
 class _Bar(Protocol):
