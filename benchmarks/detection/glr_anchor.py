@@ -1,10 +1,11 @@
 """The GLR anchor on the synthetic corpus: a detector that knows the pre-change model only (issue #38).
 
-The same statistic as the fault benchmark's anchor (``benchmarks/faults/glr.py``): for every metric a run logs that
-some gauge reads (``anchors.metric_gauge``), the pre-change model is the median and robust spread of its first
-``WARMUP`` logged values; each later value is standardised against it, and the generalised likelihood ratio for a
-mean shift of unknown size that began within the last ``WINDOW`` rows, ``max_m (sum of the last m z)^2 / (2 m)``, is
-the statistic. It knows nothing of what a pathology does, when, or how big; a non-finite value is an alarm at once.
+The statistic the fault benchmark's anchor uses too (``benchmarks/faults/glr.py`` calls this module): for every
+metric a run logs that some gauge reads (``anchors.metric_gauge``), the pre-change model is the median and robust
+spread of its first ``WARMUP`` logged values; each later value is standardised against it, and the generalised
+likelihood ratio for a mean shift of unknown size that began within the last ``WINDOW`` rows,
+``max_m (sum of the last m z)^2 / (2 m)``, is the statistic. It knows nothing of what a pathology does, when, or how
+big; a non-finite value is an alarm at once.
 
 Here it is computed over arrays and, like the oracle, kept threshold-free: a run's trace is each metric's largest
 statistic before onset (any gauge's alarm there is an early fire) and the steps at which each expected gauge's
@@ -28,7 +29,7 @@ WINDOW = 30
 SKIP = IGNORED | {"total_flos", "train_runtime", "train_samples_per_second", "train_steps_per_second", "train_loss"}
 
 
-def _series(rows: Sequence[Mapping[str, object]]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+def metric_series(rows: Sequence[Mapping[str, object]]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     cols: dict[str, tuple[list[int], list[float]]] = {}
     for r in rows:
         step = r.get("step")
@@ -99,7 +100,7 @@ def trace(rows: Sequence[Mapping[str, object]], family: str, onset_step: int | N
     """The GLR anchor's threshold-free trace of one run (None when no metric has a pre-change model)."""
     before: dict[str, float] = {}
     rises: dict[str, list[tuple[int, float]]] = {}
-    for key, (steps, x) in _series(rows).items():
+    for key, (steps, x) in metric_series(rows).items():
         stat = glr_statistic(x)
         if stat is None:
             continue

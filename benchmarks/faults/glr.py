@@ -1,69 +1,32 @@
 """The GLR anchor: a detector that knows the pre-change model only.
 
 For every gauge metric a run logs (each metric credited to its gauge by ``anchors.metric_gauge``), the pre-change
-model is the mean and robust spread of the metric's first ``WARMUP`` logged values -- no knowledge of what a fault
+model is the median and robust spread of the metric's first ``WARMUP`` logged values -- no knowledge of what a fault
 does, when, or how big. Each later value is standardised against it, and the generalised likelihood ratio for a
 shift of the mean of unknown size and unknown start within the last ``WINDOW`` rows,
-``max_k (sum_{k<i<=n} z_i)^2 / (2 (n - k))`` (Lorden / Siegmund-Venkatraman), is compared with one threshold for
-all metrics. A non-finite value is off any Gaussian model: it counts as an alarm at once. The threshold is set on
-the healthy twins (``calibrate``) so that the anchor warns on at most ``RATE`` of them, as the issue asks.
+``max_k (sum_{k<i<=n} z_i)^2 / (2 (n - k))`` (Lorden / Siegmund-Venkatraman), is the statistic; it is computed by
+``benchmarks/detection/glr_anchor.py``, which the synthetic benchmark uses too. A non-finite value is off any
+Gaussian model: it counts as an alarm at once. Each (trainer, metric) gets its threshold from the healthy twins
+(``calibrate_per_metric``): just above the largest statistic any twin reaches.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
-import numpy as np
-from anchors import IGNORED, metric_gauge
-
-WARMUP = 10
-WINDOW = 30
-SKIP = IGNORED | {"total_flos", "train_runtime", "train_samples_per_second", "train_steps_per_second", "train_loss"}
-
-
-def _series(rows: Iterable[Mapping[str, object]]) -> dict[str, tuple[list[int], list[float]]]:
-    out: dict[str, tuple[list[int], list[float]]] = {}
-    for r in rows:
-        step = r.get("step")
-        if not isinstance(step, (int, float)) or "train_runtime" in r:
-            continue
-        for k, v in r.items():
-            if k in SKIP or k.startswith("eval_") and k != "eval_loss" or not isinstance(v, (int, float)) \
-                    or isinstance(v, bool) or metric_gauge(k) == "other":
-                continue
-            s = out.setdefault(k, ([], []))
-            s[0].append(int(step))
-            s[1].append(float(v))
-    return out
+from anchors import metric_gauge
+from glr_anchor import WARMUP, glr_statistic, metric_series
 
 
 def glr_paths(rows: Sequence[Mapping[str, object]]) -> dict[str, tuple[list[int], list[float]]]:
-    """Per metric: the steps after warm-up and the GLR statistic at each (inf where the value is non-finite)."""
+    """Per metric: the steps after warm-up and the GLR statistic at each (inf where the value is non-finite), as
+    ``benchmarks/detection/glr_anchor.py`` computes it for the synthetic corpus."""
     out: dict[str, tuple[list[int], list[float]]] = {}
-    for key, (steps, vals) in _series(rows).items():
-        x = np.asarray(vals, dtype=float)
-        if len(x) <= WARMUP + 1:
-            continue
-        pre = x[:WARMUP][np.isfinite(x[:WARMUP])]
-        if len(pre) < WARMUP // 2:
-            continue
-        mu = float(np.median(pre))
-        sd = max(1.4826 * float(np.median(np.abs(pre - mu))), 0.5 * float(np.std(pre)))
-        if not sd > 1e-9 * max(abs(mu), 1.0):
-            continue  # constant through the warm-up: no noise model to test a shift against
-        stats: list[float] = []
-        z_hist: list[float] = []
-        for v in x[WARMUP:]:
-            if not math.isfinite(v):
-                stats.append(math.inf)
-                continue
-            z_hist.append((v - mu) / sd)
-            tail = np.asarray(z_hist[-WINDOW:])
-            csum = np.cumsum(tail[::-1])  # sums over the last m rows, m = 1..len
-            m = np.arange(1, len(tail) + 1)
-            stats.append(float(np.max(csum * csum / (2.0 * m))))
-        out[key] = (steps[WARMUP:], stats)
+    for key, (steps, x) in metric_series(rows).items():
+        stat = glr_statistic(x)
+        if stat is not None:
+            out[key] = (steps[WARMUP:].tolist(), stat.tolist())
     return out
 
 
