@@ -76,7 +76,7 @@ def test_a_streamed_log_reads_and_analyses_as_the_whole_file_does(tmp_path: Path
     assert s is not None
     got = list(s.rows)
     assert json.dumps(got) == json.dumps(whole_log.rows)  # NaN != NaN: compare the text
-    assert s.meta == whole_log.meta and s.finished_format() == whole_log.source_format
+    assert s.meta == whole_log.meta and s.source_format == whole_log.source_format
     whole, stream = _whole_and_streamed(path, streamed)
     assert stream == whole
     assert whole["verdict"] in ("warn", "stop")  # the runaway was found, the same way

@@ -359,25 +359,22 @@ def analyze_path(path: str, trainer: str | None = None, alerts: Any = None,
     warn_sooner = resolve_warn_sooner(warn_sooner, alerts)  # a bad value says so before a large log is read
     KeyMap(merge_keys(getattr(alerts, "keys", None), keys))  # and a bad mapping
     log: LoadedLog = load_any(path)
-    if isinstance(log, StreamedLog):
-        log.meter.hook = progress
     planned = _planned(log)
-    analysis = analyze_stream(log.rows, trainer, source=str(path), source_format=log.source_format,
-                              max_steps=planned, alerts=alerts, params=params, warn_sooner=warn_sooner,
-                              framework=framework, keys=keys)
-    if isinstance(log, StreamedLog) and _planned(log) != planned:
-        # A streamed document's planned length is read from its end before the rows; where the rows' end says
-        # otherwise (the number sat elsewhere), the log is read again with the right one: the whole read's findings.
-        planned = _planned(log)
-        log = load_any(path)
+    for _ in range(2):
         if isinstance(log, StreamedLog):
             log.meter.hook = progress
         analysis = analyze_stream(log.rows, trainer, source=str(path), source_format=log.source_format,
                                   max_steps=planned, alerts=alerts, params=params, warn_sooner=warn_sooner,
                                   framework=framework, keys=keys)
+        if not isinstance(log, StreamedLog) or _planned(log) == planned:
+            break
+        # A streamed document's planned length is read from its end before the rows; where the rows' end says
+        # otherwise (the number sat elsewhere), the log is read again with the right one: the whole read's findings.
+        planned = _planned(log)
+        log = load_any(path)
     analysis.skipped_lines = sum(int(log.meta.get(k) or 0) for k in ("skipped_lines", "text_lines"))  # type: ignore[call-overload]
     if isinstance(log, StreamedLog):  # a printed log may show it is one only late in the file
-        analysis.source_format = log.finished_format()
+        analysis.source_format = log.source_format
     if log.meta.get("rollouts") is not None:
         from .rollouts_offline import add_evidence
 

@@ -312,7 +312,7 @@ def build_dashboard(path: str, trainer: str | None = None, alerts: Any = None,
     analysis = analyze_stream(rows, family, source=str(path), source_format=log.source_format,
                               alerts=alert_config, observer=collector, warn_sooner=warn_sooner, framework=framework)
     if isinstance(log, StreamedLog):  # known once the rows are read (a printed log, a provenance wrapper)
-        analysis.source_format = log.finished_format()
+        analysis.source_format = log.source_format
     if log.meta.get("rollouts") is not None:
         from .rollouts_offline import add_evidence
 

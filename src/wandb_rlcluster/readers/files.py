@@ -179,9 +179,7 @@ def _decode(data: bytes, name: str) -> str:
             return data.decode("utf-16")
         return data.decode("utf-8-sig")
     except UnicodeDecodeError:
-        raise _error(
-            name, "it is not UTF-8 text", "is it a binary file, or a checkpoint instead of a log?"
-        ) from None
+        raise _not_utf8(name) from None
 
 
 def _gunzip(data: bytes, name: str) -> bytes:
@@ -203,6 +201,10 @@ def _gunzip(data: bytes, name: str) -> bytes:
         raise _error(name, f"it decompresses to over the {_size(limit)} input limit",
                      "set RLCLUSTER_MAX_INPUT_BYTES to raise it")
     return out
+
+
+def _not_utf8(name: str) -> LogReadError:
+    return _error(name, "it is not UTF-8 text", "is it a binary file, or a checkpoint instead of a log?")
 
 
 def _error(name: str, what: str, hint: str | None = None) -> LogReadError:

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from .files import LoadedLog, LogReadError, _error, _not_regular, _os_reason
+from .files import LoadedLog, LogReadError, _error, _not_regular, _not_utf8, _os_reason
 from .json_document import _collect_meta, _dict_format
 from .lines import LineRows, _parse_line
 from .values import _clean_item, _fix_json_tokens, _loads, _parse_int, _quote_value_tokens
@@ -58,8 +58,8 @@ class ReadMeter:
 
 class StreamedLog(LoadedLog):
     """A ``LoadedLog`` whose ``rows`` is an iterator read from disk as it is consumed. ``meta`` and
-    ``source_format`` are final once the rows are used up (a printed log may show it is one only late, a
-    ``trainer_state.json`` names its wrapper after its rows)."""
+    ``source_format`` (a property that follows the stream) are final once the rows are used up: a printed log may
+    show it is one only late, and a ``trainer_state.json`` names its wrapper after its rows."""
 
     def __init__(self, rows: Iterator[dict[str, object]], source_format: str, path: str,
                  meta: dict[str, object], lines: LineRows | None = None, seen: dict[str, str] | None = None,
@@ -78,9 +78,6 @@ class StreamedLog(LoadedLog):
     @source_format.setter
     def source_format(self, value: str) -> None:
         self._guess = value
-
-    def finished_format(self) -> str:
-        return self.source_format
 
 
 def open_stream(path: str) -> StreamedLog | None:
@@ -113,9 +110,10 @@ def open_stream(path: str) -> StreamedLog | None:
         meter = ReadMeter(st.st_size)
         return StreamedLog(_line_rows(name, st.st_size, lines, meta, meter), "jsonl", name, meta, lines, meter=meter)
     m = _rows_key(text)
-    if m is None or not _top_level(text[:m.start()]) or _FIRST_ROW.match(text, m.end()) is None:
+    head_keys = _head_object(text[:m.start()]) if m is not None else None
+    if m is None or head_keys is None or _FIRST_ROW.match(text, m.end()) is None:
         return None  # no top-level log_history of rows in the first piece (an empty one, or not rows: read whole)
-    meta = _head_meta(text[:m.start()])
+    meta = _collect_meta(head_keys)  # a document whose keys are not sorted may put max_steps before the rows
     meta.update(_tail_meta(name, st.st_size))
     seen: dict[str, str] = {}
     meter = ReadMeter(st.st_size)
@@ -132,21 +130,14 @@ def _rows_key(text: str) -> re.Match[str] | None:
     return None
 
 
-def _head_meta(before: str) -> dict[str, object]:
-    """The run-level numbers before ``log_history`` (a document whose keys are not sorted may put them there)."""
+def _head_object(before: str) -> dict[str, object] | None:
+    """The document's keys before the rows' key, when that key sits at its top level (``before`` then closes as an
+    object); None otherwise (the key is nested, or the head is not JSON)."""
     try:
         obj = _loads(before + '"_": 0}')
     except (ValueError, RecursionError):
-        return {}
-    return _collect_meta(obj) if isinstance(obj, dict) else {}
-
-
-def _top_level(before: str) -> bool:
-    """Whether a key that follows ``before`` sits at the top level of the document (``before`` then closes as one)."""
-    try:
-        return isinstance(json.loads(before + '"_": 0}'), dict)
-    except (ValueError, RecursionError):
-        return False
+        return None
+    return obj if isinstance(obj, dict) else None
 
 
 def _bounded_pieces(fh: BinaryIO, size: int, meter: ReadMeter | None = None) -> Iterator[bytes]:
@@ -185,7 +176,7 @@ def _decode_line(raw: bytes, name: str, first: bool) -> str:
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
-        raise _error(name, "it is not UTF-8 text", "is it a binary file, or a checkpoint instead of a log?") from None
+        raise _not_utf8(name) from None
 
 
 _BREAK = re.compile(rb"\r\n|[\r\n]")
@@ -453,4 +444,4 @@ def _text_pieces(pieces: Iterator[bytes], name: str) -> Iterator[str]:
         if out:
             yield out
     except UnicodeDecodeError:
-        raise _error(name, "it is not UTF-8 text", "is it a binary file, or a checkpoint instead of a log?") from None
+        raise _not_utf8(name) from None
