@@ -342,62 +342,67 @@ def rank(records: Iterable[RunRecord]) -> list[RunRecord]:
                                           inf if r.first_warn_step is None else r.first_warn_step, r.path))
 
 
-class ProgressBar:
-    """``[#####.....] 120/200 runs · 3 stop 12 warn · 8 s`` on stderr: redrawn in place on a terminal, a line
-    per tenth of the sweep elsewhere (a CI log has no carriage return)."""
+class _Bar:
+    """What both bars share: redrawn in place on a terminal at most every ``INTERVAL`` seconds, a line per tenth
+    elsewhere (a CI log has no carriage return)."""
 
     WIDTH = 30
+    INTERVAL = 0.1
 
     def __init__(self, stream: TextIO, tty: bool) -> None:
         self.stream, self.tty = stream, tty
         self.start = time.monotonic()
-        self.counts = {v: 0 for v in VERDICT_RANK}
         self._last_draw = 0.0
         self._last_tenth = -1
 
-    def __call__(self, done: int, total: int, rec: RunRecord) -> None:
-        self.counts[rec.verdict] += 1
+    def _due(self, done: int, total: int) -> bool:
+        """Whether to draw now (always at the end)."""
         now = time.monotonic()
         tenth = done * 10 // total
-        if self.tty and (now - self._last_draw < 0.1 and done < total):
-            return
-        if not self.tty and tenth == self._last_tenth and done < total:
-            return
+        if done < total and (now - self._last_draw < self.INTERVAL if self.tty else tenth == self._last_tenth):
+            return False
         self._last_draw, self._last_tenth = now, tenth
-        fill = done * self.WIDTH // total
+        return True
+
+    def _gauge(self, done: int, total: int) -> str:
+        fill = min(self.WIDTH, done * self.WIDTH // total)
+        return f"[{'#' * fill}{'.' * (self.WIDTH - fill)}]"
+
+
+class ProgressBar(_Bar):
+    """``[#####.....] 120/200 runs · 3 stop 12 warn · 8 s`` on stderr during a sweep."""
+
+    def __init__(self, stream: TextIO, tty: bool) -> None:
+        super().__init__(stream, tty)
+        self.counts = {v: 0 for v in VERDICT_RANK}
+
+    def __call__(self, done: int, total: int, rec: RunRecord) -> None:
+        self.counts[rec.verdict] += 1
+        if not self._due(done, total):
+            return
         tally = " ".join(f"{self.counts[v]} {v}" for v in ("stop", "warn", "error") if self.counts[v])
-        line = (f"[{'#' * fill}{'.' * (self.WIDTH - fill)}] {done}/{total} runs"
-                f"{' · ' + tally if tally else ''} · {now - self.start:.0f} s")
+        line = (f"{self._gauge(done, total)} {done}/{total} runs"
+                f"{' · ' + tally if tally else ''} · {time.monotonic() - self.start:.0f} s")
         self.stream.write(("\r" + line + ("\n" if done == total else "")) if self.tty else line + "\n")
         self.stream.flush()
 
 
-class ByteProgress:
-    """``[#####.....] 412/993 MB · 52 s`` on stderr while one large log is streamed (``rlcluster analyze FILE``): a
-    million-row history takes minutes. Redrawn in place on a terminal, a line per tenth elsewhere; nothing at all
-    for a log read whole."""
+class ByteProgress(_Bar):
+    """``[#####.....] 412/993 MB read · 52 s`` on stderr while one large log is streamed (``rlcluster analyze FILE``): a
+    million-row history takes minutes. Nothing at all for a log read whole."""
 
-    WIDTH = 30
+    INTERVAL = 0.2
 
     def __init__(self, stream: TextIO, tty: bool) -> None:
-        self.stream, self.tty = stream, tty
-        self.start = time.monotonic()
-        self._last_draw = 0.0
-        self._last_tenth = -1
+        super().__init__(stream, tty)
         self.drawn = False
 
     def __call__(self, done: int, total: int) -> None:
-        now = time.monotonic()
         total = max(total, 1)
-        tenth = done * 10 // total
-        if self.tty and now - self._last_draw < 0.2 and done < total:
+        if not self._due(done, total):
             return
-        if not self.tty and tenth == self._last_tenth and done < total:
-            return
-        self._last_draw, self._last_tenth = now, tenth
-        fill = min(self.WIDTH, done * self.WIDTH // total)
-        line = (f"[{'#' * fill}{'.' * (self.WIDTH - fill)}] {done / 1e6:.0f}/{total / 1e6:.0f} MB read"
-                f" · {now - self.start:.0f} s")
+        line = (f"{self._gauge(done, total)} {done / 1e6:.0f}/{total / 1e6:.0f} MB read"
+                f" · {time.monotonic() - self.start:.0f} s")
         self.stream.write("\r" + line if self.tty else line + "\n")
         self.stream.flush()
         self.drawn = True
