@@ -32,6 +32,7 @@ _HEAD = 1 << 20  # what open_stream reads to recognise the format (the rows' key
 _ROWS_KEY = re.compile(r'"log_history"\s*:\s*\[')
 _FIRST_ROW = re.compile(r"\s*\{")
 _NON_SPACE = re.compile(r"\S")
+_CLOSES_ROWS = re.compile(r"\s*[,}]")
 _DECODER = json.JSONDecoder()
 _BIG_INT_DECODER = json.JSONDecoder(parse_int=_parse_int)
 
@@ -246,6 +247,8 @@ def _tail_meta(name: str, size: int) -> dict[str, object]:
         i = tail.rfind("]", 0, i)
         if i < 0:
             break
+        if _CLOSES_ROWS.match(tail, i + 1) is None:
+            continue  # the rows' list is followed by the next key or the document's end: nothing else can parse
         try:
             obj = _loads('{"log_history": []' + tail[i + 1:])
         except (ValueError, RecursionError):
