@@ -11,7 +11,7 @@ KERNEL_CAPS ?= default avx2 $(if $(shell grep -qsw avx512f /proc/cpuinfo && echo
 # Which tests make test-kernels reruns (default: every test marked trains); e.g. KERNEL_TESTS=tests/test_demo.py
 KERNEL_TESTS ?=
 
-.PHONY: demo test test-fast test-kernels smoke docs docs-build docs-serve bench bench-callback bench-detection bench-faults bench-readers bench-real clean install
+.PHONY: demo test test-fast test-kernels test-compiled compiled smoke docs docs-build docs-serve bench bench-callback bench-detection bench-faults bench-readers bench-real clean install
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -33,14 +33,14 @@ TEST_WORKERS ?= 2
 PYTEST_PARALLEL = -n $(TEST_WORKERS) --dist loadgroup
 
 test: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks setup.py build_backend
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q $(PYTEST_PARALLEL) --durations=40
 
 # While working: the core, the readers, the alert rules and channels, the CLI -- nothing that trains a model or is
 # marked slow (a real browser, the docs build, a detection corpus). Under 2 minutes on 2 cores.
 test-fast: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks setup.py build_backend
 	$(BIN)/python -m pytest -q $(PYTEST_PARALLEL) -m "not trains and not slow"
 
 # The tests that train a tiny model, once per CPU kernel set: a test must hold for any trajectory, not this CPU's.
@@ -51,6 +51,21 @@ test-kernels: $(STAMP)
 	  echo "== ATEN_CPU_CAPABILITY=$$cap took $$(( $$(date +%s) - start )) s"; \
 	done; \
 	if [ -n "$$failed" ]; then echo "test-kernels: failed with ATEN_CPU_CAPABILITY=$$failed"; exit 1; fi
+
+# The compiled core (setup.py, RLCLUSTER_COMPILE=1: mypyc turns the typed core into C extension modules, about 4x
+# faster per row): the wheel built as a release would be, unpacked into build/compiled (never into src/, where a stale
+# .so would shadow the source being edited). A few minutes of C compiling.
+compiled: $(STAMP)
+	rm -rf build/compiled build/compiled-wheel build/lib.* build/temp.*
+	RLCLUSTER_COMPILE=1 $(BIN)/python -m pip wheel -q --no-build-isolation --no-deps -w build/compiled-wheel .
+	$(BIN)/python -m pip install -q --no-deps --target build/compiled build/compiled-wheel/*.whl
+	PYTHONPATH=$(CURDIR)/build/compiled $(BIN)/python -c "from wandb_rlcluster.core.build import core_build; \
+	  b = core_build(); print('core:', b); assert b == 'compiled', 'the unpacked wheel is not the compiled core'"
+
+# The test suite against the compiled core (everything but the slow tier); findings the same as the pure core's is
+# benchmarks/same_behaviour.py's job (docs/performance.md).
+test-compiled: compiled
+	PYTHONPATH=$(CURDIR)/build/compiled $(BIN)/python -m pytest -q $(PYTEST_PARALLEL) -m "not slow"
 
 # The user's path: sdist + wheel, installed with no extras into a fresh venv, used from outside the checkout.
 smoke: $(STAMP)

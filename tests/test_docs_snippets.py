@@ -26,6 +26,7 @@ import pytest
 import wandb_rlcluster
 from wandb_rlcluster.alerts.config import load_config
 from wandb_rlcluster.cli import build_parser
+from wandb_rlcluster.core.build import core_build
 from wandb_rlcluster.core.catalog import EXAMPLES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -106,7 +107,12 @@ def test_python_blocks_use_names_and_arguments_that_exist(page, n, lang, code):
         fn = _callee(node.func, names)
         if fn is None or not callable(fn):
             continue
-        params = inspect.signature(fn).parameters
+        try:
+            params = inspect.signature(fn).parameters
+        except ValueError:  # a compiled function (make test-compiled) may carry no signature; the pure run checks it
+            if core_build() == "compiled":
+                continue
+            raise
         if any(p.kind is p.VAR_KEYWORD for p in params.values()):
             continue
         for kw in node.keywords:

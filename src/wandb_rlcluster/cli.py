@@ -10,7 +10,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from .core.cluster import WARN_SOONER_MAX
 from .core.findings import SEVERITY_RANK
@@ -446,11 +446,32 @@ def _cmd_rules(args: argparse.Namespace) -> int:
     return 0
 
 
+class _VersionAction(argparse.Action):
+    """``--version``: the package's version and the core's build (read only when asked: it imports the core)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        from importlib.metadata import PackageNotFoundError, version
+
+        from .core.build import core_build
+
+        try:
+            v = version("wandb-rlcluster")
+        except PackageNotFoundError:
+            v = "unknown (not installed)"
+        print(f"rlcluster {v} (core: {core_build()})")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rlcluster",
         description="Instrument cluster for RL / preference-optimisation training with TRL.",
     )
+    parser.add_argument("--version", action=_VersionAction, help="the version, and whether the core is compiled")
     sub = parser.add_subparsers(dest="command", required=True)
     a = sub.add_parser(
         "analyze",

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from .fields import slot_names
 from .gauge import finite
 
 
@@ -86,6 +87,6 @@ class RewardLevel:
                 "alpha": self.alpha, "n": self.n}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        for k in self.__slots__:
+        for k in slot_names(self):
             if k in state:
                 setattr(self, k, int(state[k]) if k in ("same", "n") else float(state[k]))

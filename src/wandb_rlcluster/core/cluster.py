@@ -111,7 +111,16 @@ def check_warn_sooner(value: object) -> int:
     return int(value)
 
 
-def resolve_warn_sooner(warn_sooner: int | None, alerts: Any = None) -> int:
+def planned_steps(value: object) -> int:
+    """``max_steps`` as a whole number of steps (numpy's integers and whole floats too); anything else, or under one,
+    is 0: the planned length is unknown."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return 0
+    steps = float(value)
+    return max(int(steps), 0) if math.isfinite(steps) else 0
+
+
+def resolve_warn_sooner(warn_sooner: object, alerts: Any = None) -> int:
     """The ``warn_sooner`` a run or a read uses: the one given (checked), else the alert config's ``warn_sooner:``
     (``alerts``: an AlertConfig or None), else 0."""
     if warn_sooner is not None:
@@ -150,9 +159,9 @@ class InstrumentCluster:
         self,
         trainer: str | None = None,
         params: Mapping[str, Mapping[str, Any]] | None = None,
-        max_steps: int = 0,
+        max_steps: object = 0,
         detect_rows: int = DETECT_ROWS,
-        warn_sooner: int = 0,
+        warn_sooner: object = 0,
         framework: str | None = None,
         keys: Mapping[str, Any] | KeyMap | None = None,
         recognise_keys: bool = True,
@@ -178,7 +187,7 @@ class InstrumentCluster:
                 raise ValueError(f"gold rewards must be a list of reward function names, not {gold!r}")
             for gid in GOLD_AWARE:
                 self.params.setdefault(gid, {}).setdefault("gold", list(gold))
-        self.max_steps = max_steps
+        self.max_steps = planned_steps(max_steps)
         self.normalizer = Normalizer(profile=profile, keymap=self.keymap or None, recognise=recognise_keys)
         self.gauges: dict[str, Gauge] = {}
         self.findings: list[Finding] = []
@@ -210,8 +219,8 @@ class InstrumentCluster:
             self.family = canonical_family(trainer)
             self._build()
 
-    def set_max_steps(self, max_steps: int) -> None:
-        self.max_steps = max_steps
+    def set_max_steps(self, max_steps: object) -> None:
+        self.max_steps = max_steps = planned_steps(max_steps)
         for g in self.gauges.values():  # every gauge: the planned length sets how long its warnings hold
             g.max_steps = max_steps
 
@@ -436,8 +445,8 @@ def _with_gold(params: Mapping[str, Any] | None, gold: list[str]) -> Any:
 
 
 def analyze_rows(rows: Iterable[Mapping[str, object]], trainer: str | None = None,
-                 params: Mapping[str, Mapping[str, Any]] | None = None, max_steps: int = 0,
-                 warn_sooner: int = 0, keys: Mapping[str, Any] | None = None) -> InstrumentCluster:
+                 params: Mapping[str, Mapping[str, Any]] | None = None, max_steps: object = 0,
+                 warn_sooner: object = 0, keys: Mapping[str, Any] | None = None) -> InstrumentCluster:
     """Run a whole log through a fresh cluster and finalize it (``keys``: which logged key is what)."""
     cluster = InstrumentCluster(trainer=trainer, params=params, max_steps=max_steps, warn_sooner=warn_sooner,
                                 keys=keys)

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from .fields import instance_items
 from .findings import SEVERITY_RANK, STATUSES, Finding, Severity
 from .keys import Row
 from .sanity import RANGES, ranges_for
@@ -382,7 +383,7 @@ class Gauge:
     def state_dict(self) -> dict[str, Any]:
         """JSON-serialisable state, so a resumed run keeps its baselines."""
         out: dict[str, Any] = {}
-        for k, v in vars(self).items():
+        for k, v in instance_items(self):
             if k in self._SKIP_STATE:
                 continue
             if hasattr(v, "state_dict"):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
+from .fields import slot_names
 from .gauge import Gauge, finite
 from .keys import Row
 from .rule import INSTRUMENTS, POST, Example, Rule
@@ -88,10 +89,10 @@ class TeacherReading:
         return f"the key {self.key}" if self.key else self.evidence or "your configuration (kl: to: teacher)"
 
     def state_dict(self) -> dict[str, object]:
-        return {k: getattr(self, k) for k in self.__slots__}
+        return {k: getattr(self, k) for k in slot_names(self)}
 
     def load_state_dict(self, state: Mapping[str, object]) -> None:
-        for k in self.__slots__:
+        for k in slot_names(self):
             if k in state:
                 setattr(self, k, state[k])
 

@@ -23,6 +23,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from .fields import slot_names
+
 BASE_ARL = 2000.0
 """Rows to a false alarm per warn test on stationary noise: a 2,000-row healthy run sees about one per test at
 most, and most healthy runs are shorter."""
@@ -182,10 +184,10 @@ class Ar1:
         return min(max(self._raw() - z * 2.0 / math.sqrt(self.n), 0.0), self.value)  # never above the shrunk one
 
     def state_dict(self) -> dict[str, float]:
-        return {k: getattr(self, k) for k in self.__slots__}
+        return {k: getattr(self, k) for k in slot_names(self)}
 
     def load_state_dict(self, state: dict[str, float]) -> None:
-        for k in self.__slots__:
+        for k in slot_names(self):
             if k in state:
                 setattr(self, k, int(state[k]) if k in ("size", "n") else float(state[k]))
 
@@ -243,10 +245,10 @@ class Cusum:
         self.s = 0.0
 
     def state_dict(self) -> dict[str, float]:
-        return {k: getattr(self, k) for k in self.__slots__}
+        return {k: getattr(self, k) for k in slot_names(self)}
 
     def load_state_dict(self, state: dict[str, float]) -> None:
-        for k in self.__slots__:
+        for k in slot_names(self):
             if k in state:
                 setattr(self, k, int(state[k]) if k in ("n", "since") else float(state[k]))
 

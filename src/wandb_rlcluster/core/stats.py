@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from operator import mul
 from typing import Any
 
+from .fields import slot_names
 from .sequential import Ar1, ar1_var_factor, ewma_var_factor
 
 MAD_TO_SIGMA = 1.4826
@@ -277,6 +278,7 @@ class StepGaps:
     def push(self, step: float) -> bool:
         """Whether the row at ``step`` follows a gap in the log (never on the first rows, before the interval shows,
         nor on a repeated step or a step counter that went back)."""
+        step = float(step)  # a step is an int; kept as the float it is typed as (the compiled core converts it too)
         last, self.last = self.last, step
         gap = step - last
         if not gap > 0:
@@ -357,10 +359,10 @@ class RunningRegression:
         return max(-1e6, min(1e6, b / se))
 
     def state_dict(self) -> dict[str, float]:
-        return {k: getattr(self, k) for k in self.__slots__}
+        return {k: getattr(self, k) for k in slot_names(self)}
 
     def load_state_dict(self, state: dict[str, float]) -> None:
-        for k in self.__slots__:
+        for k in slot_names(self):
             setattr(self, k, float(state[k]) if k != "n" else int(state[k]))
 
 
@@ -376,6 +378,7 @@ class RollingCorrelation:
         self.sx = self.sy = self.sxx = self.syy = self.sxy = 0.0
 
     def push(self, x: float, y: float) -> None:
+        x, y = float(x), float(y)  # kept as the floats they are typed as (an int step: the compiled core converts it)
         pts = self.pts
         if len(pts) == self.size:
             ox, oy = pts[0]
@@ -587,11 +590,11 @@ class ShiftDetector:
 
     def state_dict(self) -> dict[str, object]:
         # clip is the user's setting, not state: a resumed run takes the one it is given now
-        return {k: getattr(self, k) for k in self.__slots__ if k not in ("resid", "clip")} | {
+        return {k: getattr(self, k) for k in slot_names(self) if k not in ("resid", "clip")} | {
             "resid": self.resid.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        for k in self.__slots__:
+        for k in slot_names(self):
             if k == "resid":
                 self.resid.load_state_dict(state.get("resid", {}))
             elif k in state and k != "clip":
