@@ -28,7 +28,13 @@ for _p in (BENCHMARKS, DETECTION):
     if str(_p) not in sys.path:
         sys.path.insert(0, str(_p))
 
+import wandb_rlcluster  # noqa: E402
+
 from real_logs import absent, real_log, real_logs_root  # noqa: E402 - needs the path above
+
+#: The folder the package under test is imported from, for a subprocess's PYTHONPATH: the checkout's src/, or
+#: build/compiled (the compiled wheel unpacked) under ``make test-compiled``.
+PACKAGE_ROOT = Path(wandb_rlcluster.__file__).resolve().parents[1]
 
 
 def shared_log(*parts: str) -> Path:

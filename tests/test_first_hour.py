@@ -18,12 +18,14 @@ import pytest
 
 from wandb_rlcluster.readers import parse_rows_text
 
+from .conftest import PACKAGE_ROOT
+
 REPO = Path(__file__).resolve().parents[1]
 RUFF = shutil.which("ruff") or str(Path(sys.executable).parent / "ruff")
 
 
 def _cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src") + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    env = {**os.environ, "PYTHONPATH": str(PACKAGE_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     return subprocess.run([sys.executable, "-m", "wandb_rlcluster", *args], capture_output=True, text=True,
                           timeout=300, env=env, cwd=cwd)
 
@@ -53,7 +55,7 @@ def test_analyze_reads_the_stdout_of_a_real_offline_hugging_face_run(tmp_path: P
         "t.train()\n"
     )
     env = {**os.environ, "WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path), "WANDB_DISABLE_GIT": "true",
-           "PYTHONPATH": str(REPO / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""), "PYTHONUNBUFFERED": "1"}
+           "PYTHONPATH": str(PACKAGE_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""), "PYTHONUNBUFFERED": "1"}
     env.pop("WANDB_API_KEY", None)
     log = tmp_path / "train.log"
     with log.open("w") as fh:

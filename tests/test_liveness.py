@@ -35,10 +35,11 @@ from wandb_rlcluster.guard.wiring import LivenessMonitor, _title
 from wandb_rlcluster.readers.wandb import find_run_dirs, read_offline_run
 from wandb_rlcluster.trainer.internals import TrainFrame, describe_thread, train_frame_alive
 
+from .conftest import PACKAGE_ROOT
 from .test_alerts_e2e import slack_server  # noqa: F401 - the loopback Slack server fixture
 from .test_callback_trl import SCRIPT, run_trainer
 
-SRC = Path(__file__).resolve().parents[1] / "src"
+SRC = PACKAGE_ROOT  # the package under test: src/, or the compiled wheel (make test-compiled)
 LIFECYCLE = Path(__file__).parent / "scripts" / "liveness_lifecycle.py"
 WATCHDOG = """
 channels:

@@ -19,6 +19,7 @@ import pytest
 from wandb_rlcluster import sweep
 from wandb_rlcluster.sweep import VERDICT_RANK, SweepOptions, analyze_sweep
 
+from .conftest import PACKAGE_ROOT
 from .test_hostile_input import unprivileged
 from .test_report_dashboard import CHROME_FLAGS, CHROMIUM
 from synthetic import generate_run
@@ -48,7 +49,7 @@ HOSTILE = ("cut.json", "binary.jsonl", "empty.jsonl")
 
 
 def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    env = {**os.environ, "PYTHONPATH": str(PACKAGE_ROOT)}
     return subprocess.run([sys.executable, "-m", "wandb_rlcluster", *args], capture_output=True, text=True,
                           timeout=300, env=env, cwd=cwd)
 
@@ -240,7 +241,7 @@ def test_unreadable_file_is_a_row(tmp_path: Path) -> None:
     try:
         p = subprocess.run([*prefix, sys.executable, "-m", "wandb_rlcluster", "analyze", str(tmp_path), "--format",
                             "json"], capture_output=True, text=True, timeout=120,
-                           env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+                           env={**os.environ, "PYTHONPATH": str(PACKAGE_ROOT)})
     finally:
         locked.chmod(0o644)
     assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
