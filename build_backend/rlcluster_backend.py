@@ -8,7 +8,9 @@ import os
 from setuptools import build_meta as _setuptools
 from setuptools.build_meta import *  # noqa: F403 - the backend is setuptools', hooks and all
 
-COMPILE_REQUIRES = ["mypy>=1.11"]
+# mypy (its mypyc) in the range the core is checked and compiled with, and numpy: mypyc type-checks the modules
+# that import it
+COMPILE_REQUIRES = ["mypy>=2.4,<2.5", "numpy>=1.24"]
 
 
 def _compiling() -> bool:

@@ -35,6 +35,10 @@ from real_logs import absent, real_log, real_logs_root  # noqa: E402 - needs the
 #: The folder the package under test is imported from, for a subprocess's PYTHONPATH: the checkout's src/, or
 #: build/compiled (the compiled wheel unpacked) under ``make test-compiled``.
 PACKAGE_ROOT = Path(wandb_rlcluster.__file__).resolve().parents[1]
+if os.environ.get("RLCLUSTER_EXPECT_COMPILED"):  # make test-compiled: the suite must not pass on the pure core
+    from wandb_rlcluster.core.build import core_build
+
+    assert core_build() == "compiled", f"RLCLUSTER_EXPECT_COMPILED is set but the core under test is {core_build()}"
 
 
 def shared_log(*parts: str) -> Path:

@@ -164,6 +164,7 @@ class Pipeline:
             assert cluster is not None
             row = dict(raw)
             if step is not None:
+                step = int(step)  # a loop's step may be numpy's integer; the core (compiled, too) counts in ints
                 row["step"] = step
             fired = cluster.update(row)
             decision = Decision(step=cluster.last_step, findings=fired)

@@ -96,7 +96,7 @@ def record_of(analysis: Any, path: str) -> RunRecord:
     """The sweep row of one ``Analysis``: the alert events when rules were applied, else the findings."""
     cluster = analysis.cluster
     if not cluster.recognised():
-        return error_record(path, cluster.unmapped_message(path))
+        return error_record(path, cluster.unmapped_message(str(path)))
     if analysis.alerts is not None:
         events = [(e.gauge, e.rule, e.severity, e.step, e.title) for e in analysis.alerts if e.kind == "firing"]
     else:

@@ -48,7 +48,8 @@ def main() -> int:
     os.environ.setdefault("WANDB_SILENT", "true")
     import wandb
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
+    if not os.environ.get("PYTHONPATH"):  # the package under test: the caller's PYTHONPATH (test-compiled), else src
+        sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
     from wandb_rlcluster.readers.verl import parse_verl_log
 
     raw = Path(args.log).read_bytes()
