@@ -11,16 +11,12 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 from setuptools import setup
 
-# The modules a row goes through (catalog.py reads the gauges' sources and is not on the row path; __init__ is lazy).
-COMPILED = [
-    "bounded", "build", "cluster", "diagnosis", "doc_links", "entropy", "fields", "findings", "frameworks",
-    "fundamentals", "gauge",
-    "keymap", "keys", "kl", "length", "policy_ratio", "reward", "reward_progress", "reward_signal", "rollouts",
-    "rule", "sanity", "sequential", "stats", "streams", "text",
-]
+# Every core module but the two off the row path: __init__ (lazy) and catalog.py (it reads the gauges' sources).
+NOT_COMPILED = {"__init__.py", "catalog.py"}
 
 
 def _ext_modules() -> list:
@@ -30,7 +26,9 @@ def _ext_modules() -> list:
         return []  # the metadata step (egg_info, dist_info): mypyc's code generation only where it is built
     from mypyc.build import mypycify  # only a compiled build needs mypy
 
-    return mypycify([f"src/wandb_rlcluster/core/{m}.py" for m in COMPILED], opt_level="3")
+    core = Path(__file__).resolve().parent / "src" / "wandb_rlcluster" / "core"
+    modules = sorted(f"src/wandb_rlcluster/core/{p.name}" for p in core.glob("*.py") if p.name not in NOT_COMPILED)
+    return mypycify(modules, opt_level="3")
 
 
 setup(ext_modules=_ext_modules())

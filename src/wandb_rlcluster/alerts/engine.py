@@ -129,7 +129,7 @@ def stop_finding(stop_on: str | None, events: Iterable[AlertEvent] | None, fired
     if events is not None:
         e = next((e for e in events if e.kind == "firing" and e.severity in wanted), None)
         # a rule's severity was checked against SEVERITIES when its file was loaded
-        return None if e is None else Finding(e.gauge, e.rule, e.severity, int(e.step), e.metric, e.value, e.title)  # type: ignore[arg-type]
+        return None if e is None else Finding(e.gauge, e.rule, e.severity, e.step, e.metric, e.value, e.title)  # type: ignore[arg-type]
     return next((f for f in fired if f.severity in wanted), None)
 
 
