@@ -64,25 +64,12 @@ compiled: $(STAMP)
 	PYTHONPATH=$(CURDIR)/build/compiled $(BIN)/python -c "from wandb_rlcluster.core.build import core_build; \
 	  b = core_build(); print('core:', b); assert b == 'compiled', 'the unpacked wheel is not the compiled core'"
 
-# What CI checks of the compiled core: the same C unoptimised (-O0 compiles in a fraction of -O3's time), then
-# benchmarks/same_behaviour.py --quick on the pure core and on the compiled one side by side (every real log found
-# through every entry point, every kind of quick bench run) with 0 differences allowed, then the tests of the core,
-# the readers and what only a compiled build can get wrong against the compiled build.
-COMPILED_TESTS ?= tests/test_compiled_core.py tests/test_gauges.py tests/test_gauge_outputs.py tests/test_stats.py \
-  tests/test_sequential.py tests/test_noise_models.py tests/test_early_warning.py tests/test_end_of_run.py \
-  tests/test_keys.py tests/test_custom_keys.py tests/test_kl_warn_sequential.py tests/test_properties.py \
-  tests/test_readers.py tests/test_stream_reader.py tests/test_real_logs.py tests/test_hostile_input.py
-check-compiled: MYPYC_OPT_LEVEL = 0
-check-compiled: compiled
-	PYTHONPATH=$(CURDIR)/src $(BIN)/python benchmarks/same_behaviour.py --quick --out build/same-pure.json \
-	  2>build/same-pure.log & pure=$$!; \
-	RLCLUSTER_EXPECT_COMPILED=1 PYTHONPATH=$(CURDIR)/build/compiled $(BIN)/python benchmarks/same_behaviour.py \
-	  --quick --out build/same-compiled.json 2>build/same-compiled.log || { tail -5 build/same-compiled.log; exit 1; }; \
-	wait $$pure || { tail -5 build/same-pure.log; exit 1; }
-	tail -2 build/same-pure.log build/same-compiled.log
-	$(BIN)/python benchmarks/same_behaviour.py --compare build/same-pure.json build/same-compiled.json
-	RLCLUSTER_EXPECT_COMPILED=1 PYTHONPATH=$(CURDIR)/build/compiled $(BIN)/python -m pytest -q $(PYTEST_PARALLEL) \
-	  -m "not trains" $(COMPILED_TESTS)
+# What CI checks of the compiled core (.ci/check-compiled): the same C unoptimised (-O0 compiles in a fraction of
+# -O3's time); benchmarks/same_behaviour.py --quick on the pure core (recorded while the compiler runs) and on the
+# compiled one, 0 differences allowed; then the core, reader and compiled-only tests against the compiled build.
+check-compiled: $(STAMP)
+	BIN=$(BIN) TEST_WORKERS=$(TEST_WORKERS) MYPYC_OPT_LEVEL=$(if $(filter command line,$(origin MYPYC_OPT_LEVEL)),$(MYPYC_OPT_LEVEL),0) \
+	  .ci/check-compiled
 
 # The whole test suite against the compiled core (everything but the slow tier, and but the liveness tests: signals,
 # forks and the guardian process, none of it compiled, timed against a second worker): before a release, not in CI
