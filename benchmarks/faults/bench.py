@@ -9,6 +9,13 @@ Two stages, so every detector is scored on the same runs without training again:
    written beside this file.
 
 Usage: ``python benchmarks/faults/bench.py [--seeds 0-4] [--causes a,b] [--score-only] [--no-peers]``.
+
+``--causes`` defaults to the original thirteen causes; ``--causes breaks`` names the abrupt-break causes
+(``causes.BREAKS``), kept apart with their own seeds: tuning seeds 0-2, whose results are committed in
+``breaks/RESULTS.md``, and fresh seeds 100-104, recorded and scored once at the end, by the lead, with::
+
+    python benchmarks/faults/bench.py --seeds 100-104 --causes breaks --out bench-out/faults-breaks-fresh \\
+        --results benchmarks/faults/breaks-fresh/RESULTS.md
 """
 
 from __future__ import annotations
@@ -24,12 +31,13 @@ for _p in (HERE, REPO / "benchmarks" / "detection"):
     if str(_p) not in sys.path:
         sys.path.insert(0, str(_p))
 
-from causes import BASES, CAUSES  # noqa: E402
+from causes import BASES, BREAKS, CAUSES  # noqa: E402
 from record import record, run_name  # noqa: E402
 
 OUT = REPO / "bench-out" / "faults"
 SEEDS = range(0, 10)
 """The fixed seed list: the recorded runs are a function of these (and the CPU's kernels)."""
+DEFAULT_CAUSES = tuple(c for c in CAUSES if c not in BREAKS)
 
 
 def seed_range(text: str) -> list[int]:
@@ -85,14 +93,15 @@ def record_all(seeds: list[int], causes: list[str], out: Path, progress: bool = 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", default=f"{SEEDS.start}-{SEEDS.stop - 1}")
-    ap.add_argument("--causes", default=",".join(CAUSES))
+    ap.add_argument("--causes", default=",".join(DEFAULT_CAUSES),
+                    help="comma-separated cause names; 'breaks' stands for the abrupt-break causes")
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--score-only", action="store_true", help="score what is recorded; train nothing")
     ap.add_argument("--no-peers", action="store_true", help="leave rldoctor and rlwatch out")
     ap.add_argument("--results", type=Path, default=HERE / "RESULTS.md")
     args = ap.parse_args(argv)
     seeds = seed_range(args.seeds)
-    causes = [c for c in args.causes.split(",") if c]
+    causes = [c for name in args.causes.split(",") if name for c in (BREAKS if name == "breaks" else (name,))]
     unknown = [c for c in causes if c not in CAUSES]
     if unknown:
         ap.error(f"unknown cause(s) {', '.join(unknown)}; known: {', '.join(CAUSES)}")
