@@ -328,15 +328,17 @@ def git_commit(*args: str) -> str:
 
 
 def render(judged: list[Judged], left_out: list[str], peer_notes: dict[str, str], extra_roots: Sequence[Path],
-           split: str = "tuning") -> str:
+           split: str = "tuning", manifests: Sequence[str] = ()) -> str:
     table = tally(judged)
     which = {"tuning": "every log but the sealed half of a held-out manifest",
              "sealed": "the sealed half of the held-out manifests only (judged once, at the end)",
              "all": "every log, sealed ones included"}[split]
     lines = ["# Real logs per framework: ours, rldoctor 0.2.0 and rlwatch 0.5.1 on the same rows", "",
              f"Measured on commit `{git_commit()}` (detection code: `src/` as of `{git_commit('--', 'src')}`) with "
-             "`make bench-real` (`python benchmarks/real_logs_bench.py`), on every real log in `../shared/real-logs` "
-             "and each log listed in `benchmarks/real_logs/*.json` whose copy was present. Ours: `rlcluster analyze "
+             "`make bench-real` (`python benchmarks/real_logs_bench.py`), on "
+             + (f"the logs listed in {', '.join(f'`{m}`' for m in manifests)} only" if manifests else
+                "every real log in `../shared/real-logs` and each log listed in `benchmarks/real_logs/*.json`")
+             + " whose copy was present. Ours: `rlcluster analyze "
              "FILE` (default parameters; a listed custom loop with its entry's `--family` and `--map`, the benign "
              "fixture with its `--gold`). Peers: the same rows as JSONL through `rldoctor diagnose`; row by row "
              "through rlwatch's verl tracking backend (verl logs) or its TRL callback (the rest). Warned: any "
@@ -412,7 +414,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             peers[tool], notes[tool] = ensure_peer(tool, install=not args.no_install)
     judged = judge_all(logs, peers, notes)
-    report = render(judged, left_out, notes, extra_roots, args.split)
+    report = render(judged, left_out, notes, extra_roots, args.split, args.manifest)
     if args.stdout:
         print(report)
     else:
