@@ -158,3 +158,22 @@ def test_listed_real_log_has_its_bytes_and_its_verdict(entry: Entry) -> None:
     fired = alarm_rules(analysis.to_dict()["findings"])
     problems = verdict_problems(entry, analysis.verdict(), fired)
     assert not problems, f"{'; '.join(problems)} -- reading: {entry.reading}"
+
+
+def test_the_benchmark_judges_a_sealed_log_only_when_the_sealed_split_is_asked_for(tmp_path: Path) -> None:
+    """`real_logs_bench.py --split`: with no copy present every selected log is left out by name, so the selection
+    shows without judging anything: the default (tuning) never selects a sealed log, `sealed` selects only those."""
+    from real_logs_bench import collect
+
+    def selected(split: str) -> set[str]:
+        logs, left_out = collect([tmp_path], split, ["round6.json"])
+        assert not logs
+        return {line.split(": ", 1)[1].split(" ", 1)[0] for line in left_out}
+
+    entries = [e for e in load_manifests() if e.manifest == "round6.json"]
+    sealed = {e.id for e in entries if e.split == "sealed"}
+    tuning = {e.id for e in entries if e.split == "tuning"}
+    assert sealed and tuning
+    assert selected("tuning") == tuning
+    assert selected("sealed") == sealed
+    assert selected("all") == sealed | tuning
