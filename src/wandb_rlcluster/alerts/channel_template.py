@@ -29,6 +29,9 @@ CHANNEL_FIELDS = frozenset({"title", "message", "text", "severity", "state", "ru
                             "step", "run_name", "run_url", "project", "doc", "alert_id", "time", "examples"})
 #: ``${NAME}``: an environment variable's value.
 ENV_REF = re.compile(r"\$\{([^{}]*)\}")
+#: Header names whose values are credentials: written as ``${NAME}`` in a file, masked in every error.
+SECRET_HEADER = re.compile(r"(?i)^(?:authorization|proxy-authorization|cookie)$|token|key|secret|auth|signature|"
+                           r"password|session|credential")
 _WHOLE = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 #: Longest template string, longest rendered string.
 MAX_TEMPLATE_CHARS = 2000

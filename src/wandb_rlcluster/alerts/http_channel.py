@@ -13,6 +13,7 @@ import urllib.request
 from collections.abc import Iterable
 from typing import Any
 
+from .channel_template import SECRET_HEADER
 from .channels import AlertMessage, _NoRedirect, _redact, _severity_label, post_json, url_display, url_secrets
 
 #: severity (or "resolved") -> (emoji, colour as a 24-bit RGB int, Adaptive Card text colour)
@@ -63,7 +64,10 @@ class HttpChannel:
             problem = header_problem(key, value)
             if problem:
                 raise ValueError(f"{self.what}: {problem}")
-        raw = [*url_secrets(url), *(s for s in secrets if s)]
+        # a credential header's value, and its part after a scheme word ("Bearer <token>"), are secrets too
+        given = [v for k, v in self._headers.items() if SECRET_HEADER.search(k)]
+        given += [v.split(None, 1)[1] for v in given if len(v.split(None, 1)) == 2]
+        raw = [*url_secrets(url), *(s for s in (*secrets, *given) if s)]
         self._secrets = raw + [json.dumps(s)[1:-1] for s in raw]  # also as an endpoint's JSON error would quote it
         self._opener = urllib.request.build_opener(_NoRedirect())
 

@@ -14,7 +14,7 @@ import urllib.parse
 from collections.abc import Mapping
 from typing import Any
 
-from .channel_template import ENV_REF, template_problems, walk_strings
+from .channel_template import ENV_REF, SECRET_HEADER, template_problems, walk_strings
 from .located import env_name_problem
 
 HTTP_TYPES = ("webhook", "discord", "teams")
@@ -32,8 +32,6 @@ MAX_BODY_CHARS = 16_000
 MAX_BODY_DEPTH = 8
 #: Headers the HTTP client sets itself.
 _RESERVED_HEADERS = frozenset({"content-length", "host", "transfer-encoding", "connection"})
-_SECRET_HEADER = re.compile(r"(?i)^(?:authorization|proxy-authorization|cookie)$|token|key|secret|auth|signature|"
-                            r"password|session|credential")
 _SCHEME_WORD = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,19}")
 _SECRET_QUERY = re.compile(r"(?i)sig|signature|token|key|secret|pass|code|auth")
 _TOKEN_RUN = re.compile(r"[A-Za-z0-9_+=]{24,}")
@@ -106,7 +104,7 @@ def header_problems(headers: Any) -> Problems:
             continue
         out += [(path, f"header {name!r}: {p}") for p in template_problems(value, fields=False)]
         literal = ENV_REF.sub("", value).strip()
-        secret_named = bool(_SECRET_HEADER.search(name))
+        secret_named = bool(SECRET_HEADER.search(name))
         if (secret_named and (not ENV_REF.search(value) or (literal and not _SCHEME_WORD.fullmatch(literal)))) \
                 or _token_like(literal):
             out.append((path, f"header {name!r} would hold a secret written in the file (not shown here); write "
