@@ -206,8 +206,9 @@ rules:
 @pytest.mark.trains
 def test_grpo_webhook_gets_the_firing_and_the_resolved_alert(tmp_path: Path, black_hole):
     """A real TRL GRPO run: a rule on the learning rate (1e-3, linear to 0 over the 4 steps) fires on the first row
-    and resolves once the schedule has taken it under 6e-4, whatever the model does; the webhook gets both in its templated body with its secret header, a second
-    webhook that never answers costs the training loop nothing, and the journal holds every alert first."""
+    and resolves once the schedule has taken it under 6e-4, whatever the model does; the webhook gets both in its
+    templated body with its secret header, a second webhook that never answers costs the training loop nothing, and
+    the journal holds every alert first."""
     class Hook(_Hook):
         bodies: list[dict] = []
         auth: list[str] = []

@@ -697,7 +697,8 @@ def _channel_value(loc: _Loc, name: str, v: Any, line: int,
             ok = False
     for k in secret_keys:
         if k in v:
-            loc.err(at(k), f"channel {name!r}: never put secrets in the configuration; use '{k}_env: ENV_VAR_NAME'")
+            env_key = "webhook_url_env" if "webhook_url_env" in CHANNEL_KEYS[ctype] and "url" in k else f"{k}_env"
+            loc.err(at(k), f"channel {name!r}: never put secrets in the configuration; use '{env_key}: ENV_VAR_NAME'")
             ok = False
     if ctype in HTTP_TYPES:
         for path, said in check_http_channel(str(ctype), v):
