@@ -29,11 +29,15 @@ from wandb_rlcluster.alerts import ConfigError, load_config
 from wandb_rlcluster.alerts.channel_template import DEFAULT_BODY
 from wandb_rlcluster.alerts.channels import AlertMessage, ChannelError
 from wandb_rlcluster.alerts.config import AlertConfig
+from wandb_rlcluster.alerts.discord import DiscordChannel
 from wandb_rlcluster.alerts.notify import build_channels
+from wandb_rlcluster.alerts.teams import TeamsChannel
 from wandb_rlcluster.alerts.webhook import WebhookChannel
+from wandb_rlcluster.core.rollouts import RolloutStats
 from wandb_rlcluster.pipeline import Pipeline
 
 from .test_alert_channels import black_hole, dead_port
+from .test_rollouts import batch
 
 TOKEN = "tok_9fQxA2LmZr7SECRET"  # a header secret
 BODY_SECRET = "rk_77aa55BODYSECRET"  # a body secret (a routing key)
@@ -385,3 +389,26 @@ def test_alerts_test_command_reaches_every_http_channel(tmp_path: Path, monkeypa
     assert all(f"OK    {c}" in p.stdout for c in ALL)
     assert rec.at("/hook/")[0][1]["payload"]["summary"].startswith("info test: rlcluster test alert")
     assert all(s not in p.stdout + p.stderr for s in (TOKEN, BODY_SECRET, PATH_SECRET))
+
+
+def test_model_text_cannot_ping_or_forge_links_in_discord_or_teams() -> None:
+    """A completion behind an alert is untrusted: Discord parses no mention and shows its markdown as text; Teams
+    gets it in plain-text runs; the webhook's {examples} is the list of lines, typed."""
+    stats = RolloutStats()
+    stats.update(batch(["@everyone **pay** [click](http://evil.example) # now", "b", "c", "d"], {"r": [9, 1, 1, 1]},
+                       lengths=[12, 1, 1, 1]))
+    msg = AlertMessage(title="Reward: reward-outliers", text="read the *examples*", severity="warn",
+                       rule="reward-warn", gauge="reward", step=7, evidence=tuple(stats.evidence()),
+                       value=float("nan"))
+    discord = DiscordChannel("http://127.0.0.1:9/api/webhooks/1/tokentokentoken").payload(msg)
+    description = discord["embeds"][0]["description"]
+    assert "Examples from step 7" in description and discord["allowed_mentions"] == {"parse": []}
+    assert r"\*\*pay\*\* \[click\](http://evil.example)" in description and "read the \\*examples\\*" in description
+    assert "[click](" not in description.replace("\\[click\\](", "")
+    card = TeamsChannel("http://127.0.0.1:9/workflows/x?sig=abc").card(msg)
+    runs = [i["text"] for b in card["body"] if b["type"] == "RichTextBlock" for i in b["inlines"]]
+    assert any("[click](http://evil.example)" in t for t in runs)  # as typed: a TextRun shows no markdown
+    assert {b["type"] for b in card["body"]} == {"RichTextBlock", "FactSet"}
+    body = WebhookChannel("http://127.0.0.1:9/h").payload(msg)
+    assert body["value"] == "nan" and json.loads(json.dumps(body, allow_nan=False)) == body  # valid JSON
+    assert isinstance(body["examples"], list) and any("@everyone" in x for x in body["examples"])
