@@ -7,11 +7,13 @@ import math
 from .bounded import RewardLevel
 from .gauge import finite
 from .keys import Row
+from .loss import SURROGATE_LOSS_FAMILIES
 from .nonfinite import LOWER_LR, NAN, NonFiniteGauge, NonFiniteTracker
 from .rule import INSTRUMENTS, Example, Rule
 from .stats import (
     Baseline,
     RollingWindow,
+    robust_z,
 )
 from .streams import after, grpo, sft
 
@@ -26,7 +28,7 @@ class GradientGauge(NonFiniteGauge):
     defaults = {
         "window": 50, "explode_ratio": 5.0, "explode_for": 3, "spike_ratio": 10.0,
         "vanish_ratio": 0.01, "vanish_for": 10, "zero_for": 5, "nonfinite_for": 3, "nonfinite_window": 50,
-        "layer_spread": 1000.0, "sparsity": 0.99, "min_history": 20,
+        "layer_spread": 1000.0, "sparsity": 0.99, "min_history": 20, "felt_z": 4.0, "unfelt_for": 9,
     }
 
     def setup(self) -> None:
@@ -36,6 +38,9 @@ class GradientGauge(NonFiniteGauge):
         self.spikes = 0
         self.level = RewardLevel()
         self.zero_frac = math.nan  # the last logged frac_reward_zero_std (rows that log only the optimizer carry it)
+        self.losses = RollingWindow(50)  # a supervised or preference loss's recent rows: does a burst move it?
+        self.felt = RollingWindow(self.p["explode_for"] + 1)  # per row: 1 the loss rose out of its noise, 0 it did not
+        self.burst_rows = 0  # rows in a row with the norm past the explosion lines
 
     def _exploding(self, g: float) -> bool:
         """``g`` beats every norm of the window and explode_ratio x its upper quartile (read only past 5x the median:
@@ -50,9 +55,30 @@ class GradientGauge(NonFiniteGauge):
         return (self.family == "grpo" and self.zero_frac == self.zero_frac and self.zero_frac >= 0.5
                 and self.level.success_side() and not self.level.frozen)
 
+    def _loss_moved(self, loss: float | None) -> None:
+        """Whether this row's loss rose out of its own noise (above its recent median by ``felt_z`` robust sigmas),
+        for the loss a supervised or preference trainer optimises (an RL surrogate's level says nothing)."""
+        if self.family in SURROGATE_LOSS_FAMILIES or loss is None:
+            return
+        if not finite(loss):
+            self.felt.push(1.0)
+            return
+        up = len(self.losses) >= 10 and robust_z(loss, self.losses) > self.p["felt_z"]
+        self.felt.push(1.0 if up else 0.0)
+        if not up:  # keep a moved loss out of the reference it is judged against
+            self.losses.push(loss)
+
+    def _unfelt(self) -> bool:
+        """A burst no other gauge feels: the loss is read, and on none of the burst's rows (and the one before)
+        did it rise out of its noise. Clipping absorbed it; the update did not change what the model does."""
+        # a loss that never moved at all (a constant placeholder) is no witness either way
+        live = len(self.losses) >= 10 and self.losses.max() > self.losses.min()
+        return live and self.felt.max() == 0.0
+
     def observe(self, row: Row) -> None:
         v = row.values
         d = self.derived
+        self._loss_moved(v.get("loss"))
         if self.family == "grpo":
             self.level.push(v.get("reward"))
             f = v.get("frac_reward_zero_std")
@@ -107,7 +133,19 @@ class GradientGauge(NonFiniteGauge):
                     # the window's upper quartile (the ordinary batches while up to 3 in 4 are quiet) that is also a
                     # record, above every norm of the window, for explode_for rows in a row: one batch that spikes
                     # and reverts is a spike (info), not an explosion.
-                    exploding = ratio > self.p["explode_ratio"] and self._exploding(g)
+                    burst = ratio > self.p["explode_ratio"] and self._exploding(g)
+                    self.burst_rows = self.burst_rows + 1 if burst else 0
+                    # one the loss does not feel is a burst (info) until it has lasted `unfelt_for` rows
+                    unfelt = burst and self._unfelt() and self.burst_rows < self.p["unfelt_for"]
+                    exploding = burst and not unfelt
+                    self.check(
+                        "grad-burst-unfelt", unfelt, "info", "grad_norm", g,
+                        (lambda: f"grad_norm jumped to {g:.3g}, above {self.p['explode_ratio']:.0f}x the upper "
+                         f"quartile of the last {len(self.win)} logged norms, but the loss did not move: a burst the "
+                         "update absorbed (clipping, a few odd batches), not an explosion. A warning if the loss "
+                         "follows or the bursts keep coming.") if unfelt else "",
+                        for_=self.p["explode_for"],
+                    )
                     self.check(
                         "grad-explosion", exploding, "warn", "grad_norm", g,
                         (lambda: f"grad_norm has stayed above {self.p['explode_ratio']:.0f}x the upper quartile of "
@@ -116,7 +154,7 @@ class GradientGauge(NonFiniteGauge):
                          + self.fix("grad-explosion", sentence=True)) if exploding else "",
                         for_=self.p["explode_for"],
                     )
-                    if not exploding:  # an exploding norm must not become its own reference
+                    if not burst:  # an exploding norm must not become its own reference
                         self.win.push(g)
                 else:
                     self.win.push(g)
@@ -235,16 +273,32 @@ GRADIENT_RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "gradients", "grad-explosion", severities=("warn",),
-        reads="grad_norm vs the running median and the window's upper quartile",
+        reads="grad_norm vs the running median and the window's upper quartile; a supervised or preference loss",
         test="above `explode_ratio` x the median and x the window's upper quartile, and above every norm of the "
-             "window, held `explode_for` rows",
-        params=("explode_ratio", "explode_for", "window"),
+             "window, held `explode_for` rows while the loss rose out of its noise (`felt_z` robust sigmas) on one "
+             "of them, or held `unfelt_for` rows however the loss reads (no loss, or an RL surrogate: as soon as held)",
+        params=("explode_ratio", "explode_for", "window", "felt_z", "unfelt_for"),
         means="gradients are exploding",
         fix="lower the LR or tighten max_grad_norm",
         seed=_GRAD_SEED, seed_source=INSTRUMENTS,
         example=Example(
-            "sft", lambda i, g: sft(i, g, grad=8.0 * (1 + 0.1 * g.normal()) if i >= 60 else None), sft, 100, 60, 62,
-            "grad_norm"),
+            "sft", lambda i, g: sft(i, g, grad=8.0 * (1 + 0.1 * g.normal()) if i >= 60 else None,
+                                    loss=(0.8 + 1.2 * math.exp(-i / 50)) * (3.0 if i >= 60 else 1.0)),
+            sft, 100, 60, 62, "grad_norm"),
+    ),
+    Rule(
+        "gradients", "grad-burst-unfelt", severities=("info",),
+        reads="as grad-explosion",
+        test="the explosion lines held `explode_for` rows while a supervised or preference loss did not rise out of "
+             "its noise on any of them, for under `unfelt_for` rows (info)",
+        params=("explode_ratio", "explode_for", "felt_z", "unfelt_for"),
+        means="a gradient burst the update absorbed (clipping, a few odd batches): no other gauge feels it",
+        fix="nothing unless the loss follows or the bursts keep coming",
+        origin="issue 47: a healthy 2,400-step SFT with a few isolated gradient bursts that never moved the loss read "
+               "as an explosion",
+        example=Example(
+            "sft", lambda i, g: sft(i, g, grad=8.0 * (1 + 0.1 * g.normal()) if 60 <= i < 64 else None), sft, 100, 60,
+            63, "grad_norm"),
     ),
     Rule(
         "gradients", "grad-vanishing", severities=("warn",),

@@ -8,7 +8,7 @@ from .gauge import finite
 from .keys import Row
 from .nonfinite import LOWER_LR, NAN, NonFiniteGauge, NonFiniteTracker
 from .rule import INSTRUMENTS, Example, Rule
-from .sequential import Cusum
+from .sequential import Ar1, Cusum, ar1_inflation
 from .stats import (
     Ewma,
     OctaveMean,
@@ -57,8 +57,9 @@ class LossGauge(NonFiniteGauge):
     defaults = {"window": 20, "spike_ratio": 2.0, "spike_ratio_now": 5.0, "spike_for": 2, "spike_min_rows": 10,
                 "nonfinite_for": 3, "nonfinite_window": 50, "var_ratio": 4.0, "spike_repeat": 3,
                 "spike_repeat_rows": 50, "osc_ratio": 2.2, "osc_min": 0.12, "osc_for": 5, "osc_window": 32,
-                "osc_share": 0.65, "osc_amp": 0.12, "osc_every": 3,
-                "osc_skew": 1.0, "shift_k": 1.5, "shift_clip": 2.0, "shift_floor": 0.15, "shift_level": 9,
+                "osc_share": 0.65, "osc_amp": 0.12, "osc_every": 3, "osc_grow": 2.0,
+                "osc_skew": 1.0, "zero_for": 5, "shift_k": 1.5, "shift_clip": 2.0, "shift_floor": 0.15,
+                "shift_level": 9,
                 "shift_arl": 20000.0}
 
     def setup(self) -> None:
@@ -75,6 +76,7 @@ class LossGauge(NonFiniteGauge):
         self.swing_warmup = 16  # swings in that reference before the rule reads it
         self.period = PeriodicFit(self.p["osc_window"])  # the log loss's last rows, for the swing's period
         self.periodic = False  # the last reading found a repeating swing (it holds until the next reading)
+        self.amp_ref = OctaveMean()  # the fitted swing's amplitude over the previous octave of readings
         self.period_rows = math.nan  # its period, in logged rows
         self.period_amp = 0.0  # its amplitude in log loss
         self.period_pushes = 0  # train rows read (eval rows must not set the reading's cadence)
@@ -82,7 +84,10 @@ class LossGauge(NonFiniteGauge):
         self.level = RollingWindow(self.p["shift_level"])  # the loss before any upward excursion: the shift's reference
         self.steps = RollingWindow(self.p["window"])  # |row-to-row change| of the loss: its noise, free of the trend
         self.shift = Cusum(self.p["shift_k"], self.budget(self.p["shift_arl"]))
+        self.ar = Ar1(prior=20.0, clip=4.0)  # the loss noise's AR(1) coefficient, read on the warm-up
         self.shift_prev = math.nan  # the previous train loss
+        self.zero_run = 0  # train rows in a row whose loss is exactly 0.0
+        self.nonzero_seen = False  # a train loss other than exactly 0 seen
 
     def plan_long(self) -> None:
         w = min(int(self.p["osc_window"]), max(20, int(self.planned_rows) // 3))
@@ -109,6 +114,8 @@ class LossGauge(NonFiniteGauge):
         d["loss_trend"] = self.trend.slope()
         if self.family in SURROGATE_LOSS_FAMILIES:
             return  # a surrogate's level says nothing: no spike or volatility rules, nothing to keep
+        if self._exactly_zero(loss):
+            return  # not a measured loss: no level, spike or swing to read in it
         ref = self.hist.mean()
         spiky = False
         n = self.rows_seen
@@ -156,6 +163,30 @@ class LossGauge(NonFiniteGauge):
             )
 
 
+    def _exactly_zero(self, loss: float) -> bool:
+        """A supervised or preference loss of exactly 0.0 is not a model that learned everything (a cross-entropy
+        over real tokens is never exactly 0): no token counts toward it. From the first row, nothing is being
+        learned (every label masked: a completion-only collator whose template never matches, prompts past
+        max_length); after rows that were not 0, the loss broke at that step."""
+        if loss != 0.0:
+            self.zero_run = 0
+            self.nonzero_seen = True
+            return False
+        self.zero_run += 1
+        held = self.zero_run >= self.p["zero_for"]
+        start = not self.nonzero_seen
+        self.check("loss-zero", held and start, "stop", "loss", loss,
+                   lambda: f"the loss has been exactly 0 on every logged step since the first ({self.zero_run} so "
+                   "far): nothing is being learned. No token counts toward it: every label is masked (-100), e.g. a "
+                   "completion-only collator whose response template never matches, or prompts longer than "
+                   "max_length. " + self.fix("loss-zero", sentence=True), clear=1)
+        self.check("loss-went-zero", held and not start, "warn", "loss", loss,
+                   lambda: f"the loss has been exactly 0 for the last {self.zero_run} logged steps, after steps "
+                   "where it was not: the loss broke here (labels masked from this point, empty batches, or a loss "
+                   "scaled to 0), not a model that learned everything. "
+                   + self.fix("loss-went-zero", sentence=True), clear=1)
+        return True
+
     def _step_noise(self) -> float:
         """The loss's row noise from its row-to-row changes: their upper quartile, scaled to a sigma (Gaussian:
         q75 |x_t - x_t-1| = 1.15 sigma sqrt 2). A quartile rather than the median: a heavy-tailed batch loss
@@ -174,9 +205,13 @@ class LossGauge(NonFiniteGauge):
         z = 0.0
         if len(self.steps) >= self.p["spike_min_rows"]:
             med = ref.median()
-            # the changes understate a correlated noise (AR(1): by sqrt(1 - rho)); the level's own spread does not
-            sigma = max(self._step_noise(), ref.robust()[1], self.p["shift_floor"] * abs(med), 1e-12)
-            z = min((loss - med) / sigma, self.p["shift_clip"])
+            # the changes understate a correlated noise by sqrt(1 - rho) (AR(1), rho read on the warm-up), and a
+            # CUSUM of correlated rows drifts as if each counted alone: each row's z is read in the noise's own
+            # sigma and deflated by its AR(1) inflation (a sum of n such rows varies like n / inflation^2 free ones)
+            rho = self.ar.value
+            sigma = max(self._step_noise() / math.sqrt(1.0 - rho), ref.robust()[1], self.p["shift_floor"] * abs(med),
+                        1e-12)
+            z = min((loss - med) / sigma / ar1_inflation(rho), self.p["shift_clip"])
             self.derived["loss_shift_z"] = z
         alarm = self.shift.push(z)
         self.check(
@@ -189,6 +224,7 @@ class LossGauge(NonFiniteGauge):
         )
         if self.shift_prev == self.shift_prev:  # every row's change: its median is the noise, a jump or two aside
             self.steps.push(abs(loss - self.shift_prev))
+        self.ar.push(loss)
         self.shift_prev = loss
         if self.shift.s <= 0.0:  # keep the excursion out of the level it is judged against
             ref.push(loss)
@@ -240,7 +276,12 @@ class LossGauge(NonFiniteGauge):
             self.epoch_rows = self.period_pushes / epoch
         if self.period.full and not self.period_pushes % max(1, int(self.p["osc_every"])):  # the last reading holds
             share, amp, per = self.period.compute(self.p["osc_amp"])
-            found = share >= self.p["osc_share"] and amp >= self.p["osc_amp"]
+            # a swing that has been this size since the first readings is the data's own rhythm (band-limited noise:
+            # a data order, a cyclic sampler), not a learning rate gone too high, which sets a swing in and grows it
+            base = self.amp_ref.value
+            self.amp_ref.push(amp)
+            found = (share >= self.p["osc_share"] and amp >= self.p["osc_amp"] and base == base
+                     and amp >= self.p["osc_grow"] * base)
             # not an oscillation: the drop at each epoch boundary of a multi-epoch run (a staircase, its period the
             # epoch's) or any swing that goes one way in a step and back in a slow drift
             epoch = self.epoch_rows
@@ -288,6 +329,27 @@ LOSS_RULES: tuple[Rule, ...] = (
             "sft", lambda i, g: sft(i, g, loss=NAN if i >= 60 else None), sft, 100, 60, 62, "loss"),
     ),
     Rule(
+        "loss", "loss-zero", severities=("stop",),
+        reads="loss (not for RL surrogate losses, which are 0 by construction on-policy)",
+        test="exactly 0.0 on every row from the first, held `zero_for` rows (stop)",
+        params=("zero_for",),
+        means="nothing is being learned: no token counts toward the loss (every label masked)",
+        fix="print one batch's labels: a completion-only collator's response template must match the tokenised "
+            "prompt, and prompts must fit max_length",
+        origin="issue 47: an SFT run whose loss was exactly 0.0 at every step (all labels masked) was 'OK'",
+        example=Example("sft", lambda i, g: sft(i, g, loss=0.0), sft, 100, 1, 6, "loss"),
+    ),
+    Rule(
+        "loss", "loss-went-zero", severities=("warn",),
+        reads="loss (not for RL surrogate losses)",
+        test="exactly 0.0 held `zero_for` rows after rows that were not",
+        params=("zero_for",),
+        means="the loss broke at that step: labels masked from there, empty batches, a loss scaled to 0",
+        fix="check the batches and the data collator at that step",
+        example=Example(
+            "sft", lambda i, g: sft(i, g, loss=0.0 if i >= 60 else None), sft, 100, 60, 65, "loss"),
+    ),
+    Rule(
         "loss", "loss-spike", severities=("warn",),
         reads="loss / mean of the last `window` non-spike rows (not for RL surrogate losses)",
         test="level ratio above a line, held `spike_for` rows",
@@ -325,7 +387,8 @@ LOSS_RULES: tuple[Rule, ...] = (
         reads="loss vs the median of its last `shift_level` rows before the rise, in sigmas of its row-to-row changes "
               "(at least `shift_floor` of the level; not for RL surrogate losses)",
         test="Page's CUSUM for a shift of 2 x `shift_k` sigmas, each row clipped at `shift_clip` (a large jump must "
-             "hold several rows)",
+             "hold several rows); under autocorrelated noise the sigma is the noise's own (the changes' read "
+             "/ sqrt(1 - rho)) and each z is deflated by the AR(1) inflation sqrt((1 + rho) / (1 - rho))",
         params=("shift_k", "shift_clip", "shift_floor", "shift_level", "shift_arl"),
         means="the loss jumped and stays up: corrupted or mislabelled data, a new data source, a learning-rate jump",
         fix="check the data loader (the shard or source served at these steps) and the learning rate",
@@ -352,8 +415,10 @@ LOSS_RULES: tuple[Rule, ...] = (
     Rule(
         "loss", "loss-oscillating", severities=("warn",),
         reads="the loss's swing around a 9-row running median; a sinusoid fit of the log loss",
-        test="swing vs its own earlier octave, or one period explaining most detrended variance; held `osc_for` rows",
-        params=("osc_ratio", "osc_min", "osc_share", "osc_amp", "osc_for"),
+        test="swing vs its own earlier octave, or one period explaining most detrended variance at `osc_grow` x the "
+             "fitted amplitude of the previous octave of readings (a swing that has been that size from the start is "
+             "the data's rhythm); held `osc_for` rows",
+        params=("osc_ratio", "osc_min", "osc_share", "osc_amp", "osc_grow", "osc_for"),
         means="the loss oscillates instead of converging",
         fix="lower the learning rate or decay it sooner",
         example=Example(
