@@ -222,3 +222,13 @@ def test_a_custom_loop_logging_train_reward_total_is_read_as_rl_with_its_reward(
     c.finalize()
     assert c.family == "grpo"
     assert "train/reward/total" in c.normalizer.read_by_meaning
+
+
+def test_a_real_sharpening_on_a_solved_task_is_not_collapse_and_the_later_fault_is_still_named() -> None:
+    """verl GRPO (FSDP): entropy 0.20 -> 0.035 over 60 rows while the score sits at 0.87-0.93 (solved: sharpening),
+    then from ~step 155 the responses explode: no entropy warning in the healthy part, the length fault named."""
+    path = shared_log("new", "verl", "verl_grpo_qwen2_7b_math_diqiu_fsdp.log")
+    s = analyze_path(str(path)).to_dict()
+    warned = [f for f in s["findings"] if f["severity"] in ("warn", "stop")]
+    assert not [f for f in warned if f["gauge"] == "entropy" and f["step"] < 155]
+    assert any(f["rule"] == "length-explosion" for f in warned)

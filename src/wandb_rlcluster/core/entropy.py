@@ -136,7 +136,10 @@ class EntropyGauge(Gauge):
         span = self.rows_seen - start
         left = self.planned_rows - start if self.planned_rows > self.rows_seen else float(start)
         climb = self.level.smooth - self.fall_level
-        if not (span <= p["fast_share"] * max(left, 1.0) and climb < p["fast_climb"]):
+        # near its ceiling a task is solved: a policy sharpens on the answers it has, however fast (as for a flat
+        # reward above `saturated_level`)
+        solved = self.level.smooth >= p["saturated_level"]
+        if not (span <= p["fast_share"] * max(left, 1.0) and climb < p["fast_climb"]) or solved:
             self.fall_verdict = ""  # a nan climb (no task score to read) is not a reason
             return ""
         self.fall_verdict = (f"it fell from {p['collapse_ratio']}x to {rel:.2f}x its start within {span} logged rows "
@@ -236,7 +239,8 @@ RULES: tuple[Rule, ...] = (
              "`saturated_level`; zero-std up), held `for`; or below `deep_ratio` while the task score's level is "
              "under `failing_level` (most completions still fail: a template, not sharpening), held `deep_for`; or a "
              "fall from `collapse_ratio` to under `deep_ratio` within `fast_share` of the run left when it began "
-             "while the task score climbed under `fast_climb` (too far, too fast for sharpening), held `for`. The "
+             "while the task score climbed under `fast_climb` and sits under `saturated_level` (too far, too fast for "
+             "sharpening), held `for`. The "
              "start is the first `baseline_rows` rows before any gap in the log (a row more than 4 logging intervals "
              "after the last: a trimmed or resumed log), and the smoothed level starts over after such a gap",
         params=("collapse_ratio", "collapse_se", "deep_ratio", "failing_level", "deep_for", "fast_share",
