@@ -167,10 +167,14 @@ def _family_tag(family: str) -> int:
     return FAMILIES.index(family)
 
 
-def _apply(path: np.ndarray, sig: float, e: np.ndarray, positive: bool, ratio: bool) -> np.ndarray:
+def _apply(path: np.ndarray, sig: float, e: np.ndarray, positive: bool, ratio: bool,
+           shift: np.ndarray | None = None) -> np.ndarray:
+    """The path with the noise ``e`` (and a change ``shift``, both in noise sigmas) laid on; a positive key's noise
+    on the log scale, clipped at 6 sigmas (a change is not clipped)."""
+    add = np.zeros_like(path) if shift is None else shift
     if positive:
-        return np.asarray(path * np.exp(sig * np.clip(e, -6.0, 6.0) - 0.5 * sig * sig))
-    out = path + sig * e
+        return np.asarray(path * np.exp(sig * (np.clip(e, -6.0, 6.0) + add) - 0.5 * sig * sig))
+    out = path + sig * (e + add)
     return np.clip(out, 0.0, 1.0) if ratio else out
 
 
@@ -182,9 +186,9 @@ def _lay_change(family: str, logged: dict[str, np.ndarray], units: dict[str, np.
     path = np.array([r[k] for r in path_rows], dtype=float)
     positive = is_positive(k, family) and bool(np.all(path > 0))
     sig = _sigma(np.array([r[k] for r in ref_rows], dtype=float), path, positive)
-    e = units[k] + change.profile(len(path))
-    logged[k] = _apply(path, sig, e, positive, is_ratio(k, family))
-    return np.asarray(e)
+    shift = change.profile(len(path))
+    logged[k] = _apply(path, sig, units[k], positive, is_ratio(k, family), shift)
+    return np.asarray(units[k] + shift)
 
 
 def _binomial(family: str, logged: dict[str, np.ndarray], batch: tuple[int, int], rng: np.random.Generator) -> None:
