@@ -15,7 +15,7 @@ import math
 import re
 from typing import Any
 
-from .analyze import Analysis, Downsampler, analyze_stream, detect_framework_of, detect_trainer, load_any
+from .analyze import Analysis, Downsampler, analyze_stream, detect_framework_of, detect_trainer, load_any, planned_steps
 from .core import DIAGNOSIS_ID, FAMILY_LABELS, GAUGE_TITLES, InstrumentCluster
 from .core.cluster import resolve_warn_sooner
 from .core.frameworks import get_profile
@@ -305,12 +305,18 @@ def build_dashboard(path: str, trainer: str | None = None, alerts: Any = None,
     # detected by the same rule as `rlcluster analyze`, so both name the same trainer.
     framework, rows = detect_framework_of(log.rows)  # verl's rows are drawn on verl's own keys
     profile = get_profile(framework)
-    family = canonical_family(trainer) if trainer else (profile.family if profile is not None else
-                                                         (detect_trainer(rows)[0] or "sft"))
+    if trainer:
+        family = canonical_family(trainer)
+    elif profile is not None:
+        family = profile.family
+    else:  # detection reads the first rows: go on with the iterator that replays them, or they would be lost
+        detected, rows = detect_trainer(rows, framework=framework)
+        family = detected or "sft"
     layout = load_layout(framework if framework in FRAMEWORK_LAYOUT else family)
     collector = SeriesCollector(layout, profile if framework in FRAMEWORK_LAYOUT else None)
     analysis = analyze_stream(rows, family, source=str(path), source_format=log.source_format,
-                              alerts=alert_config, observer=collector, warn_sooner=warn_sooner, framework=framework)
+                              max_steps=planned_steps(log), alerts=alert_config, observer=collector,
+                              warn_sooner=warn_sooner, framework=framework)
     if isinstance(log, StreamedLog):  # known once the rows are read (a printed log, a provenance wrapper)
         analysis.source_format = log.source_format
     if log.meta.get("rollouts") is not None:
