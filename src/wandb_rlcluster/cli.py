@@ -410,15 +410,9 @@ def _cmd_rules(args: argparse.Namespace) -> int:
     """The rule catalog: a table, JSON, one rule in full, or the manual's rule pages (``rules_reference.py``)."""
     from pathlib import Path
 
-    from .rules_reference import (
-        closest,
-        find_rules,
-        render_json,
-        render_rule_text,
-        render_table,
-        rule_records,
-        write_reference,
-    )
+    from .alerts import ConfigError, load_config
+    from .alerts.reference import render_alert_table
+    from .rules_reference import render_json, render_table, rule_records, write_reference
 
     if args.markdown:
         try:
@@ -429,20 +423,51 @@ def _cmd_rules(args: argparse.Namespace) -> int:
         _say(f"wrote {pages} pages in {args.markdown} and {len(written) - pages} pictures in "
              f"{Path(args.markdown) / 'img'}")
         return 0
+    try:
+        config = load_config(args.alerts)
+    except ConfigError as e:
+        return _fail(str(e))
     if args.rule:
-        found = find_rules(args.rule)
-        if not found:
-            near = closest(args.rule)
-            hint = f"; did you mean {', '.join(near)}?" if near else ""
-            return _fail(f"no rule {clean_text(args.rule, 60)!r}{hint} (every rule: rlcluster rules)")
-        if args.format == "json":
-            ids = {r.id for r in found}
-            sys.stdout.write(render_json([x for x in rule_records() if x["id"].split(":")[0] in ids]))
-        else:
-            sys.stdout.write(render_rule_text(found))
-        return 0
+        return _print_named_rule(args.rule, args.format, config)
     records = rule_records()
-    sys.stdout.write(render_json(records) if args.format == "json" else render_table(records))
+    if args.format == "json":
+        sys.stdout.write(render_json(records))
+    else:
+        sys.stdout.write(render_table(records) + "\n" + render_alert_table(config))
+    return 0
+
+
+def _print_named_rule(name: str, fmt: str, config: Any) -> int:
+    """``rlcluster rules NAME``: the gauge rule, the alert rule and the liveness alert of that name, each that exists
+    (``kl-warn`` is both a gauge rule and a shipped alert rule: both are printed)."""
+    from .alerts.reference import find_alert_rules, is_liveness, render_alert_rule_text, render_liveness_text
+    from .rules_reference import closest, find_rules, render_json, render_rule_text, rule_records
+
+    gauge_rules, alert_rules = find_rules(name), find_alert_rules(name, config)
+    if not gauge_rules and not alert_rules and not is_liveness(name):
+        near = closest(name, extra=[r.name for r in config.rules])
+        hint = f"; did you mean {', '.join(near)}?" if near else ""
+        return _fail(f"no rule {clean_text(name, 60)!r}{hint} (every rule: rlcluster rules)")
+    if fmt == "json":
+        ids = {r.id for r in gauge_rules}
+        records = [{**x, "kind": "gauge rule"} for x in rule_records() if x["id"].split(":")[0] in ids]
+        records += [{"kind": "alert rule", "name": r.name, "gauge": r.gauge, "severity": r.severity,
+                     "when": r.when.text if r.when else None, "finding": r.finding, "for": r.for_,
+                     "trainers": list(r.trainers), "title": r.title, "text": r.text} for r in alert_rules]
+        sys.stdout.write(render_json(records))
+        return 0
+    parts = []
+    if gauge_rules:
+        parts.append(("Gauge rule (raised by a gauge: a finding)", render_rule_text(gauge_rules)))
+    if alert_rules:
+        parts.append(("Alert rule (alerts.yaml: what notifies you or stops training)",
+                      render_alert_rule_text(alert_rules)))
+    if is_liveness(name):
+        parts.append(("Liveness alert", render_liveness_text(name)))
+    for heading, text in parts:
+        if len(parts) > 1:
+            sys.stdout.write(f"== {heading}\n\n")
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
     return 0
 
 
@@ -598,6 +623,8 @@ def build_parser() -> argparse.ArgumentParser:
     ru.add_argument("rule", nargs="?", help="print this rule in full (e.g. kl-warn): what it means, how it "
                     "decides, what to do, how to change or silence it, its page in the manual")
     ru.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
+    ru.add_argument("--alerts", metavar="FILE", help="also look NAME up among this file's alert rules, merged over "
+                    "the shipped alerts.yaml as the callback merges them (default: the shipped rules only)")
     ru.add_argument("--markdown", metavar="DIR", nargs="?", const="docs/rules",
                     help="write the manual's rule pages (default docs/rules: one <id>.md per rule and index.md) "
                          "and their SVG pictures (DIR/img/), instead of printing")

@@ -183,7 +183,10 @@ def _svg(panel: PanelSpec, store: SeriesStore, marks: list[tuple[str, float, str
 
 
 def _rule_link(rule: str, doc: str) -> str:
-    """The rule's name, linked to its page in the manual (what it means, what to do, how to tune it)."""
+    """The rule's name, linked to its page in the manual (what it means, what to do, how to tune it) where the
+    manual's address is set (RLCLUSTER_DOCS_URL), else with the command that prints that page as its tooltip."""
+    if "://" not in doc:
+        return f"<span class=\"rule\" title=\"{html.escape(doc, quote=True)}\">{_esc(rule)}</span>"
     return f"<a href=\"{html.escape(doc, quote=True)}\" title=\"the rule's page\">{_esc(rule)}</a>"
 
 

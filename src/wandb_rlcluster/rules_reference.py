@@ -19,7 +19,7 @@ from typing import Any
 
 from .core.catalog import ANY_GAUGE, CATALOG, INSTRUMENTS, POST, Rule
 from .core.cluster import analyze_rows
-from .core.doc_links import rule_doc_url
+from .core.doc_links import DOCS_URL_ENV, rule_doc_url
 from .svgplot import line_chart
 
 BUDGET_NONE = "-"
@@ -495,9 +495,11 @@ def render_index(fired: dict[tuple[str, str], int | None]) -> str:
         "(`doc` in `rlcluster analyze --format json`, the alerts journal, Slack and e-mail; the rule's name in the "
         "dashboard). In a terminal: `rlcluster rules` lists them, `rlcluster rules ID` prints one.",
         "",
-        "The links point at `docs/rules/<id>.md` in the project; set `RLCLUSTER_DOCS_URL` to where you serve the "
-        "built manual (e.g. `https://docs.example.org/rlcluster`, or `file:///path/to/site` after `make docs`) "
-        "and they become `<that address>/rules/<id>.html`.",
+        "A link reads `rlcluster rules <id>`, the command that prints the page in any install; set "
+        "`RLCLUSTER_DOCS_URL` to where you serve the built manual (e.g. `https://docs.example.org/rlcluster`, or "
+        "`file:///path/to/site` after `make docs`) and they become `<that address>/rules/<id>.html`. The rules "
+        "of `alerts.yaml` that turn findings into alerts have their own page: [Alert rules](alert-rules.md); "
+        "how the two kinds differ: [Gauge rules and alert rules](../rule-kinds.md).",
         "",
         "Each page quotes the line of the blog series the instruments implement (where one states the "
         f"rule), *{SERIES}* by Chris von Csefalvay ([Part I]({PART_URL['I']}), "
@@ -520,7 +522,10 @@ def render_index(fired: dict[tuple[str, str], int | None]) -> str:
 def render_pages() -> tuple[dict[str, str], dict[str, str]]:
     """The manual's rule pages (``{file name: markdown}``, index.md included) and pictures (``{file name: svg}``)."""
     fired = {r.key: first_fire(r) for r in CATALOG}
-    pages = {"index.md": render_index(fired)}
+    from .alerts import load_config
+    from .alerts.reference import render_alert_rules_page
+
+    pages = {"index.md": render_index(fired), "alert-rules.md": render_alert_rules_page(load_config())}
     for rid, rules in pages_by_id().items():
         pages[f"{rid}.md"] = render_rule_page(rid, rules, fired)
     plots = {plot_name(r): render_plot(r, fired[r.key]) for r in CATALOG}
@@ -556,8 +561,9 @@ def find_rules(name: str) -> list[Rule]:
     return [r for r in CATALOG if r.id == base]
 
 
-def closest(name: str, n: int = 3) -> list[str]:
-    ids = list(dict.fromkeys(r.id for r in CATALOG))
+def closest(name: str, n: int = 3, extra: Iterable[str] = ()) -> list[str]:
+    """Up to ``n`` rule ids (and ``extra`` names: alert rules) close to a name that matched none."""
+    ids = list(dict.fromkeys([*(r.id for r in CATALOG), *extra]))
     near = difflib.get_close_matches(name.strip().lower(), ids, n=n, cutoff=0.5)
     return near or [i for i in ids if name.strip().lower() in i][:n]
 
@@ -589,5 +595,7 @@ def render_rule_text(rules: Iterable[Rule]) -> str:
         silence = silence_yaml(r)
         if silence:
             out += ["Silence it (alerts.yaml):", *("  " + x for x in silence.splitlines()), ""]
-        out += [f"Page: {rule_doc_url(r.id)}", ""]
+        link = rule_doc_url(r.id)
+        out += [f"Page: {link}" if "://" in link else f"Page: rules/{r.id}.html in the built manual (set "
+                f"{DOCS_URL_ENV} to the manual's address and every link points there)", ""]
     return "\n".join(out).rstrip() + "\n"
