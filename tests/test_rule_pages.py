@@ -209,3 +209,15 @@ def test_every_name_an_alert_or_a_finding_prints_resolves(capsys):
         main(["rules", name])
         out = capsys.readouterr().out
         assert "== Gauge rule" in out and "== Alert rule" in out, name
+
+
+def test_in_plain_words_is_plain():
+    """A rule's "In plain words" carries no statistical terms (they stay in the line that gives the test in those
+    terms) and no garbled counts ("rules of 2 of those 2 groups")."""
+    from wandb_rlcluster.rules_reference import JARGON
+
+    for page in PAGES.glob("*.md"):
+        text = page.read_text(encoding="utf-8")
+        for section in re.findall(r"In plain words\n\n(.*?)\n\n", text, re.S):
+            assert not [t for t in JARGON if t in section], (page.name, section)
+            assert not re.search(r"\b(\d+) of those \1\b", section), (page.name, section)
