@@ -382,6 +382,19 @@ def analyze_path(path: str, trainer: str | None = None, alerts: Any = None,
     return analysis
 
 
+#: Keys only a value model (a critic) logs, in any framework's vocabulary (verl ``critic/vf_loss``, OpenRLHF
+#: ``critic_loss``, TRL PPO ``loss/value_avg``).
+CRITIC_KEY_PARTS = ("vf_loss", "vf_explained_var", "vpred", "values/mean", "value_avg", "critic_loss")
+
+
+def framework_algorithm(keys: set[str]) -> str:
+    """What a framework's run trained, for its heading: a framework log's family is only how its numbers are read
+    (per-token, as GRPO's), so a PPO run with a critic is named by the critic's keys, not "GRPO / RLOO"."""
+    if any(part in k for k in keys for part in CRITIC_KEY_PARTS):
+        return "PPO with a critic"
+    return "critic-free (GRPO, RLOO, ...)"
+
+
 def planned_steps(log: LoadedLog) -> int:
     """The run's planned length (``max_steps``) where the log says it, else 0 (the plateau rule reads it)."""
     max_steps = log.meta.get("max_steps") if isinstance(log.meta, dict) else 0
@@ -435,8 +448,9 @@ def render_text(analysis: Analysis, color: bool | None = None, stream: Any = Non
     lines = [
         f"rlcluster analyze · {c(analysis.source)}",
         (f"framework {FRAMEWORK_LABELS.get(fw, fw)} (keys read by meaning; numbers read as {fam}'s) · "
-         if fw != "trl" else "") +
-        f"trainer {FAMILY_LABELS.get(fam, fam)} · {s['rows']} rows · steps {analysis.first_step}–{analysis.last_step}"
+         f"algorithm {framework_algorithm(analysis.cluster.keys_seen)}"
+         if fw != "trl" else f"trainer {FAMILY_LABELS.get(fam, fam)}") +
+        f" · {s['rows']} rows · steps {analysis.first_step}–{analysis.last_step}"
         f" · verdict {paint(s['verdict'].upper(), s['verdict'])}",
         *([f"{s['skipped_lines']} line(s) of the log are not log rows (banners, warnings, progress bars, broken rows): "
            "skipped"] if s.get("skipped_lines") else []),
