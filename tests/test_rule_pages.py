@@ -221,3 +221,14 @@ def test_in_plain_words_is_plain():
         for section in re.findall(r"In plain words\n\n(.*?)\n\n", text, re.S):
             assert not [t for t in JARGON if t in section], (page.name, section)
             assert not re.search(r"\b(\d+) of those \1\b", section), (page.name, section)
+
+
+def test_an_alert_rule_of_the_users_own_file_resolves_with_that_file(tmp_path, capsys):
+    mine = tmp_path / "mine.yaml"
+    mine.write_text('rules:\n  - name: verbose-and-rewarded\n    gauge: reward\n    when: "kl > 0.3"\n    for: 2\n'
+                    "    severity: warn\n", encoding="utf-8")
+    assert main(["rules", "verbose-and-rewarded"]) == 2
+    assert "--alerts FILE" in capsys.readouterr().err
+    assert main(["rules", "verbose-and-rewarded", "--alerts", str(mine)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("verbose-and-rewarded  (alert rule in ") and "kl > 0.3" in out and "2 logged rows" in out

@@ -82,6 +82,11 @@ def run_demo(name: str, pathology: str, reuse: bool) -> Path:
     """`rlcluster demo` into build/docs-pictures/<name>/demo-out; returns that directory."""
     out = WORK / name / "demo-out"
     if reuse and (out / "dashboard.html").exists():
+        # the run is kept; its dashboard is drawn again by this checkout's code (as the demo draws it: from the run)
+        run = sorted((out / "wandb").glob("offline-run-*"))[-1]
+        subprocess.run([sys.executable, "-m", "wandb_rlcluster", "dashboard", str(run), "--out",
+                        str(out / "dashboard.html")], env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+                       capture_output=True, timeout=300, check=True)
         return out
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
@@ -128,7 +133,7 @@ def dashboard_pictures(out: Path, stem: str, full: bool) -> None:
     screenshot(shown, shot, COLUMN, 9000 if full else 1400)
     img = crop_to_content(Image.open(shot), background=DASHBOARD_BG, pad=0)
     # the first screen: the verdict, a status tile per gauge and the first primary RL metrics (reward, then KL)
-    save_small(img.crop((0, 0, img.width, min(img.height, 1290))), IMG / f"{stem}.png", colors=192)
+    save_small(img.crop((0, 0, img.width, min(img.height, 1420))), IMG / f"{stem}.png", colors=192)
     if full:
         save_small(img, IMG / f"{stem}-full.png", colors=96)
 

@@ -476,7 +476,8 @@ def _print_named_rule(name: str, fmt: str, config: Any) -> int:
     if not gauge_rules and not alert_rules and not is_liveness(name):
         near = closest(name, extra=[r.name for r in config.rules])
         hint = f"; did you mean {', '.join(near)}?" if near else ""
-        return _fail(f"no rule {clean_text(name, 60)!r}{hint} (every rule: rlcluster rules)")
+        return _fail(f"no rule {clean_text(name, 60)!r}{hint} (every rule: rlcluster rules; an alert rule of your own "
+                     "file: rlcluster rules NAME --alerts FILE)")
     if fmt == "json":
         ids = {r.id for r in gauge_rules}
         records = [{**x, "kind": "gauge rule"} for x in rule_records() if x["id"].split(":")[0] in ids]

@@ -202,6 +202,9 @@ def _svg(panel: PanelSpec, store: SeriesStore, marks: list[tuple[str, float, str
         d = " ".join(f"{sx(x):.1f},{sy(y, side):.1f}" for x, y in pts)
         parts.append(f'<polyline points="{d}" fill="none" stroke="{PALETTE[i % len(PALETTE)]}" stroke-width="1.6">'
                      f"<title>{_esc(k)}</title></polyline>")
+        if len(pts) == 1:  # a probe measured once: a line of one point draws nothing
+            parts.append(f'<circle cx="{sx(pts[0][0]):.1f}" cy="{sy(pts[0][1], side):.1f}" r="3" '
+                         f'fill="{PALETTE[i % len(PALETTE)]}"><title>{_esc(k)}</title></circle>')
     parts.append("</svg>")
     legend = "".join(f'<span><i style="background:{PALETTE[i % len(PALETTE)]}"></i>{_esc(k)}'
                      f'{" (right axis)" if k in right else ""}</span>' for i, (k, _) in enumerate(series))
