@@ -130,7 +130,7 @@ def dashboard_pictures(out: Path, stem: str, full: bool) -> None:
     shown = out.parent / "page.html"
     shown.write_text(page.replace(str(out.parent) + os.sep, ""), encoding="utf-8")
     shot = out.parent / "shot.png"
-    screenshot(shown, shot, COLUMN, 9000 if full else 1400)
+    screenshot(shown, shot, COLUMN, 9000 if full else 1600)
     img = crop_to_content(Image.open(shot), background=DASHBOARD_BG, pad=0)
     # the first screen: the verdict, a status tile per gauge and the first primary RL metrics (reward, then KL)
     save_small(img.crop((0, 0, img.width, min(img.height, 1420))), IMG / f"{stem}.png", colors=192)
