@@ -387,8 +387,7 @@ LOSS_RULES: tuple[Rule, ...] = (
         reads="loss vs the median of its last `shift_level` rows before the rise, in sigmas of its row-to-row changes "
               "(at least `shift_floor` of the level; not for RL surrogate losses)",
         test="Page's CUSUM for a shift of 2 x `shift_k` sigmas, each row clipped at `shift_clip` (a large jump must "
-             "hold several rows); under autocorrelated noise the sigma is the noise's own (the changes' read "
-             "/ sqrt(1 - rho)) and each z is deflated by the AR(1) inflation sqrt((1 + rho) / (1 - rho))",
+             "hold several rows); each row's z in the level's own noise (deflated for AR(1) noise)",
         params=("shift_k", "shift_clip", "shift_floor", "shift_level", "shift_arl"),
         means="the loss jumped and stays up: corrupted or mislabelled data, a new data source, a learning-rate jump",
         fix="check the data loader (the shard or source served at these steps) and the learning rate",

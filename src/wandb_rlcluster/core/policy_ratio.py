@@ -308,8 +308,8 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "policy_ratio", "clip-growing", severities=("warn",),
         reads="clip fraction trend vs its start and noise",
-        test="trend t (deflated by the noise's AR(1) inflation) above `grow_t`, up `grow_abs`, `grow_sigma` of the "
-             "noise (the changes' sigma / sqrt(1 - rho)) and `grow_ratio` x the start, held `grow_for`",
+        test="trend t (deflated for AR(1) noise) above `grow_t`, up `grow_abs`, `grow_sigma` of the level's noise "
+             "and `grow_ratio` x the start, held `grow_for`",
         params=("grow_t", "grow_abs", "grow_ratio", "grow_sigma", "grow_for"),
         means="updates getting more aggressive",
         fix="lower the learning rate before it passes the clip line",
