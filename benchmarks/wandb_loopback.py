@@ -105,7 +105,8 @@ class WandbLoopback:
         summary = dict(run.rows[-1]) if run.rows else {}
         return {"id": base64.b64encode(f"Run:{run.run_id}".encode()).decode(), "projectId": 1, "name": run.run_id,
                 "tags": run.tags, "displayName": run.display_name or run.run_id, "sweepName": None,
-                "state": run.state, "config": json.dumps({k: {"value": v, "desc": None} for k, v in run.config.items()}),
+                "state": run.state,
+                "config": json.dumps({k: {"value": v, "desc": None} for k, v in run.config.items()}),
                 "group": None, "jobType": None, "commit": None, "readOnly": False,
                 "createdAt": "2026-01-01T00:00:00", "heartbeatAt": "2026-01-01T01:00:00", "description": None,
                 "notes": None, "systemMetrics": "{}", "summaryMetrics": json.dumps(summary),
@@ -176,7 +177,7 @@ class WandbLoopback:
                 self.end_headers()
                 self.wfile.write(body)
 
-            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            def do_GET(self) -> None:
                 start = time.perf_counter()
                 m = re.fullmatch(r"/files/([^/]+)/([^/]+)/([^/]+)/history\.parquet", self.path)
                 run = server.runs.get((m.group(1), m.group(2), m.group(3))) if m else None
@@ -192,7 +193,7 @@ class WandbLoopback:
                 self._send(200, data, "application/octet-stream")
                 server.served_s += time.perf_counter() - start
 
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 start = time.perf_counter()
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 if self.path != "/graphql":  # wandb-core's telemetry and anything else: accepted, ignored

@@ -81,7 +81,9 @@ def _analyze_one_run(args: argparse.Namespace, path: str, trainer: str | None, a
     from .analyze import analyze_path, render_json, render_text
     from .sweep import use_byte_progress
 
-    bar = use_byte_progress(args.progress)  # drawn only while a large log is streamed
+    bar = use_byte_progress(args.progress)  # drawn only while a large log is streamed, or a W&B run's history read
+    if bar is not None and path.startswith("wandb:"):
+        bar.unit = "rows"
     try:
         analysis = analyze_path(path, trainer, alerts=alerts, params={"reward": {"gold": gold}} if gold else None,
                                 warn_sooner=args.warn_sooner, framework=args.framework, keys=keys, progress=bar)

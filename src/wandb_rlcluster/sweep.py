@@ -419,13 +419,14 @@ class ByteProgress(_Bar):
     def __init__(self, stream: TextIO, tty: bool) -> None:
         super().__init__(stream, tty)
         self.drawn = False
+        self.unit = "MB"  # "rows" for a run read from a tracker's server (wandb:ENTITY/PROJECT/RUN_ID)
 
     def __call__(self, done: int, total: int) -> None:
         total = max(total, 1)
         if not self._due(done, total):
             return
-        line = (f"{self._gauge(done, total)} {done / 1e6:.0f}/{total / 1e6:.0f} MB read"
-                f" · {time.monotonic() - self.start:.0f} s")
+        amount = (f"{done}/{total} rows" if self.unit == "rows" else f"{done / 1e6:.0f}/{total / 1e6:.0f} MB")
+        line = f"{self._gauge(done, total)} {amount} read · {time.monotonic() - self.start:.0f} s"
         self.stream.write("\r" + line if self.tty else line + "\n")
         self.stream.flush()
         self.drawn = True

@@ -122,7 +122,10 @@ def _api(path: str) -> Any:
     except ImportError:  # a dependency of the package: only a broken install lacks it
         raise _fail(path, "the wandb package is not installed: pip install wandb") from None
     timeout, _, _ = _settings()
-    return _retrying(path, lambda: wandb.Api(timeout=int(timeout)))
+    # the environment as it is now (wandb's settings are read once per process, at its first use)
+    overrides = {"base_url": os.environ["WANDB_BASE_URL"]} if os.environ.get("WANDB_BASE_URL") else {}
+    key = os.environ.get("WANDB_API_KEY") or None
+    return _retrying(path, lambda: wandb.Api(overrides=overrides, api_key=key, timeout=int(timeout)))
 
 
 def _config(run: Any) -> dict[str, object]:
@@ -170,7 +173,8 @@ def _rows(run: Any) -> Iterator[dict[str, object]]:
     # use_cache=False: wandb's history cache (WANDB_CACHE_DIR) is keyed by the run's path alone, so a run read while
     # it was still training would be read stale ever after
     for row in run.scan_history(page_size=PAGE_SIZE, use_cache=False):
-        yield {k: v for k, v in row.items() if not isinstance(v, dict)}  # media and tables: not metrics
+        # the export is columnar: a key a row did not log comes back as None; media and tables are not metrics
+        yield {k: v for k, v in row.items() if v is not None and not isinstance(v, dict)}
 
 
 def list_wandb_runs(rest: str, filters: Mapping[str, str]) -> list[str]:
