@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from wandb_loopback import API_KEY, ENTITY, LoopbackRun, WandbLoopback
 
 from wandb_rlcluster.analyze import analyze_path
 from wandb_rlcluster.cli import main
 
 from .source_twins import grpo_rows, same
+from wandb_loopback import API_KEY, ENTITY, LoopbackRun, WandbLoopback
 
 pytest.importorskip("pyarrow")  # the loopback server writes the history export as Parquet, as W&B's does
 
