@@ -232,3 +232,67 @@ def test_mlflow_errors_are_one_line_exit_2(mlflow_store: tuple[str, list[str], l
         return
     assert code == 2 and says in err and err.count("\n") == 1, err
 
+
+
+def test_a_foreign_empty_or_damaged_event_file(runs: tuple[Path, Path, Path, Path], tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """Not an event file, an empty one: one line and exit 2. Damaged in the middle: the rows before the damage,
+    as TensorBoard reads it."""
+    data = next(runs[0].iterdir()).read_bytes()
+    cases = {"foreign": random.Random(5).randbytes(5000), "empty": b"",
+             "damaged": data[:len(data) // 2] + bytes(b ^ 0x5A for b in data[len(data) // 2:len(data) // 2 + 64])
+             + data[len(data) // 2 + 64:]}
+    for name, content in cases.items():
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "events.out.tfevents.1.host.0.0").write_bytes(content)
+        code, out, err = _cli(["analyze", str(folder)], capsys)
+        if name == "damaged":
+            want = [json.loads(x) for x in runs[1].read_text().splitlines()]
+            from wandb_rlcluster.readers.tensorboard import read_tensorboard
+
+            got = read_tensorboard(folder).rows
+            assert code in (0, 1) and 0 < len(got) < len(want) and got[:-1] == want[:len(got) - 1]
+        else:
+            assert code == 2 and err.count("\n") == 1 and "Traceback" not in err
+            assert ("no record" if name == "foreign" else "no scalars yet") in err
+
+
+def test_watch_follows_a_summary_writer_while_it_writes(tmp_path: Path) -> None:
+    """``rlcluster watch`` started on the folder while a SummaryWriter in another thread is still writing it (one
+    flush per logged row, as transformers' callback flushes): every row, and the stop the offline analysis finds."""
+    import threading
+    import time
+
+    from torch.utils.tensorboard import SummaryWriter
+
+    from wandb_rlcluster.sidecar import watch_path
+
+    rows = grpo_rows(7)
+    folder = tmp_path / "live"
+    writer = SummaryWriter(str(folder))
+    writer.add_scalar("train/loss", rows[0]["train/loss"], rows[0]["step"])  # the file exists before watch starts
+    writer.flush()
+
+    def train() -> None:
+        for i, row in enumerate(rows):
+            for key, value in row.items():
+                if key != "step" and not (i == 0 and key == "train/loss"):
+                    writer.add_scalar(key, value, row["step"])
+            writer.flush()
+            time.sleep(0.005)
+        writer.close()
+
+    rules = tmp_path / "alerts.yaml"
+    rules.write_text(RULES)
+    thread = threading.Thread(target=train)
+    thread.start()
+    try:
+        res = watch_path(str(folder), alerts=load_config(rules), interval=0.05, idle_timeout=5, out=io.StringIO(),
+                         live=False)
+    finally:
+        thread.join()
+    twin = write_jsonl(tmp_path / "twin.jsonl", rows)
+    offline = analyze_path(str(twin), alerts=load_config(rules))
+    stops = [e.step for e in offline.alerts if e.kind == "firing" and e.severity == "stop"]
+    assert res.rows == len(rows) and res.stop_step == stops[0] and res.stopped_by == "kl/kl-stop"

@@ -86,6 +86,7 @@ class EventTail:
         self._builder = RowBuilder()
         self.size_seen = 0
         self.more = False  # every event on disk is read in one poll
+        self.events = 0  # records read, scalars or not
 
     def _files(self) -> list[Path]:
         return event_files(self.path) if self.path.is_dir() else [self.path]
@@ -101,6 +102,7 @@ class EventTail:
             if loader is None:
                 loader = self._loaders[f] = self._cls(str(f))
             for event in loader.Load():
+                self.events += 1
                 yield from _scalars(event, self._ndarray)
         self.size_seen = size
 
@@ -131,6 +133,9 @@ def read_tensorboard(path: str | os.PathLike[str]) -> LoadedLog:
     except Exception as exc:  # noqa: BLE001 - the loader's own errors (a damaged record) in one line
         raise LogReadError(f"rlcluster: cannot read {os.fspath(path)!r}: the event file is damaged "
                            f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
+    if not rows and tail.events == 0 and tail.size_seen > 0:
+        raise LogReadError(f"rlcluster: cannot read {os.fspath(path)!r}: no record in its event file(s) can be read "
+                           "(not a TensorBoard event file, or damaged at its start)")
     if not rows:
         raise LogReadError(f"rlcluster: cannot read {os.fspath(path)!r}: the event file(s) hold no scalars yet "
                            "(a SummaryWriter flushes every 120 s by default)")
