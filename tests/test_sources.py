@@ -168,14 +168,20 @@ def test_missing_extras_are_named_in_one_line(runs: tuple[Path, Path, Path, Path
 # -- MLflow -------------------------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def mlflow_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, list[str], list[Path]]:
-    """Two runs written by MLflow's own client into a file store (log_metrics by step, as transformers' callback
-    does), and their twins. The store's URI, the run ids, the twins."""
+@pytest.fixture(scope="module", params=["file", pytest.param("sqlite", marks=pytest.mark.slow)])  # ~30 s migrations
+def mlflow_store(tmp_path_factory: pytest.TempPathFactory,
+                 request: pytest.FixtureRequest) -> tuple[str, list[str], list[Path]]:
+    """Two runs written by MLflow's own client into a file store or a SQLite database (log_metrics by step, as
+    transformers' callback does), and their twins. The store's URI, the run ids, the twins."""
     mlflow = pytest.importorskip("mlflow")
     root = tmp_path_factory.mktemp("mlflow")
-    uri = (root / "mlruns").as_uri()
-    os.environ["MLFLOW_ALLOW_FILE_STORE"] = "true"
+    if request.param == "sqlite":
+        pytest.importorskip("sqlalchemy")
+        pytest.importorskip("alembic")
+        uri = f"sqlite:///{root / 'mlflow.db'}"
+    else:
+        uri = (root / "mlruns").as_uri()
+        os.environ["MLFLOW_ALLOW_FILE_STORE"] = "true"
     client = mlflow.tracking.MlflowClient(uri)
     exp = client.create_experiment("rl")
     ids, twins = [], []

@@ -88,3 +88,13 @@ def test_trackio_of_a_trl_run_equals_its_rows(trained: dict[str, Any], tmp_path:
     for d in (one, two):
         d.pop("source"), d.pop("format", None)
     assert one == two and one["rows"] >= MAX_STEPS
+
+
+def test_a_trackio_project_is_a_sweep_of_its_runs(trained: dict[str, Any]) -> None:
+    env = trained["env"]
+    cli = [sys.executable, "-m", "wandb_rlcluster.cli", "analyze", "trackio:rlcluster-test", "--format", "csv"]
+    p = subprocess.run(cli, env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.count("trackio:rlcluster-test/tiny-grpo") == 1 and ",trackio," in p.stdout
+    p = subprocess.run([*cli, "--filter", "state=finished"], env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and "--filter name=TEXT does" in p.stderr and p.stderr.count("\n") == 1

@@ -59,6 +59,10 @@ def read_trackio_run(rest: str) -> LoadedLog:
 
 def list_trackio_runs(project: str, filters: Mapping[str, str]) -> list[str]:
     """``trackio:PROJECT/RUN`` of each run of the project, oldest first (``filters``: name, a substring)."""
+    unsupported = sorted(set(filters) - {"name"})
+    if unsupported:
+        raise LogReadError(f"rlcluster: cannot list trackio:{project}: --filter {unsupported[0]}= does not apply to "
+                           "trackio runs (they keep no state or tags): --filter name=TEXT does")
     storage = _storage()
     _check_project(storage, project, project)
     name = filters.get("name") or ""
