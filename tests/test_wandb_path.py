@@ -146,6 +146,7 @@ def _closed_port() -> int:
     ("down", "cannot be reached"),
     ("rate limit", "rate-limits this API key (HTTP 429)"),
     ("bad path", "expected wandb:ENTITY/PROJECT/RUN_ID"),
+    ("no project", "has no runs this API key can see"),
 ])
 def test_what_a_user_meets_is_one_line_and_exit_2(server: WandbLoopback, case: str, says: str,
                                                   monkeypatch: pytest.MonkeyPatch,
@@ -165,6 +166,8 @@ def test_what_a_user_meets_is_one_line_and_exit_2(server: WandbLoopback, case: s
         server.rate_limited = 10**6
     elif case == "bad path":
         path = "wandb:only-an-entity/rl/x/y/z"
+    elif case == "no project":  # a project that does not exist, or is private: a sweep of nothing
+        path = f"wandb:{ENTITY}/closed"
     code, out, err = _cli(["analyze", path], capsys)
     assert code == 2 and not out
     assert err.count("\n") == 1 and says in err, err

@@ -223,8 +223,11 @@ def discover(args: Iterable[str], filters: Mapping[str, str] | None = None) -> t
                 problems.append(error_record(arg, str(e)))
                 continue
             if not listed:
-                problems.append(error_record(arg, f"{arg!r} has no runs" + (" that pass the --filter" if filters
-                                                                           else "")))
+                why = " that pass the --filter" if filters else ""
+                if arg.startswith("wandb:"):
+                    why += (" this API key can see: check ENTITY/PROJECT (from the project's URL); a private project "
+                            "needs a key of its team")
+                problems.append(error_record(arg, f"{arg!r} has no runs{why}"))
             runs.extend(x for x in listed if x not in runs)
             continue
         matches = [arg]
