@@ -154,11 +154,12 @@ def test_watch_tails_an_event_file_as_it_grows(runs: tuple[Path, Path, Path, Pat
 
 
 def test_missing_extras_are_named_in_one_line(runs: tuple[Path, Path, Path, Path]) -> None:
-    """Without the tensorboard or mlflow package: exit 2 and one line naming the extra to install."""
+    """Without the tensorboard, mlflow or trackio package: exit 2 and one line naming the extra to install."""
     block = ("import sys; sys.modules['tensorboard'] = None; sys.modules['mlflow'] = None; "
+             "sys.modules['trackio'] = None; "
              "from wandb_rlcluster.cli import main; raise SystemExit(main(sys.argv[1:]))")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
-    for arg, extra in ((str(runs[0]), "tensorboard"), ("mlflow:exp/run", "mlflow")):
+    for arg, extra in ((str(runs[0]), "tensorboard"), ("mlflow:exp/run", "mlflow"), ("trackio:proj/run", "trackio")):
         p = subprocess.run([sys.executable, "-c", block, "analyze", arg], capture_output=True, text=True, env=env,
                            timeout=120)
         assert p.returncode == 2, p.stderr
