@@ -316,8 +316,14 @@ def _is_wandb_run(path: Path) -> bool:
         return False
 
 
-def load_any(path: str) -> LoadedLog:
-    """A trainer log file, or a W&B offline run (directory or ``.wandb`` file)."""
+def load_any(path: str, progress: Callable[[int, int], None] | None = None) -> LoadedLog:
+    """A trainer log file, a W&B offline run (directory or ``.wandb`` file), or a run in another tracker
+    (``sources.py``: TensorBoard event files, ``wandb:``, ``mlflow:`` and ``trackio:`` paths)."""
+    from .sources import load_source
+
+    tracked = load_source(path, progress)
+    if tracked is not None:
+        return tracked
     p = Path(path)
     if _is_wandb_run(p):
         from .readers.wandb import WandbReadError, read_offline_run
@@ -358,8 +364,10 @@ def analyze_path(path: str, trainer: str | None = None, alerts: Any = None,
     """
     warn_sooner = resolve_warn_sooner(warn_sooner, alerts)  # a bad value says so before a large log is read
     KeyMap(merge_keys(getattr(alerts, "keys", None), keys))  # and a bad mapping
-    log: LoadedLog = load_any(path)
+    log: LoadedLog = load_any(path, progress)
     planned = planned_steps(log)
+    if trainer is None and isinstance(log.meta.get("trainer"), str):  # a tracker's run config names its trainer
+        trainer = str(log.meta["trainer"])
     for _ in range(2):
         if isinstance(log, StreamedLog):
             log.meter.hook = progress

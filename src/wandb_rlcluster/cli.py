@@ -65,6 +65,11 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     keys, problem = _parse_map(args.map)
     if problem:
         return _fail(problem)
+    filters, problem = _parse_filters(args.filter)
+    if problem:
+        return _fail(problem)
+    if args.tracking_uri:  # MLflow's client reads it from the environment (a sweep's workers too)
+        os.environ["MLFLOW_TRACKING_URI"] = args.tracking_uri
     if len(args.path) == 1 and args.format in ("text", "json") and is_single_run(args.path[0]):
         return _analyze_one_run(args, args.path[0], trainer, alerts, gold, keys)
     return _analyze_sweep(args, trainer, gold, keys)
@@ -76,7 +81,9 @@ def _analyze_one_run(args: argparse.Namespace, path: str, trainer: str | None, a
     from .analyze import analyze_path, render_json, render_text
     from .sweep import use_byte_progress
 
-    bar = use_byte_progress(args.progress)  # drawn only while a large log is streamed
+    bar = use_byte_progress(args.progress)  # drawn only while a large log is streamed, or a W&B run's history read
+    if bar is not None and path.startswith("wandb:"):
+        bar.unit = "rows"
     try:
         analysis = analyze_path(path, trainer, alerts=alerts, params={"reward": {"gold": gold}} if gold else None,
                                 warn_sooner=args.warn_sooner, framework=args.framework, keys=keys, progress=bar)
@@ -103,6 +110,22 @@ def _analyze_one_run(args: argparse.Namespace, path: str, trainer: str | None, a
     if args.fail_on and SEVERITY_RANK[verdict] >= SEVERITY_RANK[args.fail_on]:
         return EXIT_FAIL_ON
     return EXIT_OK
+
+
+FILTERS = ("state", "tag", "name")
+
+
+def _parse_filters(items: list[str] | None) -> tuple[dict[str, str], str | None]:
+    """``--filter state=finished --filter tag=baseline --filter name=grpo`` as a mapping, or a one-line problem."""
+    out: dict[str, str] = {}
+    for item in items or []:
+        field_, sep, value = item.partition("=")
+        field_ = field_.strip().lower()
+        if not sep or field_ not in FILTERS or not value.strip():
+            return {}, (f"--filter {item!r}: expected state=STATE, tag=TAG or name=TEXT (which runs of a "
+                        "wandb:/mlflow:/trackio: project to read)")
+        out[field_] = value.strip()
+    return out, None
 
 
 def _parse_map(items: list[str] | None) -> tuple[dict[str, object] | None, str | None]:
@@ -144,7 +167,7 @@ def _analyze_sweep(args: argparse.Namespace, trainer: str | None, gold: list[str
         worst_verdict,
     )
 
-    paths, problems = discover(args.path)
+    paths, problems = discover(args.path, _parse_filters(args.filter)[0])
     if not paths:
         if problems:
             return _fail(problems[0].reason)
@@ -215,7 +238,7 @@ def _cmd_watch(args: argparse.Namespace) -> int:
         result = watch_path(args.run, framework=args.framework, alerts=alerts, journal=args.journal,
                             interval=args.interval, idle_timeout=args.idle_timeout, wait=args.wait,
                             warn_sooner=args.warn_sooner, keys=keys)
-    except WandbReadError as e:
+    except (WandbReadError, LogReadError) as e:
         return _fail(str(e).splitlines()[0])
     if args.fail_on and SEVERITY_RANK[result.verdict] >= SEVERITY_RANK[args.fail_on]:
         return EXIT_FAIL_ON
@@ -535,12 +558,18 @@ def build_parser() -> argparse.ArgumentParser:
         "log, a W&B history CSV export or a W&B offline run; print the gauge table and findings. Given folders, globs "
         "or several files: every run in them, analysed in parallel and ranked worst first (a sweep).",
     )
-    a.add_argument("path", nargs="+", help="trainer_state.json, rows .json/.jsonl, stdout .log, W&B history .csv or "
-                   "W&B run; or folders / globs of them (a sweep: one row per run)")
+    a.add_argument("path", nargs="+", help="trainer_state.json, rows .json/.jsonl, stdout .log, W&B history .csv, "
+                   "W&B run, TensorBoard event file or folder, wandb:ENTITY/PROJECT/RUN_ID, mlflow:EXPERIMENT/RUN_ID, "
+                   "trackio:PROJECT/RUN; or folders / globs / projects of them (a sweep: one row per run)")
     a.add_argument("--format", choices=("text", "json", "csv", "md"), default="text",
                    help="output format (default: text); csv and md are the sweep table")
     a.add_argument("--html", metavar="FILE", help="also write the fleet page: a self-contained HTML table, one row "
                    "per run with sparklines of the gauges that fired, sortable by any column")
+    a.add_argument("--filter", metavar="FIELD=VALUE", action="append",
+                   help="which runs of a wandb:ENTITY/PROJECT, mlflow:EXPERIMENT or trackio:PROJECT to read: "
+                        "state=finished|running|crashed|failed, tag=TAG, name=TEXT (in the run's name); repeatable")
+    a.add_argument("--tracking-uri", metavar="URI",
+                   help="the MLflow tracking URI of mlflow:EXPERIMENT/RUN_ID paths (default: $MLFLOW_TRACKING_URI)")
     a.add_argument("--jobs", "-j", metavar="N", type=int, default=None,
                    help="processes for a sweep (default: the cores this process may use)")
     a.add_argument("--progress", action="store_true",
@@ -622,7 +651,8 @@ def build_parser() -> argparse.ArgumentParser:
         "journaled beside the run (rlcluster-watch-alerts.jsonl) and sent to the alert file's channels. Ends when the "
         "run finishes. It never stops the training process: it says where the callback would have.",
     )
-    w.add_argument("run", help="a run directory, its .wandb file, or a wandb directory (its newest run)")
+    w.add_argument("run", help="a run directory, its .wandb file, or a wandb directory (its newest run); or a "
+                   "TensorBoard event file or the folder holding a run's event files")
     w.add_argument("--framework", choices=FRAMEWORKS, help="whose metric names the run logs (default: detected)")
     w.add_argument("--alerts", metavar="FILE", help="alert rules (default: the shipped alerts.yaml)")
     w.add_argument("--journal", metavar="FILE", help="alerts journal (default: <run dir>/rlcluster-watch-alerts.jsonl)")
