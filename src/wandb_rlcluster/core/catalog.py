@@ -15,7 +15,7 @@ import ast
 from collections.abc import Iterator
 from pathlib import Path
 
-from . import diagnosis, entropy, fundamentals, kl, length, policy_ratio, reward, reward_signal, sanity
+from . import breaks_gauge, diagnosis, entropy, fundamentals, kl, length, policy_ratio, reward, reward_signal, sanity
 from .diagnosis import PATTERNS
 from .rule import ANY_GAUGE as ANY_GAUGE
 from .rule import INSTRUMENTS as INSTRUMENTS
@@ -32,6 +32,7 @@ CATALOG: tuple[Rule, ...] = (
     *length.RULES,
     *entropy.RULES,
     *reward_signal.RULES,
+    *breaks_gauge.RULES,  # abrupt breaks in every series: the watcher the cluster runs after the gauges
     *sanity.RULES,  # value-out-of-range, which every gauge raises on the keys it reads
     *diagnosis.RULES,
 )
