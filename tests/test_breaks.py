@@ -13,10 +13,12 @@ from wandb_rlcluster.core.streams import grpo
 
 
 def _first_break(x: np.ndarray, after: int = 0) -> tuple[int, object] | None:
+    """The first abrupt break (decided within ``ABRUPT_ROWS`` of its onset: what the watcher reports; a slow shift
+    only rebases the test's reference)."""
     test = BreakTest()
     for i, v in enumerate(x.tolist()):
         b = test.push(v)
-        if b is not None and i >= after:
+        if b is not None and b.abrupt and i >= after:
             return i, b
     return None
 

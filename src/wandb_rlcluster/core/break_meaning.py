@@ -15,13 +15,23 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Meaning:
-    """A quantity: its label, the direction of a harmful break (-1 down, +1 up, 0 either), whether it is the
-    policy's own behaviour (it moves when the weights or the sampler change) and what usually breaks it."""
+    """A quantity: its label, the direction of a harmful break (-1 down, +1 up, 0 either, 2 neither), whether it is
+    the policy's own behaviour (it moves when the weights or the sampler change) and what usually breaks it.
+
+    A break a user would act on is material, not only improbable: it moves the level by ``min_share`` of itself
+    (where the level stands clear of 0) and by ``min_abs`` in the quantity's units; a positive quantity that grows
+    by multiples (KL, the gradient norm) is tested on its logarithm (``log``), where a run's early growth is a
+    trend and a doubling is a step; ``confirm``: rows a break must hold before it warns (a gradient norm spikes for
+    a row or three and comes back)."""
 
     label: str
     harmful: int
     policy: bool
     causes: str
+    min_share: float = 0.1
+    min_abs: float = 0.0
+    log: bool = False
+    confirm: int = 1
 
 
 REWARD_CAUSES = ("a restore from other weights, a reward function or verifier change, a change of prompts or data "
@@ -32,24 +42,30 @@ MEANINGS: dict[str, Meaning] = {
     "gold": Meaning("the gold reward", -1, False, "a restore from other weights, a data change, or the policy losing "
                                                   "what it had learned"),
     "kl": Meaning("the KL to the reference", 1, True, "a learning-rate or KL-coefficient change, a restore from other "
-                                                      "weights, or a reference-model swap"),
+                                                      "weights, or a reference-model swap", min_share=1.0,
+                    min_abs=0.01, log=True),
     "entropy": Meaning("the policy entropy", 0, True, "a sampling temperature or top-p change, a restore, or a "
-                                                      "learning-rate change"),
+                                                      "learning-rate change", min_share=0.15),
     "length": Meaning("the mean completion length", 0, True, "a max-length or stop-token change, a reward that pays "
-                                                             "for length, a restore, or a prompt change"),
+                                                             "for length, a restore, or a prompt change",
+                      min_share=0.15),
     "length_spread": Meaning("the completion length spread", 0, True, "a max-length or sampler change, or a "
-                                                                      "restore"),
+                                                                      "restore", min_share=0.3),
     "clip": Meaning("the clipped share of the policy ratio", 1, True, "a learning-rate or update-count change, or a "
-                                                                     "restore"),
+                                                                     "restore", min_abs=0.05),
     "truncation": Meaning("the share of completions cut at max length", 1, True, "a lower max length, or a policy "
-                                                                                 "that started writing longer"),
+                                                                                 "that started writing longer",
+                          min_abs=0.05),
     "grad_norm": Meaning("the gradient norm", 1, True, "a learning-rate change, a data change (a bad shard), or a "
-                                                      "restore"),
-    "loss": Meaning("the loss", 1, True, "a data change, a restore from other weights, or a learning-rate change"),
+                                                      "restore", min_share=1.0, log=True, confirm=5),
+    "loss": Meaning("the loss", 1, True, "a data change, a restore from other weights, or a learning-rate change",
+                    min_share=0.2),
     "margins": Meaning("the DPO reward margin", -1, True, "a data change (swapped or relabelled pairs), a restore, "
                                                           "or a beta change"),
-    "chosen": Meaning("the chosen responses' reward", -1, True, "a data change or a restore"),
-    "rejected": Meaning("the rejected responses' reward", 1, True, "a data change (swapped pairs) or a restore"),
+    # DPO's chosen and rejected rewards drift by design (both often fall): a break in either is news, the margin and
+    # the accuracy say whether it harms
+    "chosen": Meaning("the chosen responses' reward", 2, True, "a data change or a restore"),
+    "rejected": Meaning("the rejected responses' reward", 2, True, "a data change (swapped pairs) or a restore"),
     "accuracy": Meaning("the preference accuracy", -1, True, "a data change (swapped or relabelled pairs) or a "
                                                              "restore"),
 }

@@ -63,6 +63,9 @@ KS = (0.5, 1.0, 2.0)
 EXCITED = 0.2
 """While a chart is past this share of its threshold the reference does not take new rows: a shift building up
 must not teach the reference its new level before it is decided."""
+ABRUPT_ROWS = 12
+"""A shift decided more rows than this after its onset is a slow one (a trend): the caller may leave it to the trend
+rules, and the test rebases its reference instead of starting over."""
 LEVEL_ROWS = 3
 """The level test reads the mean of the last this many rows."""
 LEVEL_MAX_RHO = 0.5
@@ -210,10 +213,10 @@ def fit_reference(values: list[float], first_row: int, pooled: list[float] | Non
     sig_x = robust_sd(r)
     if not sig_x > 0.0:
         return None
-    # the AR(1) read around the window's mean, not its line (a trend then reads as correlation, which only makes the
-    # test more careful), and never below the run's pooled reading: a window of 64 rows reads a slow wander's
-    # coefficient low, and an AR(1) read too low leaves a wander the CUSUM sums
-    num, den = _lag1(w, sum(w) / m)
+    # the AR(1) read around the window's line (a healthy trend is not correlation: read as one, it would take most of
+    # a break's later rows off its innovations), and never below the run's pooled reading: a window of 64 rows reads
+    # a slow wander's coefficient low, and an AR(1) read too low leaves a wander the CUSUM sums
+    num, den = _lag1(r, 0.0)
     rho = _rho(num, den, m)
     if pooled is not None:  # [lag-1 sum, variance sum, rows]: one standard error up while the run is young
         share = min(REFIT_EVERY / m, 1.0) if pooled[2] > 0 else 1.0  # each row counted about once
@@ -257,6 +260,11 @@ class Break:
     how: str
     before: Fit
 
+    @property
+    def abrupt(self) -> bool:
+        """Decided within ``ABRUPT_ROWS`` rows of its onset: a break, not a slow shift."""
+        return self.decided - self.onset < ABRUPT_ROWS
+
     def displaced(self, row: int, x: float) -> float:
         """How far ``x`` (at ``row``) sits from the old level, as a share of the break's size (1: the break holds
         in full, 0: back where it was)."""
@@ -294,8 +302,11 @@ class BreakTest:
         self.n += 1
         out = self._test(x) if self.fit is not None else None
         self.prev_x = x
-        if out is not None:
+        if out is not None and out.abrupt:
             self._restart(out.onset)
+        elif out is not None:  # a slow shift (a trend the reference's slope missed): rebased, not restarted
+            self.lag.append(x)
+            self._rebase()
         else:
             self.lag.append(x)
             self._settle()
@@ -417,6 +428,17 @@ class BreakTest:
         first_row = self.n - len(self.lag) - len(self.ref) + 1
         self.fit = fit_reference(self.ref, first_row, self.pooled)
         self.since_fit = 0
+
+    def _rebase(self) -> None:
+        """After a slow shift: the reference takes the most recent rows at once and the test goes on (a reference
+        that straddles the shift reads a wider noise for a while: more careful, never blind)."""
+        self.ref = (self.ref + self.lag)[-REF_ROWS:]
+        self.lag = []
+        self.jump = []
+        self.score = 0.0
+        for j in range(len(KS)):
+            self.up[j] = self.down[j] = 0.0
+        self._refit()
 
     def _restart(self, onset: int) -> None:
         """After a break: the rows from its onset on are the new normal, read from scratch."""

@@ -12,10 +12,11 @@ warns (``abrupt-break``); one in the other is news only (``abrupt-shift``), and 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
-from .break_meaning import MEANINGS, SERIES_KEYS, cause_text
+from .break_meaning import MEANINGS, SERIES_KEYS, Meaning, cause_text
 from .breaks import BREAK_ARL, HOLD_SHARE, MAX_DELAY, Break, BreakTest, fit_from
 from .gauge import Gauge, finite
 from .keys import Row, is_reward_function_key
@@ -26,6 +27,8 @@ from .streams import grpo
 BREAKS_ID = "breaks"
 SPLIT_ROWS = 32
 """Rows of paired proxy and gold changes read for their coupling before a break."""
+SPLIT_AT_ONCE = 8
+"""A split is a break decided within this many rows of its onset (a slow drift apart is the gold rules' business)."""
 MOVED_SIGMAS = 3.0
 """Another series moved with a break when its rows since the onset sit this many of its sigmas from where it was."""
 
@@ -44,7 +47,7 @@ class BreakWatcher(Gauge):
         self.tests: dict[str, BreakTest] = {}
         self.kinds: dict[str, str] = {}
         self.steps: dict[str, list[int]] = {}
-        #: series -> [harmful, key, break, rows followed, still on]: a decided break, followed while it holds
+        #: series -> [harmful, key, break, rows followed, still on, message]: a break followed while it holds
         self.open: dict[str, list[Any]] = {}
         self.gold_keys = tuple(f"rewards/{g}/mean" for g in self.p["gold"])
         self.pairs: list[list[float]] = []  # (proxy change, gold change) per row both were logged
@@ -90,8 +93,11 @@ class BreakWatcher(Gauge):
             x = v.get(key)
             if x is not None and name not in seen and finite(x):
                 seen.add(name)
-                out.append((name, key, x))
                 self.kinds[name] = kind
+                if not MEANINGS[kind].log:
+                    out.append((name, key, x))
+                elif x > 0:  # a multiplicative quantity on its logarithm (a 0 or a negative estimate is skipped)
+                    out.append((name, key, math.log(x)))
         gold = [v[k] for k in self.gold_keys if k in v and finite(v[k])]
         if gold:
             out.append(("gold", self.gold_keys[0], sum(gold) / len(gold)))
@@ -113,25 +119,42 @@ class BreakWatcher(Gauge):
     def _report(self, name: str, key: str, x: float, b: Break, names: set[str]) -> None:
         kind = self.kinds[name]
         meaning = MEANINGS[kind]
-        harmful = meaning.harmful == 0 or b.sign == meaning.harmful
+        before, after = self._levels(name, b)
+        if not b.abrupt or not self._material(meaning, b, before, after):
+            return  # a slow shift is the trend rules' business; a tiny one nobody acts on
         self.count += 1
-        text = self._message(name, key, b, names)
-        if harmful or kind != "reward":
-            self.open[name] = [harmful, key, b, 0, True]
-        if harmful:
-            self.check(f"abrupt-break:{name}", True, "warn", key, x,
-                       lambda: text + " " + self.fix("abrupt-break", sentence=True), clear=self.p["clear"])
-        elif kind != "reward":  # a reward jumping up is reward-shift-up's news
-            self.check(f"abrupt-shift:{name}", True, "info", key, x, text, clear=self.p["clear"])
+        harmful = meaning.harmful == 0 or b.sign == meaning.harmful
+        text = self._message(name, key, b, names, before, after)
+        if harmful or kind != "reward":  # a reward jumping up is reward-shift-up's news
+            self.open[name] = [harmful, key, b, 0, True, text]
+            self._advance(name, True, self._raw(name, x))
         if kind in ("reward", "gold") and self.gold_keys:
             self._split(name, key, x, b, names)
+
+    def _raw(self, name: str, x: float) -> float:
+        return math.exp(x) if MEANINGS[self.kinds[name]].log else x
+
+    def _levels(self, name: str, b: Break) -> tuple[float, float]:
+        """The series' level before the break and after it, in its own units."""
+        level = b.before.expect(b.onset)
+        return self._raw(name, level), self._raw(name, level + b.size)
+
+    @staticmethod
+    def _material(meaning: Meaning, b: Break, before: float, after: float) -> bool:
+        """A break a user would act on: ``min_share`` of its level (judged where the level stands clear of 0: two
+        sigmas of the rows; a multiplicative quantity's by its ratio) and ``min_abs`` in its units."""
+        change = abs(after - before)
+        if meaning.log:  # a multiplicative quantity: a halving is as large as a doubling
+            return change >= meaning.min_abs and max(after / before, before / after) - 1.0 >= meaning.min_share
+        clear_of_zero = abs(before) >= 2.0 * b.before.sig_x
+        return change >= meaning.min_abs and (not clear_of_zero or change >= meaning.min_share * abs(before))
 
     def _onset_step(self, name: str, b: Break) -> int:
         steps = self.steps[name]
         back = b.decided - b.onset + 1
         return steps[-back] if back <= len(steps) else steps[0]
 
-    def _message(self, name: str, key: str, b: Break, names: set[str]) -> str:
+    def _message(self, name: str, key: str, b: Break, names: set[str], before: float, after: float) -> str:
         meaning = MEANINGS[self.kinds[name]]
         rows = b.decided - b.onset + 1
         moved, quiet = [], []
@@ -143,10 +166,10 @@ class BreakWatcher(Gauge):
                 moved.append(other)
             elif d == d:
                 quiet.append(other)
-        before = b.before.expect(b.onset)
-        share = f"{b.share:+.0%}, " if b.share == b.share else ""
+        share = f"{after / before - 1.0:+.0%}, " if abs(before) > 0 else ""
+        scale = " of its logarithm" if meaning.log else ""
         return (f"{meaning.label} ({key}) broke {'down' if b.sign < 0 else 'up'} at step {self._onset_step(name, b)}: "
-                f"from {before:.4g} to {before + b.size:.4g} ({share}{b.sigmas:+.1f} sigma of its own noise), and "
+                f"from {before:.4g} to {after:.4g} ({share}{b.sigmas:+.1f} sigma of its own noise{scale}), and "
                 f"held the {rows} rows since. {cause_text(meaning, b.sign, moved, quiet).capitalize()}.")
 
     def _follow(self, series: list[tuple[str, str, float]], names: set[str]) -> None:
@@ -156,16 +179,23 @@ class BreakWatcher(Gauge):
             o = self.open.get(name)
             if o is None or name in names:
                 continue
-            harmful, key, b, rows, on = o
-            o[3] = rows = rows + 1
-            test = self.tests[name]
-            on = o[4] = on and b.displaced(test.n, x) >= HOLD_SHARE and rows < self.p["watch_rows"]
-            if harmful:
-                firing = self.check(f"abrupt-break:{name}", on, "warn", key, x, "", clear=self.p["clear"])
-            else:
-                firing = self.check(f"abrupt-shift:{name}", on, "info", key, x, "", clear=self.p["clear"])
-            if not (on or firing):
+            b = o[2]
+            o[3] += 1
+            o[4] = o[4] and b.displaced(self.tests[name].n, x) >= HOLD_SHARE and o[3] < self.p["watch_rows"]
+            if not (self._advance(name, o[4], self._raw(name, x)) or o[4]):
                 del self.open[name]
+
+    def _advance(self, name: str, on: bool, x: float) -> bool:
+        """The break's rule on this row (``on``: it holds); a quantity that spikes for a row or three and comes
+        back warns only once its break held ``confirm`` rows. Returns firing."""
+        harmful, key, _b, _rows, _on, text = self.open[name]
+        meaning = MEANINGS[self.kinds[name]]
+        clear = self.p["clear"]
+        if harmful:
+            return self.check(f"abrupt-break:{name}", on, "warn", key, x,
+                              lambda: text + " " + self.fix("abrupt-break", sentence=True), for_=meaning.confirm,
+                              clear=clear, long_hold=False)
+        return self.check(f"abrupt-shift:{name}", on, "info", key, x, text, clear=clear)
 
     # -- proxy and gold --
     def _pair(self, v: Mapping[str, float]) -> None:
@@ -181,12 +211,15 @@ class BreakWatcher(Gauge):
         self.last_pair = [proxy, g]
 
     def _split(self, name: str, key: str, x: float, b: Break, names: set[str]) -> None:
-        """The proxy (or the gold) broke while the other, which moved with it row by row before, held."""
+        """The proxy (or the gold) broke at once while the other, which moved with it row by row before, held (a gold
+        rising alone is the task being learned, not a split)."""
         other = "gold" if name == "reward" else "reward"
         test = self.tests.get(other)
         rows = b.decided - b.onset + 1
         before = self.pairs[:-rows][-SPLIT_ROWS:]
-        if test is None or other in names or len(before) < SPLIT_ROWS // 2:
+        if name == "gold" and b.sign > 0:
+            return  # the gold rising past a proxy that holds is the task being learned
+        if test is None or other in names or len(before) < SPLIT_ROWS // 2 or rows > SPLIT_AT_ONCE:
             return
         corr = RollingCorrelation(len(before))
         for a, c in before:
@@ -205,7 +238,7 @@ class BreakWatcher(Gauge):
     def state_dict(self) -> dict[str, Any]:
         out = super().state_dict()
         out["tests"] = {k: t.state_dict() for k, t in self.tests.items()}
-        out["open"] = {k: [o[0], o[1], _break_list(o[2]), o[3], o[4]] for k, o in self.open.items()}
+        out["open"] = {k: [o[0], o[1], _break_list(o[2]), o[3], o[4], o[5]] for k, o in self.open.items()}
         return out
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -214,7 +247,7 @@ class BreakWatcher(Gauge):
         for k, s in state.get("tests", {}).items():
             t = self.tests[k] = BreakTest(float(self.p["arl"]))
             t.load_state_dict(s)
-        self.open = {k: [bool(o[0]), str(o[1]), _break_from(o[2]), int(o[3]), bool(o[4])]
+        self.open = {k: [bool(o[0]), str(o[1]), _break_from(o[2]), int(o[3]), bool(o[4]), str(o[5])]
                      for k, o in state.get("open", {}).items()}
 
 
