@@ -301,8 +301,10 @@ RULES: tuple[Rule, ...] = (
               "reward function change or a data change",
         fix="read what changed at that step (a checkpoint restore, a config or sampler change, the reward "
             "function, the data) and compare samples from before and after it",
-        origin="issue #47: abrupt changes a person sees at once were warned 35 rows late or never; budgeted (one "
-               "false break per 200,000 healthy rows per series), measured in benchmarks/breaks/calibrate.py",
+        origin="abrupt changes a person sees at once (a reward halving in one logged step) were warned 35 rows late "
+               "or never by rules held k rows; this one is budgeted (one false break per 200,000 healthy rows per "
+               "series), measured under AR(1), t(3)-outlier, binomial and band-limited noise by "
+               "benchmarks/breaks/calibrate.py",
         per_function=True, budgeted=True, budget_param="arl",
         example=Example("grpo", _dropped, grpo, 200, 100, 103, "reward"),
     ),
