@@ -45,7 +45,7 @@ MEANINGS: dict[str, Meaning] = {
                                                       "weights, or a reference-model swap", min_share=1.0,
                     min_abs=0.01, log=True),
     "entropy": Meaning("the policy entropy", 0, True, "a sampling temperature or top-p change, a restore, or a "
-                                                      "learning-rate change", min_share=0.15),
+                                                      "learning-rate change", min_share=0.3),
     "length": Meaning("the mean completion length", 0, True, "a max-length or stop-token change, a reward that pays "
                                                              "for length, a restore, or a prompt change",
                       min_share=0.15),
