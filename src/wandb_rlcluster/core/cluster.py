@@ -11,29 +11,27 @@ import numbers
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from .attention_entropy import AttentionEntropyGauge
 from .breaks_gauge import BREAKS_ID, BreakWatcher
+from .convergence import ConvergenceGauge
 from .diagnosis import DIAGNOSIS_ID, Diagnoser, publish
+from .efficiency import EfficiencyGauge
 from .entropy import EntropyGauge
 from .findings import SEVERITY_RANK, STATUSES, Finding
 from .frameworks import get_profile, profile_params
-from .fundamentals import (
-    AttentionEntropyGauge,
-    ConvergenceGauge,
-    EfficiencyGauge,
-    GradientGauge,
-    LearningRateGauge,
-    LoraGauge,
-    LossGauge,
-    SamplesGauge,
-)
 from .gauge import Gauge, check_param
+from .gradients import GradientGauge
 from .keymap import GOLD_ROLE, ROLES, KeyMap, readers, suggest_map
 from .keys import FAMILIES, Normalizer, Row, canonical_family, detect_family
 from .kl import KLGauge
+from .learning_rate import LearningRateGauge
 from .length import LengthGauge
+from .lora import LoraGauge
+from .loss import LossGauge
 from .policy_ratio import PolicyRatioGauge
 from .reward import RewardGauge
 from .reward_signal import RewardSignalGauge
+from .samples import SamplesGauge
 from .text import clean_text, did_you_mean
 
 GAUGE_CLASSES: tuple[type[Gauge], ...] = (
