@@ -63,6 +63,8 @@ KS = (0.5, 1.0, 2.0)
 EXCITED = 0.2
 """While a chart is past this share of its threshold the reference does not take new rows: a shift building up
 must not teach the reference its new level before it is decided."""
+RECENT_ROWS = 16
+"""Where the series last stood: the median of the reference's last this many rows."""
 ABRUPT_ROWS = 12
 """A shift decided more rows than this after its onset is a slow one (a trend): the caller may leave it to the trend
 rules, and the test rebases its reference instead of starting over."""
@@ -255,11 +257,16 @@ class Break:
     share: float
     how: str
     before: Fit
+    #: the shift from the reference's last rows, without its slope (in the series' units)
+    flat: float = math.nan
 
     @property
     def abrupt(self) -> bool:
-        """Decided within ``ABRUPT_ROWS`` rows of its onset: a break, not a slow shift."""
-        return self.decided - self.onset < ABRUPT_ROWS
+        """Decided within ``ABRUPT_ROWS`` rows of its onset, and a step from where the series last stood, not only
+        from where its slope would have taken it (a rise that levels off falls below its own extrapolation): a
+        break, not a slow shift."""
+        step = self.flat != self.flat or self.sign * self.flat >= HOLD_SHARE * abs(self.size)
+        return self.decided - self.onset < ABRUPT_ROWS and step
 
     def displaced(self, row: int, x: float) -> float:
         """How far ``x`` (at ``row``) sits from the old level, as a share of the break's size (1: the break holds
@@ -369,7 +376,8 @@ class BreakTest:
         size = sum(v - fit.expect(onset + i) for i, v in enumerate(rows)) / len(rows)
         level = fit.expect(onset)
         share = size / abs(level) if abs(level) > SCALE_FLOOR else math.nan
-        return Break(onset, self.n, sign, size, size / fit.sig_x, share, how, fit)
+        flat = sum(rows) / len(rows) - median(self.ref[-RECENT_ROWS:]) if self.ref else math.nan
+        return Break(onset, self.n, sign, size, size / fit.sig_x, share, how, fit, flat)
 
     def displacement(self, rows: int) -> float:
         """The mean of the last ``rows`` rows (this one included) from the reference, in sigmas of the rows: how far

@@ -254,11 +254,12 @@ class BreakWatcher(Gauge):
 def _break_list(b: Break) -> list[Any]:
     f = b.before
     return [b.onset, b.decided, b.sign, b.size, b.sigmas, b.share, b.how,
-            [f.level, f.slope, f.at, f.rho, f.sig_u, f.sig_x, f.rows, f.se_level, f.se_slope, f.sum_infl]]
+            [f.level, f.slope, f.at, f.rho, f.sig_u, f.sig_x, f.rows, f.se_level, f.se_slope, f.sum_infl], b.flat]
 
 
 def _break_from(v: list[Any]) -> Break:
-    return Break(int(v[0]), int(v[1]), int(v[2]), float(v[3]), float(v[4]), float(v[5]), str(v[6]), fit_from(v[7]))
+    return Break(int(v[0]), int(v[1]), int(v[2]), float(v[3]), float(v[4]), float(v[5]), str(v[6]), fit_from(v[7]),
+                 float(v[8]) if len(v) > 8 else math.nan)
 
 
 # -- the rules --
