@@ -14,9 +14,9 @@ change in a single series, with a false-alarm budget that holds under the noises
 * **Test**: a bank of two-sided CUSUMs (a GLR for a shift of unknown size, discretised) on the innovations in units
   of their own scale, each clipped at ``CLIP``: one row, however far out, adds at most ``CLIP - k`` and no chart's
   threshold can be crossed by one row; a shift that holds crosses in two or three. Beside it a *jump that holds*:
-  an innovation past ``jump_z`` (the budget's normal quantile) is a break when the next row stays at least half the
-  jump away from the old level (an outlier returns; a break stays): under strongly autocorrelated noise the first
-  row carries most of a break's evidence, and this reads it in one row more instead of many.
+  an innovation past ``jump_z`` (the budget's normal quantile) is a break when the next two rows stay at least half
+  the jump away from the old level (an outlier returns; a break stays): under strongly autocorrelated noise the first
+  row carries most of a break's evidence, and this reads it in two rows more instead of many.
 * **Budget**: ``arl`` healthy rows per false alarm per series (two-sided), half to the bank (each of its one-sided
   charts held to ``2 * arl * charts`` by Siegmund's approximation: Bonferroni, so the bank's own is longer) and half
   to the jump (its two-sided normal tail 1 / (2 arl)). A test of the last three rows' mean level was tried and
@@ -43,7 +43,7 @@ BREAK_ARL = 200_000.0
 logs 12 series sees one false break in about 17 such runs (and a warn only where the direction is a harmful one)."""
 REF_ROWS = 64
 """The reference window (rows)."""
-MIN_REF = 48
+MIN_REF = 64
 """Rows the reference needs before the series is tested (at the start, and after a break)."""
 DELAY = 8
 """Rows the reference is kept behind the present."""
@@ -54,10 +54,9 @@ REFIT_EVERY = 8
 CLIP = 3.5
 """Each innovation counts at most this many of its sigmas in the bank: with the budget's thresholds, no chart is
 crossed by one or two rows (a pair of outliers is not a break), a shift that holds three rows crosses."""
-JUMP_BIG = 10.0
-"""A jump this many innovation sigmas out is decided when the next row holds (two rows); a smaller one past the
-budget's quantile when the next two do (three rows): two outliers in a row happen in a heavy-tailed noise, at this
-size hardly ever."""
+JUMP_ROWS = 2
+"""A jump is decided when this many rows after it hold (three rows in all): two outliers in a row happen in a
+heavy-tailed noise, and a small group's success rate dips two rows in a row now and then."""
 KS = (0.5, 1.0, 2.0)
 """The bank's reference values: halves of the innovation shifts (1, 2 and 4 sigmas) each chart is tuned for."""
 EXCITED = 0.2
@@ -327,7 +326,7 @@ class BreakTest:
         # innovation of the other sign, and sits where the series always was)
         if (found is None and not self.jump and abs(z) >= self.jump_z + slack and r * z > 0
                 and abs(r) >= self.jump_z * fit.sig_u):
-            self.jump = [float(n), 1.0 if z > 0 else -1.0, r, 1.0 if abs(z) >= JUMP_BIG + slack else 2.0]
+            self.jump = [float(n), 1.0 if z > 0 else -1.0, r, float(JUMP_ROWS)]
         zc = min(max(z, -CLIP), CLIP) / fit.sum_infl
         best, onset, sign = 0.0, 0, 0
         for j, k0 in enumerate(KS):
