@@ -156,6 +156,12 @@ def _line(values: list[float], w: list[float]) -> tuple[float, float]:
     return mean, sum((i - c) * (v - mean) for i, v in enumerate(w)) / sxx
 
 
+def _sd(values: list[float]) -> float:
+    n = len(values)
+    mean = sum(values) / n
+    return math.sqrt(sum((v - mean) ** 2 for v in values) / max(n - 1, 1))
+
+
 def _lag1(w: list[float], mean: float) -> tuple[float, float]:
     """The lag-1 autocovariance sum and the variance sum of ``w`` around ``mean``."""
     d = [v - mean for v in w]
@@ -229,6 +235,10 @@ def fit_reference(values: list[float], first_row: int, pooled: list[float] | Non
     raw = [v - level - slope * (i - c) for i, v in enumerate(values)]  # outliers in: the robust scale reads past them
     u = [b - rho * a for a, b in zip(raw, raw[1:], strict=False)]
     sig_u = robust_sd(u)
+    if all(0.0 <= v <= 1.0 for v in values):
+        # a rate or a score in [0, 1] near its floor or ceiling: most rows equal, a few prompts' dips the whole of
+        # its noise; a robust scale reads them away, the plain one keeps them
+        sig_x, sig_u = max(sig_x, _sd(raw)), max(sig_u, _sd(u))
     if not sig_u > 0.0:
         return None
     # what the AR(1) left in the innovations (a slow wander a window cannot see whole, a band-limited noise): a
