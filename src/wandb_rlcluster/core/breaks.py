@@ -44,7 +44,10 @@ logs 12 series sees one false break in about 17 such runs (and a warn only where
 REF_ROWS = 64
 """The reference window (rows)."""
 MIN_REF = 64
-"""Rows the reference needs before the series is tested (at the start, and after a break)."""
+"""Rows the reference needs before the series is tested (at the start, and after a break); a run planned for fewer
+than ``SHORT_RUN_ROWS`` rows uses ``SHORT_MIN_REF``."""
+SHORT_MIN_REF = 12
+SHORT_DELAY = 4
 DELAY = 8
 """Rows the reference is kept behind the present."""
 MAX_DELAY = 48
@@ -286,11 +289,13 @@ class Break:
 class BreakTest:
     """The test on one series (see the module's docstring); ``push`` returns a ``Break`` on the row it is decided."""
 
-    __slots__ = ("arl", "hs", "jump_z", "ref", "lag", "n", "fit", "since_fit", "prev_x", "up", "down",
-                 "up_at", "down_at", "jump", "score", "pooled")
+    __slots__ = ("arl", "min_ref", "delay", "hs", "jump_z", "ref", "lag", "n", "fit", "since_fit", "prev_x", "up",
+                 "down", "up_at", "down_at", "jump", "score", "pooled")
 
-    def __init__(self, arl: float = BREAK_ARL) -> None:
+    def __init__(self, arl: float = BREAK_ARL, min_ref: int = MIN_REF, delay: int = DELAY) -> None:
         self.arl = float(arl)
+        self.min_ref = max(8, int(min_ref))  # a short run's: it must be tested before its middle
+        self.delay = max(2, int(delay))
         charts = 2 * len(KS)
         self.hs = [cusum_threshold(2.0 * self.arl * charts, k) for k in KS]
         self.jump_z = jump_threshold(self.arl)
@@ -404,7 +409,7 @@ class BreakTest:
         full), and refit every ``REFIT_EVERY`` rows."""
         excited = self.score > EXCITED or bool(self.jump)
         moved = 0
-        while len(self.lag) > MAX_DELAY or (len(self.lag) > DELAY and not excited):
+        while len(self.lag) > MAX_DELAY or (len(self.lag) > self.delay and not excited):
             self.ref.append(self.lag.pop(0))
             moved += 1
         if not moved:
@@ -412,7 +417,7 @@ class BreakTest:
         if len(self.ref) > REF_ROWS:
             del self.ref[:len(self.ref) - REF_ROWS]
         self.since_fit += moved
-        if len(self.ref) >= MIN_REF and (self.fit is None or self.since_fit >= REFIT_EVERY):
+        if len(self.ref) >= self.min_ref and (self.fit is None or self.since_fit >= REFIT_EVERY):
             self._refit()
 
     def _refit(self) -> None:

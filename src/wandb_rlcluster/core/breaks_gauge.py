@@ -17,7 +17,18 @@ from collections.abc import Mapping
 from typing import Any
 
 from .break_meaning import MEANINGS, SERIES_KEYS, Meaning, cause_text
-from .breaks import BREAK_ARL, HOLD_SHARE, MAX_DELAY, Break, BreakTest, fit_from
+from .breaks import (
+    BREAK_ARL,
+    DELAY,
+    HOLD_SHARE,
+    MAX_DELAY,
+    MIN_REF,
+    SHORT_DELAY,
+    SHORT_MIN_REF,
+    Break,
+    BreakTest,
+    fit_from,
+)
 from .gauge import Gauge, finite
 from .keys import Row, is_reward_function_key
 from .rule import Example, Rule
@@ -54,7 +65,13 @@ class BreakWatcher(Gauge):
         self.last_pair: list[float] = []
         self.split_on = False
         self.count = 0
+        self.min_ref, self.delay = MIN_REF, DELAY
 
+    def plan_short(self) -> None:
+        """A run planned for under ``SHORT_RUN_ROWS`` rows (a short fine-tune, a fault benchmark's 60 steps): its
+        series are read from a 12-row reference 4 rows behind, so that a break in its first half is tested at all
+        (the reference's small-sample terms widen its thresholds meanwhile)."""
+        self.min_ref, self.delay = SHORT_MIN_REF, SHORT_DELAY
     # -- the row --
     def observe(self, row: Row) -> None:
         if row.kind != "train":
@@ -66,7 +83,7 @@ class BreakWatcher(Gauge):
             if test is None:
                 if len(self.tests) >= self.p["max_series"]:
                     continue
-                test = self.tests[name] = BreakTest(float(self.p["arl"]))
+                test = self.tests[name] = BreakTest(float(self.p["arl"]), self.min_ref, self.delay)
             steps = self.steps.setdefault(name, [])
             steps.append(self.step)
             if len(steps) > MAX_DELAY + 2:
@@ -245,7 +262,7 @@ class BreakWatcher(Gauge):
         super().load_state_dict({k: v for k, v in state.items() if k not in ("tests", "open")})
         self.tests = {}
         for k, s in state.get("tests", {}).items():
-            t = self.tests[k] = BreakTest(float(self.p["arl"]))
+            t = self.tests[k] = BreakTest(float(self.p["arl"]), self.min_ref, self.delay)
             t.load_state_dict(s)
         self.open = {k: [bool(o[0]), str(o[1]), _break_from(o[2]), int(o[3]), bool(o[4]), str(o[5])]
                      for k, o in state.get("open", {}).items()}
