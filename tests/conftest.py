@@ -88,7 +88,7 @@ def verl_ppo_log() -> Path:
 SHARED_RUN_MODULES = frozenset({
     "test_gold_trl", "test_hardening_runs", "test_rollouts_trl", "test_sft_epoch_staircase", "test_wandb_thinning",
     "test_watch", "test_sidecar", "test_verl_layout", "test_wandb_offline", "test_detection_slice",
-    "test_gauge_outputs", "test_sweep",
+    "test_gauge_outputs", "test_sweep", "test_sources", "test_sources_trl",
 })
 # test_callback_trl's session-shared runs (metrics_run, ppo_rows_run), read by tests in several modules: one group per
 # run rather than per module, so the many different runs still spread over the workers. Keyed by the test's file and

@@ -221,6 +221,36 @@ class Sidecar:
         self.out.flush()
 
 
+class TensorBoardSidecar(Sidecar):
+    """Follows a TensorBoard run (an event file, or the folder of its event files) as it is written: the same
+    gauges, rules, journal and channels, the rows rebuilt as ``readers/tensorboard.py`` reads them. An event file has
+    no end record: the sidecar ends after ``idle_timeout`` seconds without a new byte."""
+
+    def __init__(self, path: Path, monitor: Pipeline, **kwargs: Any) -> None:
+        from .readers.tensorboard import EventTail
+
+        super().__init__(path, monitor, **kwargs)
+        self.tail = EventTail(path)
+        self.reader = self.tail  # type: ignore[assignment]  # size_seen and more, as the .wandb tail has them
+        self.result.run_dir = str(path)
+        self._size = -1
+
+    def step(self) -> int:
+        rows = self.tail.poll()
+        if self.tail.size_seen == self._size:  # nothing new on disk: the open row is whole (a writer flushes calls)
+            rows += self.tail.flush()
+        self._size = self.tail.size_seen
+        for row in rows:
+            self._feed(row)
+        self._progress(force=False)
+        return len(rows)
+
+    def close(self) -> None:
+        for row in self.tail.flush():
+            self._feed(row)
+        super().close()
+
+
 def locate_run_file(path: str | os.PathLike[str], wait: float = 0.0, clock: Callable[[], float] = time.monotonic,
                     sleep: Callable[[float], None] = time.sleep, newer_than: float = 0.0) -> Path:
     """The ``run-<id>.wandb`` of a run directory, a ``.wandb`` file, or the newest run under a ``wandb`` directory
@@ -266,6 +296,15 @@ def watch_path(path: str, *, framework: str | None = None, alerts: Any = None, j
                        warn_sooner=warn_sooner, journal=None,  # the journal goes beside the run, once it is found
                        keys=keys)
     p = Path(path)
+    from .readers.tensorboard import is_tensorboard_run
+
+    if is_tensorboard_run(p):
+        if monitor.notifier is not None:
+            monitor.notifier.journal = Path(journal) if journal else (
+                p if p.is_dir() else p.parent) / "rlcluster-watch-alerts.jsonl"
+        if monitor.engine is not None:
+            monitor.engine.fields["run_name"] = p.name
+        return TensorBoardSidecar(p, monitor, interval=interval, idle_timeout=idle_timeout, out=out, live=live).run()
     # started before the run it waits for: an older run in the same wandb directory is not it (a live run's file
     # is written at least every flush interval, 15 s by default)
     fresh = time.time() - 60 if wait > 0 and p.is_dir() and run_file_in(p) is None else 0.0

@@ -178,23 +178,33 @@ def is_single_run(arg: str) -> bool:
     """True when ``arg`` names one run as ``rlcluster analyze FILE`` has always read it: a file (or anything that
     is not a folder, so a missing path keeps its one-line error) or a W&B run folder."""
     from .analyze import _is_wandb_run
+    from .readers.tensorboard import is_tensorboard_run
+    from .sources import is_collection, scheme_of
 
+    if scheme_of(arg) is not None:  # wandb:E/P/RUN is one run, wandb:E/P a project of them
+        return not is_collection(arg)
     p = Path(arg)
     try:
         if not p.is_dir():
             return not (GLOB_CHARS & set(arg)) or p.exists()
     except OSError:
         return True
-    return _is_wandb_run(p)
+    return _is_wandb_run(p) or is_tensorboard_run(p)
 
 
-def discover(args: Iterable[str]) -> tuple[list[str], list[RunRecord]]:
+def discover(args: Iterable[str], filters: Mapping[str, str] | None = None) -> tuple[list[str], list[RunRecord]]:
     """(run paths, error rows) for folders, globs and files: every log under a folder, one per run.
 
-    A W&B run folder is one run; a folder holding ``trainer_state.json`` is one run (its checkpoints are the
-    same run, earlier), else its latest ``checkpoint-N/trainer_state.json`` is; other files count by suffix
-    unless they are model or tokenizer files. A folder that cannot be listed is an error row.
+    A W&B run folder is one run, and so is a folder holding TensorBoard event files; a folder holding
+    ``trainer_state.json`` is one run (its checkpoints are the same run, earlier), else its latest
+    ``checkpoint-N/trainer_state.json`` is; other files count by suffix unless they are model or tokenizer files.
+    A tracker's project (``wandb:ENTITY/PROJECT``, ``mlflow:EXPERIMENT``, ``trackio:PROJECT``) is its runs, those
+    ``filters`` (state, tag, name) keep. A folder that cannot be listed, or a project that cannot be listed, is an
+    error row.
     """
+    from .readers import LogReadError
+    from .sources import expand, is_collection
+
     runs: list[str] = []
     problems: list[RunRecord] = []
     seen: set[str] = set()
@@ -206,6 +216,20 @@ def discover(args: Iterable[str]) -> tuple[list[str], list[RunRecord]]:
             runs.append(path)
 
     for arg in args:
+        if is_collection(arg):
+            try:
+                listed = expand(arg, filters)
+            except LogReadError as e:
+                problems.append(error_record(arg, str(e)))
+                continue
+            if not listed:
+                why = " that pass the --filter" if filters else ""
+                if arg.startswith("wandb:"):
+                    why += (" this API key can see: check ENTITY/PROJECT (from the project's URL); a private project "
+                            "needs a key of its team")
+                problems.append(error_record(arg, f"{arg!r} has no runs{why}"))
+            runs.extend(x for x in listed if x not in runs)
+            continue
         matches = [arg]
         if GLOB_CHARS & set(arg) and not os.path.lexists(arg):
             matches = sorted(glob.glob(arg, recursive=True))
@@ -229,6 +253,8 @@ def _walk(top: str, problems: list[RunRecord]) -> list[str]:
 
     for root, dirs, files in os.walk(top, onerror=unlistable):
         dirs.sort()
+        if any(n.startswith("events.out.tfevents.") for n in files):  # a TensorBoard run: one run per folder
+            found.append(root)
         if "trainer_state.json" in files:
             found.append(os.path.join(root, "trainer_state.json"))
         else:
@@ -396,13 +422,14 @@ class ByteProgress(_Bar):
     def __init__(self, stream: TextIO, tty: bool) -> None:
         super().__init__(stream, tty)
         self.drawn = False
+        self.unit = "MB"  # "rows" for a run read from a tracker's server (wandb:ENTITY/PROJECT/RUN_ID)
 
     def __call__(self, done: int, total: int) -> None:
         total = max(total, 1)
         if not self._due(done, total):
             return
-        line = (f"{self._gauge(done, total)} {done / 1e6:.0f}/{total / 1e6:.0f} MB read"
-                f" · {time.monotonic() - self.start:.0f} s")
+        amount = (f"{done}/{total} rows" if self.unit == "rows" else f"{done / 1e6:.0f}/{total / 1e6:.0f} MB")
+        line = f"{self._gauge(done, total)} {amount} read · {time.monotonic() - self.start:.0f} s"
         self.stream.write("\r" + line if self.tty else line + "\n")
         self.stream.flush()
         self.drawn = True
@@ -413,7 +440,8 @@ class ByteProgress(_Bar):
             self.stream.flush()
 
 
-def use_byte_progress(flag: bool, stream: TextIO = sys.stderr) -> ByteProgress | None:
+def use_byte_progress(flag: bool, stream: TextIO | None = None) -> ByteProgress | None:
+    stream = sys.stderr if stream is None else stream  # the stderr of the call, not of the import
     tty = hasattr(stream, "isatty") and stream.isatty()
     return ByteProgress(stream, tty) if (tty or flag) else None
 
@@ -520,6 +548,7 @@ RENDERERS: dict[str, Callable[[Sequence[RunRecord]], str]] = {
 }
 
 
-def use_progress(flag: bool, stream: TextIO = sys.stderr) -> ProgressBar | None:
+def use_progress(flag: bool, stream: TextIO | None = None) -> ProgressBar | None:
+    stream = sys.stderr if stream is None else stream  # the stderr of the call, not of the import
     tty = hasattr(stream, "isatty") and stream.isatty()
     return ProgressBar(stream, tty) if (tty or flag) else None
