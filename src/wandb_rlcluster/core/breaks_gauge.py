@@ -309,11 +309,13 @@ RULES: tuple[Rule, ...] = (
         reads="every quantity the gauges read, one series each: the reward and each reward function's mean, the "
               "gold, KL, entropy, mean completion length and its spread, clip and truncation ratios, grad norm, "
               "loss, DPO margins, chosen and rejected rewards, accuracy",
-        test="a step change of unknown size and start (core/breaks.py): each row prewhitened against the run's own "
-             "recent rows (AR(1) and robust scale from a 64-row window kept 8 rows behind), then a bank of two-sided "
-             "CUSUMs with each row clipped at 3.5 sigma, and a jump past the budget's quantile that the next rows "
-             "hold; in the harmful direction (reward, gold, margins or accuracy down; KL, grad norm, loss, clipping "
-             "or truncation up; entropy or length either way)",
+        test="a step change of unknown size and start (core/breaks.py): each row read against the run's own recent "
+             "rows (their level, slope, row-to-row correlation and robust spread, from a 64-row window kept 8 rows "
+             "behind), then running sums of the evidence for a shift of 1, 2 or 4 sigmas either way, each row "
+             "clipped at 3.5 sigmas, and a jump past the budget's quantile that the next two rows hold; decided "
+             "within 12 rows of its start and material (a share of the level per quantity); in the harmful "
+             "direction (reward, gold, margins or accuracy down; KL, grad norm, loss, clipping or truncation up; "
+             "entropy or length either way)",
         params=("arl", "watch_rows", "clear"),
         means="the quantity moved to a new level at once and stayed there: a restore, a sampler or config change, a "
               "reward function change or a data change",
