@@ -17,6 +17,7 @@ from pathlib import Path
 
 from . import (
     attention_entropy,
+    breaks_gauge,
     convergence,
     diagnosis,
     efficiency,
@@ -56,6 +57,7 @@ CATALOG: tuple[Rule, ...] = (
     *length.RULES,
     *entropy.RULES,
     *reward_signal.RULES,
+    *breaks_gauge.RULES,  # abrupt breaks in every series: the watcher the cluster runs after the gauges
     *sanity.RULES,  # value-out-of-range, which every gauge raises on the keys it reads
     *diagnosis.RULES,
 )
