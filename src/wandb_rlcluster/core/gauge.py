@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 from .fields import instance_items
 from .findings import SEVERITY_RANK, STATUSES, Finding, Severity
 from .keys import Row
+from .rule import declared_fix
 from .sanity import RANGES, ranges_for
 from .sanity import RULE as RANGE_RULE
 from .sanity import message as range_message
@@ -328,8 +329,6 @@ class Gauge:
     def fix(self, rule: str, *, sentence: bool = False) -> str:
         """What to do about ``rule``, as its declaration beside the gauge says (``Rule.fix``, ``core/rule.py``): a
         message reads it there instead of writing it again. ``sentence``: capitalised, with its full stop."""
-        from .catalog import declared_fix  # the catalog imports every gauge module: read it when a message is built
-
         text = declared_fix(self.id, rule)
         return text[:1].upper() + text[1:] + "." if sentence else text
 
