@@ -34,9 +34,9 @@ from . import (
     samples,
     sanity,
 )
-from .cluster import REPORTING_CLASSES
 from .diagnosis import PATTERNS
 from .gauge import Gauge
+from .gauges import REPORTING_CLASSES
 from .rule import ANY_GAUGE as ANY_GAUGE
 from .rule import INSTRUMENTS as INSTRUMENTS
 from .rule import POST as POST
