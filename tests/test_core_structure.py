@@ -97,3 +97,32 @@ def test_a_gauge_reads_the_fix_its_rule_declares() -> None:
     assert len(catalog.by_key()) == len(catalog.CATALOG)
     for r in catalog.CATALOG:
         assert rule.declared_fix(r.gauge, r.id) == catalog.declared_fix(r.gauge, r.id) == r.fix
+
+
+MAX_CLASS_LINES = 300
+MAX_FUNCTION_LINES = 60
+
+
+def oversized(core: Path = CORE) -> list[str]:
+    """Every class over ``MAX_CLASS_LINES`` and every function or method over ``MAX_FUNCTION_LINES`` lines in
+    ``core`` (a nested function counts on its own and inside the one that holds it), by its first and last line."""
+    out: list[str] = []
+    for path in sorted(core.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            size = (node.end_lineno or node.lineno) - node.lineno + 1 if isinstance(node, ast.stmt) else 0
+            if isinstance(node, ast.ClassDef) and size > MAX_CLASS_LINES:
+                out.append(f"{path.name}:{node.lineno} class {node.name}: {size} lines")
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and size > MAX_FUNCTION_LINES:
+                out.append(f"{path.name}:{node.lineno} {node.name}: {size} lines")
+    return out
+
+
+def test_no_core_class_or_method_is_too_long_to_read_on_one_screen() -> None:
+    found = oversized()
+    assert not found, f"over {MAX_CLASS_LINES} lines a class or {MAX_FUNCTION_LINES} a function: {found}"
+
+
+def test_the_size_reader_sees_a_long_method(tmp_path: Path) -> None:
+    body = "\n".join(f"        x{i} = {i}" for i in range(MAX_FUNCTION_LINES))
+    (tmp_path / "m.py").write_text(f"class C:\n    def f(self):\n{body}\n")
+    assert oversized(tmp_path) == [f"m.py:2 f: {MAX_FUNCTION_LINES + 1} lines"]

@@ -109,6 +109,28 @@ class LossGauge(NonFiniteGauge):
         d["loss_trend"] = self.trend.slope()
         if self.family in SURROGATE_LOSS_FAMILIES:
             return  # a surrogate's level says nothing: no spike or volatility rules, nothing to keep
+        spiky = self._spikes(loss)
+        self._shift_up(loss)
+        self._oscillation(loss, row.values.get("epoch"))
+        if not spiky:  # keep the spike out of the reference it is judged against
+            self.hist.push(loss)
+        self.recent.push(loss)
+        self.long_var.push(loss)
+        if self.long_var.full:
+            vr = self.recent.var() / max(self.long_var.var(), 1e-12)
+            d["volatility_ratio"] = vr
+            self.check(
+                "loss-volatile", vr > self.p["var_ratio"] and self.recent.full, "info", "loss", loss,
+                "loss variance over the last 5 steps is far above its longer-run level: training is "
+                "getting noisier.",
+                for_=3,
+            )
+
+
+    def _spikes(self, loss: float) -> bool:
+        """The loss against its running mean: a spike held ``spike_for`` rows, a single huge row, repeated huge
+        rows; whether this row spiked (it stays out of the reference)."""
+        d = self.derived
         ref = self.hist.mean()
         spiky = False
         n = self.rows_seen
@@ -139,22 +161,7 @@ class LossGauge(NonFiniteGauge):
                 f"in the last {self.p['spike_repeat_rows']} logged steps: not one bad batch but unstable training. "
                 + self.fix("loss-spike-repeated", sentence=True), clear=10,
             )
-        self._shift_up(loss)
-        self._oscillation(loss, row.values.get("epoch"))
-        if not spiky:  # keep the spike out of the reference it is judged against
-            self.hist.push(loss)
-        self.recent.push(loss)
-        self.long_var.push(loss)
-        if self.long_var.full:
-            vr = self.recent.var() / max(self.long_var.var(), 1e-12)
-            d["volatility_ratio"] = vr
-            self.check(
-                "loss-volatile", vr > self.p["var_ratio"] and self.recent.full, "info", "loss", loss,
-                "loss variance over the last 5 steps is far above its longer-run level: training is "
-                "getting noisier.",
-                for_=3,
-            )
-
+        return spiky
 
     def _step_noise(self) -> float:
         """The loss's row noise from its row-to-row changes: their upper quartile, scaled to a sigma (Gaussian:
