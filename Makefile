@@ -11,7 +11,7 @@ KERNEL_CAPS ?= default avx2 $(if $(shell grep -qsw avx512f /proc/cpuinfo && echo
 # Which tests make test-kernels reruns (default: every test marked trains); e.g. KERNEL_TESTS=tests/test_demo.py
 KERNEL_TESTS ?=
 
-.PHONY: demo test test-fast test-kernels test-compiled compiled smoke docs docs-build docs-serve bench bench-callback bench-detection bench-faults bench-readers bench-real clean install
+.PHONY: demo test test-fast test-kernels test-compiled compiled smoke docs docs-build docs-install docs-serve bench bench-callback bench-detection bench-faults bench-readers bench-real clean install
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -80,12 +80,28 @@ docs: $(STAMP)
 	$(BIN)/python docs/gen/make_rules.py
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
+# The site alone needs no torch, TRL or DeepSpeed: its own venv (.venv-docs) holds the `docs` extra only (MkDocs,
+# Material, mkdocstrings, pillow, and the pyyaml and numpy the rule pages' generator imports); the generators and
+# mkdocstrings read the package from src/, so the package itself is not installed there.
+DOCS_VENV := .venv-docs
+DOCS_BIN := $(DOCS_VENV)/bin
+DOCS_STAMP := $(DOCS_VENV)/.installed
+
+$(DOCS_STAMP): pyproject.toml
+	$(PY) -m venv $(DOCS_VENV)
+	$(DOCS_BIN)/python -m pip install -q --upgrade pip
+	$(DOCS_BIN)/python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['docs']))" > $(DOCS_VENV)/requirements.txt
+	$(DOCS_BIN)/python -m pip install -q -r $(DOCS_VENV)/requirements.txt
+	touch $(DOCS_STAMP)
+
+docs-install: $(DOCS_STAMP)
+
 # The site, with the rule pages, their pictures and the frontiers regenerated first (seconds, no training: they
 # cannot go stale); the dashboard and alert pictures and the demo transcript need `make docs` (they train).
-docs-build: $(STAMP)
-	$(BIN)/python docs/gen/make_rules.py
-	$(BIN)/python docs/gen/make_pictures.py --figures
-	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+docs-build: $(DOCS_STAMP)
+	PYTHONPATH=src $(DOCS_BIN)/python docs/gen/make_rules.py
+	PYTHONPATH=src $(DOCS_BIN)/python docs/gen/make_pictures.py --figures
+	NO_MKDOCS_2_WARNING=1 PYTHONPATH=src $(DOCS_BIN)/mkdocs build --strict
 
 docs-serve: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve --dev-addr 127.0.0.1:8000
@@ -115,4 +131,4 @@ bench-real: $(STAMP)
 	$(BIN)/python benchmarks/real_logs_bench.py
 
 clean:
-	rm -rf $(VENV) build dist site *.egg-info .pytest_cache .ruff_cache .mypy_cache
+	rm -rf $(VENV) $(DOCS_VENV) build dist site *.egg-info .pytest_cache .ruff_cache .mypy_cache

@@ -20,6 +20,12 @@ then the verdicts log by log. Output is deterministic for a given checkout and s
 
     make bench-real                                  # writes benchmarks/real_logs/RESULTS.md
     PYTHONPATH=src python benchmarks/real_logs_bench.py --no-peers --stdout
+
+``--split`` picks the half of a held-out manifest (entries with a ``split`` field, ``round6.json``): ``tuning`` (the
+default) judges every log but the sealed ones; ``sealed`` judges the sealed logs only, once, at the end (they are
+never judged by a default run); ``all`` judges both::
+
+    PYTHONPATH=src python benchmarks/real_logs_bench.py --extra /work/extra-logs --split sealed  # RESULTS_sealed.md
 """
 
 from __future__ import annotations
@@ -43,9 +49,11 @@ from real_logs import (  # noqa: E402
     FRAMEWORKS,
     MANIFEST_DIR,
     REPO,
+    SPLITS,
     absent,
     alarm_rules,
     extra_logs_root,
+    in_split,
     load_manifests,
     locate,
     real_log,
@@ -101,8 +109,32 @@ def _framework_of_name(name: str) -> str:
     return "preference" if name.startswith(("dpo_", "orpo_", "kto_")) else "SFT" if name.startswith("sft_") else "TRL"
 
 
-def collect(extra_roots: Sequence[Path]) -> tuple[list[RealLog], list[str]]:
-    """Every real log present, with its framework and expectation; and one line per source left out, with why."""
+def collect(extra_roots: Sequence[Path], split: str = "tuning", manifests: Sequence[str] = ()
+            ) -> tuple[list[RealLog], list[str]]:
+    """Every real log present in ``split`` (see ``real_logs.in_split``; the shared folder's logs are tuning logs),
+    with its framework and expectation; and one line per source left out, with why. ``manifests`` (file names) keeps
+    only those manifests' logs, the shared folder's left out."""
+    logs: list[RealLog] = []
+    left_out: list[str] = []
+    if split != "sealed" and not manifests:
+        logs, left_out = _shared_logs()
+    for entry in load_manifests():
+        if not in_split(entry, split) or (manifests and entry.manifest not in manifests):
+            continue
+        found = next((hit for root in extra_roots if (hit := locate(entry, root)) is not None), None)
+        if found is None:
+            left_out.append(f"{entry.manifest}: {entry.id} not present under {', '.join(map(str, extra_roots))}")
+        elif sha256_of(found) != entry.sha256:
+            left_out.append(f"{entry.manifest}: {entry.id} at {found} has other bytes than its sha256")
+        else:
+            logs.append(RealLog(entry.id, found, entry.framework, entry.expected,
+                                entry.manifest + (f" ({entry.split})" if entry.split else ""),
+                                entry.expected_rules, entry.family if entry.map else None, entry.map))
+    return logs, left_out
+
+
+def _shared_logs() -> tuple[list[RealLog], list[str]]:
+    """The logs copied into the shared real-logs folder (top level, corpus, verl, fixtures)."""
     from tests.test_frameworks import TROUBLED as VERL_TROUBLED
     from tests.test_real_logs import EXPECT
 
@@ -126,15 +158,6 @@ def collect(extra_roots: Sequence[Path]) -> tuple[list[RealLog], list[str]]:
     for p in sorted(real_log("fixtures").glob("*.json")):
         prov = json.loads(p.read_text()).get("_provenance") or {}
         logs.append(RealLog(p.stem, p, "TRL", "healthy", "fixtures", gold=tuple(prov.get("gold_rewards", ()))))
-    for entry in load_manifests():
-        found = next((hit for root in extra_roots if (hit := locate(entry, root)) is not None), None)
-        if found is None:
-            left_out.append(f"{entry.manifest}: {entry.id} not present under {', '.join(map(str, extra_roots))}")
-        elif sha256_of(found) != entry.sha256:
-            left_out.append(f"{entry.manifest}: {entry.id} at {found} has other bytes than its sha256")
-        else:
-            logs.append(RealLog(entry.id, found, entry.framework, entry.expected, entry.manifest,
-                                entry.expected_rules, entry.family if entry.map else None, entry.map))
     return logs, left_out
 
 
@@ -304,18 +327,24 @@ def git_commit(*args: str) -> str:
         return "unknown"
 
 
-def render(judged: list[Judged], left_out: list[str], peer_notes: dict[str, str], extra_roots: Sequence[Path]) -> str:
+def render(judged: list[Judged], left_out: list[str], peer_notes: dict[str, str], extra_roots: Sequence[Path],
+           split: str = "tuning", manifests: Sequence[str] = ()) -> str:
     table = tally(judged)
+    which = {"tuning": "every log but the sealed half of a held-out manifest",
+             "sealed": "the sealed half of the held-out manifests only (judged once, at the end)",
+             "all": "every log, sealed ones included"}[split]
     lines = ["# Real logs per framework: ours, rldoctor 0.2.0 and rlwatch 0.5.1 on the same rows", "",
              f"Measured on commit `{git_commit()}` (detection code: `src/` as of `{git_commit('--', 'src')}`) with "
-             "`make bench-real` (`python benchmarks/real_logs_bench.py`), on every real log in `../shared/real-logs` "
-             "and each log listed in `benchmarks/real_logs/*.json` whose copy was present. Ours: `rlcluster analyze "
+             "`make bench-real` (`python benchmarks/real_logs_bench.py`), on "
+             + (f"the logs listed in {', '.join(f'`{m}`' for m in manifests)} only" if manifests else
+                "every real log in `../shared/real-logs` and each log listed in `benchmarks/real_logs/*.json`")
+             + " whose copy was present. Ours: `rlcluster analyze "
              "FILE` (default parameters; a listed custom loop with its entry's `--family` and `--map`, the benign "
              "fixture with its `--gold`). Peers: the same rows as JSONL through `rldoctor diagnose`; row by row "
              "through rlwatch's verl tracking backend (verl logs) or its TRL callback (the rest). Warned: any "
              "warning or worse; stopped: our stop, a peer's critical; false alarms: warn/stop findings (a peer's "
              "warning/critical findings or alerts) on healthy logs, per 1,000 healthy rows. Listed logs' copies read "
-             f"from: {', '.join(f'`{r}`' for r in extra_roots)}.", ""]
+             f"from: {', '.join(f'`{r}`' for r in extra_roots)}. Split `{split}`: {which}.", ""]
     for tool, note in sorted(peer_notes.items()):
         if note:
             lines.append(f"- **{tool} not run**: {note}")
@@ -354,17 +383,26 @@ def render(judged: list[Judged], left_out: list[str], peer_notes: dict[str, str]
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, default=RESULTS, help="Markdown file to write (default: %(default)s)")
+    ap.add_argument("--out", type=Path, default=None,
+                    help=f"Markdown file to write (default: {RESULTS}; RESULTS_<split>.md beside it for another split)")
     ap.add_argument("--stdout", action="store_true", help="print the report instead of writing it")
     ap.add_argument("--extra", type=Path, action="append", default=None,
                     help="a folder holding copies of manifest-listed logs (repeatable; default: "
                          "$RLCLUSTER_EXTRA_LOGS or ../shared/real-logs/new)")
     ap.add_argument("--no-peers", action="store_true", help="run ours only")
     ap.add_argument("--no-install", action="store_true", help="use the peers' venvs only if already installed")
+    ap.add_argument("--split", choices=(*SPLITS, "all"), default="tuning",
+                    help="which half of a held-out manifest: tuning (default: every log but the sealed ones), sealed "
+                         "(the sealed ones only: score them once, at the end), all")
+    ap.add_argument("--manifest", action="append", default=[],
+                    help="judge only the logs listed in this manifest (a file name in benchmarks/real_logs, e.g. "
+                         "round6.json; repeatable); the shared folder's logs are then left out")
     args = ap.parse_args(argv)
 
     extra_roots = args.extra or [extra_logs_root()]
-    logs, left_out = collect(extra_roots)
+    if args.out is None:
+        args.out = RESULTS if args.split == "tuning" else RESULTS.with_name(f"RESULTS_{args.split}.md")
+    logs, left_out = collect(extra_roots, args.split, args.manifest)
     if not logs:
         print(f"skipped: no real log found ({'; '.join(left_out[:1])})")
         return 0
@@ -376,7 +414,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             peers[tool], notes[tool] = ensure_peer(tool, install=not args.no_install)
     judged = judge_all(logs, peers, notes)
-    report = render(judged, left_out, notes, extra_roots)
+    report = render(judged, left_out, notes, extra_roots, args.split, args.manifest)
     if args.stdout:
         print(report)
     else:

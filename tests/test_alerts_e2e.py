@@ -183,3 +183,77 @@ def test_analyze_with_alerts_matches_live_verdicts(real_logs: Path):
                         str(real_logs / "ppo_trl_kartik_v1_seed2026.json"), "--alerts", "--fail-on", "stop"],
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 1 and "reward-stop" in p.stdout
+
+
+WEBHOOK_RULES = """
+extends: none
+channels:
+  hook:
+    type: webhook
+    url: {base}/hook
+    headers: {{Authorization: "Bearer ${{TEST_HOOK_TOKEN}}"}}
+    body: {{state: "{{state}}", rule: "{{rule}}", step: "{{step}}", value: "{{value}}", run: "{{run_name}}",
+           id: "{{alert_id}}"}}
+  stuck: {{type: webhook, url: "http://127.0.0.1:{hole}/hook", timeout: 5}}
+rules:
+  - name: lr-on
+    gauge: learning_rate
+    when: "learning_rate > 0.0006"
+    severity: warn
+"""
+
+
+@pytest.mark.trains
+def test_grpo_webhook_gets_the_firing_and_the_resolved_alert(tmp_path: Path, black_hole):
+    """A real TRL GRPO run: a rule on the learning rate (1e-3, linear to 0 over the 4 steps) fires on the first row
+    and resolves once the schedule has taken it under 6e-4, whatever the model does; the webhook gets both in its
+    templated body with its secret header, a second webhook that never answers costs the training loop nothing, and
+    the journal holds every alert first."""
+    class Hook(_Hook):
+        bodies: list[dict] = []
+        auth: list[str] = []
+
+        def do_POST(self) -> None:
+            type(self).auth.append(str(self.headers.get("Authorization")))
+            super().do_POST()
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Hook)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    rules = tmp_path / "alerts.yaml"
+    rules.write_text(WEBHOOK_RULES.format(base=f"http://127.0.0.1:{srv.server_address[1]}", hole=black_hole))
+    token = "hook-token-7Hq2SECRET"
+    try:
+        res = run_trainer(tmp_path, "grpo", "--max-steps", "4", "--alerts", str(rules), "--every", "5",
+                          env_extra={"TEST_HOOK_TOKEN": token})
+    finally:
+        srv.shutdown()
+    journal_text = (Path(res["output_dir"]) / "alerts.jsonl").read_text()
+    journal = [json.loads(x) for x in journal_text.splitlines()]
+    events = [j for j in journal if j["type"] == "alert"]
+    assert [e["kind"] for e in events] == ["firing", "resolved"], events
+    firing, resolved = events
+    assert firing["step"] < resolved["step"] <= res["global_step"]
+    # the webhook got both, in its template, typed, with the same alert id, and the secret only in its header
+    assert [b["state"] for b in Hook.bodies] == ["firing", "resolved"]
+    assert [b["step"] for b in Hook.bodies] == [firing["step"], resolved["step"]]
+    assert Hook.bodies[0]["value"] == firing["value"] > 0.0006 > Hook.bodies[1]["value"] == resolved["value"]
+    assert Hook.bodies[0]["id"] == Hook.bodies[1]["id"] == firing["id"] and Hook.bodies[0]["rule"] == "lr-on"
+    assert Hook.bodies[0]["run"] == "grpo-after"  # the run's name reached the channel
+    assert Hook.auth == [f"Bearer {token}"] * 2
+    # journal first, then one outcome per alert and channel: sent to the hook, never to the black hole
+    seen = set()
+    for j in journal:
+        if j["type"] == "alert":
+            seen.add(j["id"])
+        else:
+            assert j["alert"] in seen
+    outcomes = {(j["alert"], j["channel"]): j["outcome"] for j in journal if j["type"] == "channel"}
+    assert {k: v for k, v in outcomes.items() if k[1] == "hook"} == {(firing["id"], "hook"): "sent",
+                                                                       (resolved["id"], "hook"): "sent"}
+    assert {v for k, v in outcomes.items() if k[1] == "stuck"} <= {"failed", "undelivered"}
+    assert (firing["id"], "stuck") in outcomes
+    assert res["on_log_seconds"] < 2.0, res["on_log_seconds"]  # the hanging endpoint never reached the loop
+    assert token not in journal_text and token not in res["stderr"]
+    # the firing also reached W&B (offline), at WARN
+    run = read_offline_run(res["run_dir"])
+    assert any(a["title"] == firing["title"] and a["level"] == "WARN" for a in run.alerts)

@@ -356,3 +356,15 @@ def test_a_success_rate_leaving_its_floor_is_not_volatile() -> None:
     a = analyze_stream(_verl_rows(300, lambda i: 0.02, lambda i: 0.001, lambda i: scores[i - 1],
                                   lambda i: scores[i - 1]))
     assert not [f for f in a.cluster.findings if f.rule == "reward-volatile"]
+
+
+def test_a_verl_ppo_run_with_a_critic_is_not_headed_grpo():
+    """A framework's family is how its numbers are read (per token, as GRPO's); the heading names what the run
+    trained: a PPO run with a critic (value keys) as such, a critic-free run as GRPO-style."""
+    ppo = shared_log("verl", "eric-haibin-lin__gsm8k_Qwen2.5-0.5B-ppo-resp256.log.gz")
+    head = render_text(analyze_path(str(ppo)), color=False).splitlines()[1]
+    assert "algorithm PPO with a critic" in head and "GRPO / RLOO" not in head
+    grpo = [{"step": i, "actor/entropy": 1.0, "actor/pg_loss": 0.1, "critic/score/mean": 0.5,
+             "actor/ppo_kl": 0.001, "response_length/mean": 100.0} for i in range(1, 30)]
+    head = render_text(analyze_stream(grpo, framework="verl"), color=False).splitlines()[1]
+    assert "algorithm critic-free" in head

@@ -31,7 +31,11 @@ def fenced(page: Path, lang: str) -> list[str]:
 
 
 def resolves(link: str) -> bool:
-    return link.startswith("docs/rules/") and (ROOT / link).is_file()
+    """A link without RLCLUSTER_DOCS_URL is the command that prints the page: ``rlcluster rules NAME``, and NAME is
+    a rule it knows (it exits 0)."""
+    if not link.startswith("rlcluster rules "):
+        return False
+    return main(["rules", link.removeprefix("rlcluster rules ")]) == 0
 
 
 def test_every_rule_has_a_page_and_the_index_links_it():
@@ -39,7 +43,7 @@ def test_every_rule_has_a_page_and_the_index_links_it():
     for r in CATALOG:
         assert (PAGES / f"{r.id}.md").is_file(), r.id
         assert f"]({r.id}.md)" in index, r.id
-    assert {p.stem for p in PAGES.glob("*.md")} == {r.id for r in CATALOG} | {"index"}
+    assert {p.stem for p in PAGES.glob("*.md")} == {r.id for r in CATALOG} | {"index", "alert-rules"}
 
 
 def test_per_function_ids_are_text_not_escaped_markup():
@@ -50,7 +54,7 @@ def test_per_function_ids_are_text_not_escaped_markup():
             assert "`" + f"{r.id}:&lt;" not in text, "an entity inside a code span shows as &lt; in the browser"
 
 
-def test_findings_and_alerts_carry_a_link_that_resolves_to_their_rule_page(monkeypatch):
+def test_findings_and_alerts_carry_a_link_that_resolves_to_their_rule_page(monkeypatch, capsys):
     monkeypatch.delenv(DOCS_URL_ENV, raising=False)
     config = load_config()
     seen: set[str] = set()
@@ -62,7 +66,7 @@ def test_findings_and_alerts_carry_a_link_that_resolves_to_their_rule_page(monke
             assert f["doc"] == rule_doc_url(f["rule"]) and resolves(f["doc"]), f
             seen.add(f["rule"].split(":")[0])
         for a in out["alerts"]:
-            assert resolves(a["doc"]) or a["doc"] == "docs/alerts.md", a
+            assert resolves(a["doc"]), a
         text = render_text(analysis, color=False)
         assert all(f"see {f['doc']}" in text for f in out["findings"])
     assert seen == {r.id for r in CATALOG}, "every rule's example raised its finding, each linked"
@@ -134,10 +138,12 @@ def test_the_pages_python_snippets_set_the_parameters():
 def test_rules_prints_one_rule_and_suggests_the_closest_for_a_typo(capsys):
     assert main(["rules", "kl-warn"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("kl-warn  (gauge kl; severity warn)")
+    assert out.startswith("== Gauge rule") and "kl-warn  (gauge kl; severity warn)" in out
     for part in ("What it means:", "What to do:", "Change it (alerts.yaml):", "Silence it (alerts.yaml):",
-                 "Page: docs/rules/kl-warn.md"):
+                 "Page: rules/kl-warn.html in the built manual"):
         assert part in out
+    # kl-warn is also a shipped alert rule (kl > 0.5 held 3 rows): both are printed, each under its kind
+    assert "== Alert rule" in out and "kl > 0.5" in out
     assert main(["rules", "reward-ceiling:format"]) == 0
     assert "reward-ceiling:<fn>" in capsys.readouterr().out
     assert main(["rules", "kl-wran"]) == 2
@@ -145,17 +151,17 @@ def test_rules_prints_one_rule_and_suggests_the_closest_for_a_typo(capsys):
     assert "no rule 'kl-wran'" in err and "did you mean kl-warn" in err
 
 
-def test_slack_and_email_carry_the_rules_page(monkeypatch):
+def test_slack_and_email_carry_the_rules_page(monkeypatch, capsys):
     """The alert a person reads at 3 a.m. links to what it means: Slack's context line and the e-mail body."""
     from wandb_rlcluster.alerts.channels import AlertMessage, EmailChannel, SlackWebhookChannel
     from wandb_rlcluster.alerts.engine import AlertEvent
 
     e = AlertEvent(kind="firing", rule="kl-warn", gauge="kl", severity="warn", step=3, value=0.7, metric="kl",
                    title="KL 0.7 > 0.5", text="drifting", notify=True)
-    assert e.doc == "docs/rules/kl-warn.md" and resolves(e.doc) and e.to_dict()["doc"] == e.doc
+    assert e.doc == "rlcluster rules kl-warn" and resolves(e.doc) and e.to_dict()["doc"] == e.doc
     stall = AlertEvent(kind="firing", rule="stall", gauge="watchdog", severity="warn", step=3, value=None, metric="",
                        title="stalled", text="no step", notify=True)
-    assert stall.doc == "docs/liveness.md" and (ROOT / stall.doc).is_file()
+    assert stall.doc == "rlcluster rules stall" and resolves(stall.doc)
     monkeypatch.setenv(DOCS_URL_ENV, "https://docs.example.org/rlcluster")
     msg = AlertMessage(title=e.title, text=e.text, severity="warn", rule="kl-warn", gauge="kl", step=3,
                        doc=rule_doc_url("kl-warn"))
@@ -166,7 +172,7 @@ def test_slack_and_email_carry_the_rules_page(monkeypatch):
     assert "docs:  https://docs.example.org/rlcluster/rules/kl-warn.html" in mail.get_content()
 
 
-def test_the_dashboard_links_each_rule_name_to_its_page(tmp_path, monkeypatch):
+def test_the_dashboard_links_each_rule_name_to_its_page(tmp_path, monkeypatch, capsys):
     import json
 
     from wandb_rlcluster.dashboard import build_dashboard
@@ -176,6 +182,53 @@ def test_the_dashboard_links_each_rule_name_to_its_page(tmp_path, monkeypatch):
     log = tmp_path / "run.jsonl"
     log.write_text("".join(json.dumps(r) + "\n" for r in ex.rows(True)), encoding="utf-8")
     page, analysis = build_dashboard(str(log), trainer=ex.trainer)
-    links = set(re.findall(r'<a href="(docs/rules/[\w-]+\.md)"', page))
-    assert "docs/rules/kl-stop.md" in links and all(resolves(x) for x in links)
+    links = set(re.findall(r'<span class="rule" title="(rlcluster rules [\w-]+)"', page))
+    assert "rlcluster rules kl-stop" in links and all(resolves(x) for x in links)
     assert {f["doc"] for f in analysis.to_dict()["findings"]} <= links
+    monkeypatch.setenv(DOCS_URL_ENV, "https://docs.example.org/rlcluster")
+    page, analysis = build_dashboard(str(log), trainer=ex.trainer)
+    hrefs = set(re.findall(r'<a href="([^"]+)"', page))
+    assert "https://docs.example.org/rlcluster/rules/kl-stop.html" in hrefs
+    assert {f["doc"] for f in analysis.to_dict()["findings"]} <= hrefs
+
+
+def test_every_name_an_alert_or_a_finding_prints_resolves(capsys):
+    """A finding names its gauge rule, an alert its alert rule (or a liveness alert): `rlcluster rules NAME` prints
+    each, and a name that is both kinds (kl-warn) prints both."""
+    from wandb_rlcluster.alerts.watchdog import RESERVED_RULES
+
+    shipped = [r.name for r in load_config().rules]
+    assert {"length-warn", "seq-kl-warn", "kl-warn"} <= set(shipped)
+    for name in [*dict.fromkeys(r.id for r in CATALOG), *shipped, *RESERVED_RULES]:
+        assert main(["rules", name]) == 0, name
+        out = capsys.readouterr().out
+        assert out.startswith(name) or f"\n{name}  (" in out, name
+    both = {r.id for r in CATALOG} & set(shipped)
+    assert "kl-warn" in both
+    for name in both:
+        main(["rules", name])
+        out = capsys.readouterr().out
+        assert "== Gauge rule" in out and "== Alert rule" in out, name
+
+
+def test_in_plain_words_is_plain():
+    """A rule's "In plain words" carries no statistical terms (they stay in the line that gives the test in those
+    terms) and no garbled counts ("rules of 2 of those 2 groups")."""
+    from wandb_rlcluster.rules_reference import JARGON
+
+    for page in PAGES.glob("*.md"):
+        text = page.read_text(encoding="utf-8")
+        for section in re.findall(r"In plain words\n\n(.*?)\n\n", text, re.S):
+            assert not [t for t in JARGON if t in section], (page.name, section)
+            assert not re.search(r"\b(\d+) of those \1\b", section), (page.name, section)
+
+
+def test_an_alert_rule_of_the_users_own_file_resolves_with_that_file(tmp_path, capsys):
+    mine = tmp_path / "mine.yaml"
+    mine.write_text('rules:\n  - name: verbose-and-rewarded\n    gauge: reward\n    when: "kl > 0.3"\n    for: 2\n'
+                    "    severity: warn\n", encoding="utf-8")
+    assert main(["rules", "verbose-and-rewarded"]) == 2
+    assert "--alerts FILE" in capsys.readouterr().err
+    assert main(["rules", "verbose-and-rewarded", "--alerts", str(mine)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("verbose-and-rewarded  (alert rule in ") and "kl > 0.3" in out and "2 logged rows" in out

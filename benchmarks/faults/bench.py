@@ -9,6 +9,16 @@ Two stages, so every detector is scored on the same runs without training again:
    written beside this file.
 
 Usage: ``python benchmarks/faults/bench.py [--seeds 0-4] [--causes a,b] [--score-only] [--no-peers]``.
+
+``--causes`` defaults to the original thirteen causes; ``--causes breaks`` names the abrupt-break causes
+(``causes.BREAKS``), kept apart with their own seeds and folders: tuning seeds 0-2 (``bench-out/faults-breaks``,
+results committed in ``breaks/RESULTS.md``) and fresh seeds 100-104 (``bench-out/faults-breaks-fresh``,
+``breaks-fresh/RESULTS.md``), recorded and scored once, at the end, by the lead::
+
+    python benchmarks/faults/bench.py --seeds 100-104 --causes breaks
+
+Those folders are the defaults whenever a break cause is selected (``--out``/``--results`` override them), so a
+break run never mixes into, or overwrites, the seeds 0-9 results of the other causes.
 """
 
 from __future__ import annotations
@@ -24,12 +34,13 @@ for _p in (HERE, REPO / "benchmarks" / "detection"):
     if str(_p) not in sys.path:
         sys.path.insert(0, str(_p))
 
-from causes import BASES, CAUSES  # noqa: E402
+from causes import BASES, BREAKS, CAUSES, TUNING_SEEDS  # noqa: E402
 from record import record, run_name  # noqa: E402
 
 OUT = REPO / "bench-out" / "faults"
 SEEDS = range(0, 10)
 """The fixed seed list: the recorded runs are a function of these (and the CPU's kernels)."""
+DEFAULT_CAUSES = tuple(c for c in CAUSES if c not in BREAKS)
 
 
 def seed_range(text: str) -> list[int]:
@@ -82,20 +93,34 @@ def record_all(seeds: list[int], causes: list[str], out: Path, progress: bool = 
     bar.close()
 
 
+def default_folders(seeds: list[int], causes: list[str], out: Path | None, results: Path | None
+                    ) -> tuple[Path, Path]:
+    """Where runs and results go when not named: the break causes in their own folders, fresh seeds apart from the
+    tuning seeds, so a held-out scoring reads only its own runs and overwrites no committed result."""
+    if not any(c in BREAKS for c in causes):
+        return out or OUT, results or HERE / "RESULTS.md"
+    tag = "" if set(seeds) <= set(TUNING_SEEDS) else "-fresh"
+    return out or REPO / "bench-out" / f"faults-breaks{tag}", results or HERE / f"breaks{tag}" / "RESULTS.md"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", default=f"{SEEDS.start}-{SEEDS.stop - 1}")
-    ap.add_argument("--causes", default=",".join(CAUSES))
-    ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--causes", default=",".join(DEFAULT_CAUSES),
+                    help="comma-separated cause names; 'breaks' stands for the abrupt-break causes")
+    ap.add_argument("--out", type=Path, default=None, help=f"runs folder (default: {OUT}; for break causes "
+                    "bench-out/faults-breaks, or faults-breaks-fresh for seeds outside the tuning seeds)")
     ap.add_argument("--score-only", action="store_true", help="score what is recorded; train nothing")
     ap.add_argument("--no-peers", action="store_true", help="leave rldoctor and rlwatch out")
-    ap.add_argument("--results", type=Path, default=HERE / "RESULTS.md")
+    ap.add_argument("--results", type=Path, default=None, help="results file (default: RESULTS.md here; for break "
+                    "causes breaks/RESULTS.md, or breaks-fresh/RESULTS.md for seeds outside the tuning seeds)")
     args = ap.parse_args(argv)
     seeds = seed_range(args.seeds)
-    causes = [c for c in args.causes.split(",") if c]
+    causes = [c for name in args.causes.split(",") if name for c in (BREAKS if name == "breaks" else (name,))]
     unknown = [c for c in causes if c not in CAUSES]
     if unknown:
-        ap.error(f"unknown cause(s) {', '.join(unknown)}; known: {', '.join(CAUSES)}")
+        ap.error(f"unknown cause(s) {', '.join(unknown)}; known: {', '.join(CAUSES)} (or 'breaks')")
+    args.out, args.results = default_folders(seeds, causes, args.out, args.results)
     t0 = time.perf_counter()
     if not args.score_only:
         record_all(seeds, causes, args.out)

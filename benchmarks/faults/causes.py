@@ -61,19 +61,36 @@ class ProxyReward:
     A policy held near its reference learns the task (gold rises with the proxy); one let loose collapses onto
     whatever pays most, far from its reference (KL past 1.0), and an 'o'-heavy answer is paid beyond its gold.
     ``mode`` is what a fault switches: ``length`` adds pay per character, ``constant`` / ``nan`` / ``flip`` break
-    the function (a reward server returning a default, a NaN, a sign bug)."""
+    the function (a reward server returning a default, a NaN, a sign bug); ``rescaled`` is the same function on
+    another scale (a reward server's new version), ``rubric`` drops the task term and pays the shortcut alone (a
+    rubric deployed without its main criterion), ``noisy`` adds a judge's noise (sd ``noise_sd``, seeded)."""
 
     __name__ = "proxy"
     SHORTCUT = 0.5
+    RESCALE = 0.55
+    """The rescaled reward's factor: the logged reward falls by 45 % in one step (GRPO's group-normalised advantage
+    is unchanged by it, so the policy learns on)."""
 
-    def __init__(self) -> None:
+    def __init__(self, seed: int = 0) -> None:
         self.mode = "ok"
+        self.noise_sd = 0.0
+        self.rng = random.Random(seed * 104729 + 17)
+        self.recent: list[float] = []
+        """The last few batches' rewards before any fault: the judge's own spread, which ``noisy`` multiplies."""
 
     def __call__(self, completions: Sequence[Any], **kwargs: Any) -> list[float]:
         out = []
         for t in _texts(completions):
             r = gold_score(t) + self.SHORTCUT * _o_share(t)
-            if self.mode == "length":
+            if self.mode == "ok":
+                self.recent = (self.recent + [r])[-256:]
+            elif self.mode == "rescaled":
+                r = self.RESCALE * r
+            elif self.mode == "rubric":
+                r = self.SHORTCUT * _o_share(t)
+            elif self.mode == "noisy":
+                r += self.rng.gauss(0.0, self.noise_sd)
+            elif self.mode == "length":
                 r += len(t) / 2.0
             elif self.mode == "constant":
                 r = 0.5
@@ -136,6 +153,7 @@ class Ctx:
     collator: SwitchableCollator
     hooks: list[Any] = field(default_factory=list)
     grad_scale: list[float] = field(default_factory=lambda: [1.0])
+    seed: int = 0
 
 
 def _scale_lr(ctx: Ctx, factor: float) -> None:
@@ -208,6 +226,76 @@ def _collator_mode(mode: str) -> Callable[[Ctx], None]:
     def switch(ctx: Ctx) -> None:
         ctx.collator.mode = mode
     return switch
+
+
+JUDGE_NOISE = 2.5
+"""The noisy judge's spread as a multiple of the reward's own per-completion spread before onset."""
+
+
+def _judge_noisy(ctx: Ctx) -> None:
+    # a judge whose sampling temperature was raised (or a smaller judge swapped in): every score gets independent
+    # noise, sd chosen so the per-completion spread is JUDGE_NOISE x what it was (var adds: sd_n = sd sqrt(k^2 - 1))
+    assert ctx.proxy is not None
+    vals = ctx.proxy.recent
+    mean = sum(vals) / len(vals)
+    sd = math.sqrt(sum((v - mean) ** 2 for v in vals) / max(len(vals) - 1, 1))
+    ctx.proxy.noise_sd = sd * math.sqrt(JUDGE_NOISE ** 2 - 1.0)
+    ctx.proxy.mode = "noisy"
+
+
+CHECKPOINT_NOISE = 0.7
+"""The damaged checkpoint's noise, per tensor, as a multiple of that tensor's own standard deviation."""
+
+
+def _checkpoint_noise(ctx: Ctx) -> None:
+    # the policy restored from a damaged checkpoint (a partial write, a bad merge of shards): every weight tensor
+    # gets Gaussian noise of CHECKPOINT_NOISE x its own spread; optimizer state and reference model untouched
+    import torch
+
+    gen = torch.Generator().manual_seed(int(ctx.seed) * 7727 + 3)
+    with torch.no_grad():
+        for p in ctx.trainer.model.parameters():
+            if p.numel() > 1 and p.dtype.is_floating_point:
+                p.add_(torch.randn(p.shape, generator=gen, dtype=p.dtype) * CHECKPOINT_NOISE * p.std())
+
+
+def _ref_swapped(ctx: Ctx) -> None:
+    # the reference model reloaded from the wrong checkpoint: the base model before supervised pretraining (the
+    # tiny model's own initial weights) instead of the SFT model the policy started from; the KL term now pulls
+    # the policy toward a model that never learned the format
+    import torch
+
+    from wandb_rlcluster import tiny
+
+    ref = ctx.trainer.ref_model
+    assert ref is not None, "ref_swapped needs a reference model (beta > 0)"
+    base = tiny.build_model(tiny.build_tokenizer(), seed=int(ctx.seed)).state_dict()
+    with torch.no_grad():
+        for name, p in ref.named_parameters():
+            p.copy_(base[name].to(p.dtype))
+
+
+HOT_TEMPERATURE = 2.0
+
+
+def _temperature_up(ctx: Ctx) -> None:
+    # a sampler config changed on resume: generation at temperature 2.0 instead of 1.0 (scoring unchanged)
+    t = ctx.trainer
+    t.generation_config.temperature = HOT_TEMPERATURE
+    if isinstance(getattr(t, "generation_kwargs", None), dict):
+        t.generation_kwargs["temperature"] = HOT_TEMPERATURE
+
+
+CUT_COMPLETION = 6
+
+
+def _completion_cut(ctx: Ctx) -> None:
+    # a config change on resume: max_completion_length 24 -> 6 tokens, so most completions are cut mid-answer
+    t = ctx.trainer
+    t.max_completion_length = CUT_COMPLETION
+    t.generation_config.max_new_tokens = CUT_COMPLETION
+    if isinstance(getattr(t, "generation_kwargs", None), dict):
+        t.generation_kwargs["max_new_tokens"] = CUT_COMPLETION
 
 
 # -- damage: what a user sees without a monitor ------------------------------------------------------------------
@@ -316,9 +404,33 @@ def damage_behind_twin(key: str, frac: float = 0.10, also: Callable[[Sequence[Ro
     return rule
 
 
+def damage_decoupled(key: str = "rewards/proxy/mean", gold: str = "rewards/gold/mean", frac: float = 0.25
+                     ) -> Callable[[Sequence[Row], int], int | None]:
+    """The reward stopped measuring the task: the first step after onset where the rolling ``key`` / ``gold`` ratio
+    is ``frac`` away from its median over the ``2 * ROLL`` rows before onset, held ``HOLD`` rows (a user plotting
+    the trained reward beside the gold sees the two part)."""
+    def rule(rows: Sequence[Row], onset: int) -> int | None:
+        proxy, ref = dict(_rolled(_series(rows, key))), _rolled(_series(rows, gold))
+        ratios = [(s, proxy[s] / g) for s, g in ref if s in proxy and abs(g) > 1e-9]
+        pre = sorted(r for _, r in [x for x in ratios if x[0] < onset][-2 * ROLL:])
+        if not pre:
+            return None
+        base = pre[len(pre) // 2]
+        held = 0
+        for step, r in ratios:
+            if not math.isfinite(r):
+                return step if step >= onset else None
+            held = held + 1 if step >= onset and abs(r / base - 1.0) > frac else 0
+            if held >= HOLD:
+                return step
+        return None
+    return rule
+
+
 GOLD = "rewards/gold/mean"
 GOLD_DROP = damage_drop(GOLD)
 HARM = damage_any(GOLD_DROP, damage_above("kl", 1.0), damage_nan)
+DECOUPLED = damage_decoupled()
 
 
 @dataclass(frozen=True)
@@ -397,7 +509,44 @@ CAUSES: dict[str, Cause] = {c.name: c for c in (
           "held-out loss 10 % above its best, or 10 % of the twin's gain behind it",
           damage_behind_twin("eval_loss", also=damage_drop("eval_loss", higher_is_better=False),
                              higher_is_better=False), needs_twin=True),
+    # -- abrupt breaks (issue 47): a step change at onset that a person sees at once on the panel --------------------
+    Cause("reward_rescaled", "grpo", "reward function swapped for the same one on another scale "
+          f"(x{ProxyReward.RESCALE}: a reward server's new version); the logged reward falls 45 % in one step, "
+          "the gold does not",
+          _reward_mode("rescaled"), _RL, "the trained reward parts from the gold: rolling reward/gold ratio 25 % off "
+          "its pre-onset median, held 3 rows", DECOUPLED),
+    Cause("reward_rubric_changed", "grpo", "reward rubric changed: the task term dropped, only the 'o' shortcut paid "
+          "(the reward falls ~70 % at once, the gold does not move, then the policy chases the shortcut)",
+          _reward_mode("rubric"), _RL, "reward/gold ratio 25 % off its pre-onset median held 3 rows, or gold 10 % "
+          "below peak", damage_any(DECOUPLED, GOLD_DROP)),
+    Cause("judge_noisy", "grpo", f"the judge turns noisy: independent noise takes the reward's per-completion spread "
+          f"to x{JUDGE_NOISE}", _judge_noisy, _RL, "learning slowed: gold 10 % of the twin's gain behind the twin",
+          damage_behind_twin(GOLD), needs_twin=True),
+    Cause("checkpoint_noise", "grpo", f"policy restored from a damaged checkpoint (every weight tensor + noise of "
+          f"{CHECKPOINT_NOISE} x its spread): reward and gold fall at once", _checkpoint_noise,
+          ("reward", "kl", "entropy", "length", "loss", "gradients", "policy_ratio"),
+          "gold 10 % below peak or NaN (the KL jumps at onset by construction: not the harm)",
+          damage_any(GOLD_DROP, damage_nan)),
+    Cause("ref_swapped", "grpo", "reference model reloaded from the wrong checkpoint (the base model before SFT): "
+          "KL jumps, the penalty pulls the policy off its task", _ref_swapped,
+          ("kl", "reward", "entropy", "length", "loss", "gradients"), "gold 10 % below peak or NaN",
+          damage_any(GOLD_DROP, damage_nan)),
+    Cause("temperature_up", "grpo", f"sampler config changed on resume: temperature 1.0 -> {HOT_TEMPERATURE} "
+          "(scoring unchanged)", _temperature_up, ("entropy", "length", "reward", "kl", "reward_signal"),
+          "gold 10 % below peak, KL > 1.0 or NaN", HARM),
+    Cause("completion_cut", "grpo", f"config changed on resume: max_completion_length {MAX_COMPLETION} -> "
+          f"{CUT_COMPLETION} (answers cut)", _completion_cut, ("length", "reward", "entropy", "kl", "reward_signal"),
+          "gold 10 % below peak, KL > 1.0 or NaN", HARM),
 )}
+
+BREAKS = ("reward_rescaled", "reward_rubric_changed", "judge_noisy", "checkpoint_noise", "ref_swapped",
+          "temperature_up", "completion_cut")
+"""The abrupt-break causes (issue 47 item 4). They are left out of the default cause list (``bench.py --causes``
+defaults to the others, whose seeds 0-9 results are committed) and scored in their own folder with their own seeds:
+tuning seeds 0-2 (recorded, looked at, ``benchmarks/faults/breaks/RESULTS.md``) and fresh seeds 100-104 (recorded
+and scored once, at the end, by the lead; nobody tunes on them)."""
+TUNING_SEEDS = range(0, 3)
+FRESH_SEEDS = range(100, 105)
 
 
 def onset_for(seed: int, base: str) -> int:

@@ -91,7 +91,7 @@ def train_one(base: str, seed: int, cause: str | None, workdir: Path) -> tuple[l
     callbacks = []
     if cause is not None:
         callbacks.append(FaultSwitch(onset, CAUSES[cause].switch, ctx_ref))
-    proxy = ProxyReward() if b.gold else None
+    proxy = ProxyReward(seed) if b.gold else None
     overrides = dict(b.overrides)
     eval_steps = overrides.pop("eval_steps", 0)
     extra: dict[str, Any] = {"reward_funcs": [proxy, GoldReward()]} if proxy is not None else {}
@@ -103,7 +103,7 @@ def train_one(base: str, seed: int, cause: str | None, workdir: Path) -> tuple[l
     trainer.remove_callback(PrinterCallback)
     collator = SwitchableCollator(trainer.data_collator, seed)
     collator.install(trainer)
-    ctx_ref.append(Ctx(trainer, proxy, collator))
+    ctx_ref.append(Ctx(trainer, proxy, collator, seed=seed))
     error = None
     t0 = time.perf_counter()
     try:

@@ -8,8 +8,10 @@ suite's behaviour on a user's clone, where the folder is absent). Tests and benc
 Logs found since are listed, not copied, in this folder's ``*.json`` manifests: each a JSON list of entries
 ``{id, repo, commit, path, sha256, framework, family, reading, expected}`` and, optionally, ``expected_rules`` (rules
 that must fire), ``map`` (which logged key is which quantity, for a custom loop: ``rlcluster analyze --map``),
-``expected_diagnosis``, ``file`` (the copy's name), ``rows`` and ``known_miss`` (why the product does not yet give the
-expected verdict: the verdict check is then a strict xfail, so the day it passes the entry must be updated).
+``expected_diagnosis``, ``file`` (the copy's name), ``rows``, ``known_miss`` (why the product does not yet give the
+expected verdict: the verdict check is then a strict xfail, so the day it passes the entry must be updated) and
+``split`` (``tuning`` or ``sealed``, fixed before anyone read the log: a sealed log is judged by the product once, at
+the end, and by nothing before -- see ``in_split``).
 Their copies sit in ``<real logs>/new/`` (``RLCLUSTER_EXTRA_LOGS`` overrides it), named
 ``<framework>/<id><suffix>`` by convention; a file is found by that name, by its original file name, or by
 its content hash, whichever layout the copier used.
@@ -33,7 +35,12 @@ EXTRA_LOGS_ENV = "RLCLUSTER_EXTRA_LOGS"
 FRAMEWORKS = ("TRL", "verl", "custom", "SFT", "preference", "OpenRLHF")
 EXPECTED = ("healthy", "troubled")
 REQUIRED = ("id", "repo", "commit", "path", "sha256", "framework", "family", "reading", "expected")
-OPTIONAL = ("expected_rules", "map", "expected_diagnosis", "file", "rows", "known_miss")
+OPTIONAL = ("expected_rules", "map", "expected_diagnosis", "file", "rows", "known_miss", "split")
+SPLITS = ("tuning", "sealed")
+"""A held-out manifest's halves: ``tuning`` logs may be looked at and judged while rules change; ``sealed`` ones are
+judged once, at the end (``real_logs_bench.py --split sealed``; the manifest test only with
+``RLCLUSTER_SCORE_SEALED=1``)."""
+SCORE_SEALED_ENV = "RLCLUSTER_SCORE_SEALED"
 
 
 def real_logs_root() -> Path:
@@ -95,6 +102,7 @@ class Entry:
     file: str = ""
     rows: int = 0
     known_miss: str = ""
+    split: str = ""
     manifest: str = ""
 
     @property
@@ -127,6 +135,8 @@ def entry_problems(raw: Any) -> list[str]:
     rules = raw.get("expected_rules", [])
     if not isinstance(rules, list) or not all(isinstance(r, str) and r for r in rules):
         out.append(f"{name}: expected_rules must be a list of rule names")
+    if "split" in raw and raw["split"] not in SPLITS:
+        out.append(f"{name}: split must be tuning or sealed, not {raw['split']!r}")
     if "map" in raw and not (isinstance(raw["map"], dict) and raw["map"]):
         out.append(f"{name}: map must be an object of quantity -> logged key")
     unknown = set(raw) - set(REQUIRED) - set(OPTIONAL)
@@ -158,6 +168,14 @@ def load_manifests(directory: Path = MANIFEST_DIR) -> list[Entry]:
             raise ValueError(f"id {e.id!r} is listed in {seen[e.id]} and again in {e.manifest}")
         seen[e.id] = e.manifest
     return entries
+
+
+def in_split(entry: Entry, split: str) -> bool:
+    """Whether ``entry`` belongs to ``split`` (``tuning``, ``sealed`` or ``all``): a log listed without a split (the
+    manifests before the held-out round) is a tuning log; a sealed one is only in ``sealed`` and ``all``."""
+    if split == "all":
+        return True
+    return (entry.split or "tuning") == split
 
 
 def locate(entry: Entry, root: Path | None = None) -> Path | None:

@@ -82,6 +82,11 @@ def run_demo(name: str, pathology: str, reuse: bool) -> Path:
     """`rlcluster demo` into build/docs-pictures/<name>/demo-out; returns that directory."""
     out = WORK / name / "demo-out"
     if reuse and (out / "dashboard.html").exists():
+        # the run is kept; its dashboard is drawn again by this checkout's code (as the demo draws it: from the run)
+        run = sorted((out / "wandb").glob("offline-run-*"))[-1]
+        subprocess.run([sys.executable, "-m", "wandb_rlcluster", "dashboard", str(run), "--out",
+                        str(out / "dashboard.html")], env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+                       capture_output=True, timeout=300, check=True)
         return out
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
@@ -111,20 +116,26 @@ def transcript(out: Path, stem: str) -> None:
     print(f"  {(IMG / f'{stem}.txt').relative_to(ROOT)}")
 
 
+#: The manual's text column is about 720 px wide on a laptop screen: the dashboard is shot at that width (it
+#: reflows to one panel per row) and shown at its own size, so its text reads as the browser draws it.
+COLUMN = 720
+DASHBOARD_BG = (245, 246, 248)
+
+
 def dashboard_pictures(out: Path, stem: str, full: bool) -> None:
     from PIL import Image
 
     page = (out / "dashboard.html").read_text(encoding="utf-8")
-    # the header names the run directory: show it as the user's `demo-out/...`, not this machine's build path
+    # the header names the run directory: show it as the user's `demo-out/...`, not the build path it ran in
     shown = out.parent / "page.html"
     shown.write_text(page.replace(str(out.parent) + os.sep, ""), encoding="utf-8")
     shot = out.parent / "shot.png"
-    screenshot(shown, shot, 1400, 2600 if full else 800)
-    img = Image.open(shot)
-    # the first screen: the verdict, a status tile per gauge and the primary RL metrics
-    save_small(img.crop((0, 0, 1400, 770)), IMG / f"{stem}.png", width=1000, colors=192)
+    screenshot(shown, shot, COLUMN, 9000 if full else 1600)
+    img = crop_to_content(Image.open(shot), background=DASHBOARD_BG, pad=0)
+    # the first screen: the verdict, a status tile per gauge and the first primary RL metrics (reward, then KL)
+    save_small(img.crop((0, 0, img.width, min(img.height, 1420))), IMG / f"{stem}.png", colors=192)
     if full:
-        save_small(img, IMG / f"{stem}-full.png", width=700, colors=96)
+        save_small(img, IMG / f"{stem}-full.png", colors=96)
 
 
 def journal_alert(out: Path, rule: str | None = None) -> dict:
@@ -406,9 +417,11 @@ def fleet_picture() -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     subprocess.run([sys.executable, "-m", "wandb_rlcluster", "analyze", "sweep", "--html", "fleet.html"], cwd=work,
                    env=env, capture_output=True, timeout=300, check=False)
-    screenshot(work / "fleet.html", work / "fleet.png", 1440, 900)
+    # a laptop's screen: the whole table must fit 1280 px; the manual shows it at its own size (it scrolls sideways
+    # in a narrow column rather than shrinking until it cannot be read)
+    screenshot(work / "fleet.html", work / "fleet.png", 1280, 900)
     save_small(crop_to_content(Image.open(work / "fleet.png"), background=(250, 250, 250)), IMG / "fleet-page.png",
-               width=1100, colors=64)
+               colors=64)
 
 
 def main(argv: list[str] | None = None) -> int:

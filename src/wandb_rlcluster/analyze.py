@@ -361,18 +361,18 @@ def analyze_path(path: str, trainer: str | None = None, alerts: Any = None,
     warn_sooner = resolve_warn_sooner(warn_sooner, alerts)  # a bad value says so before a large log is read
     KeyMap(merge_keys(getattr(alerts, "keys", None), keys))  # and a bad mapping
     log: LoadedLog = load_any(path)
-    planned = _planned(log)
+    planned = planned_steps(log)
     for _ in range(2):
         if isinstance(log, StreamedLog):
             log.meter.hook = progress
         analysis = analyze_stream(log.rows, trainer, source=str(path), source_format=log.source_format,
                                   max_steps=planned, alerts=alerts, params=params, warn_sooner=warn_sooner,
                                   framework=framework, keys=keys)
-        if not isinstance(log, StreamedLog) or _planned(log) == planned:
+        if not isinstance(log, StreamedLog) or planned_steps(log) == planned:
             break
         # A streamed document's planned length is read from its end before the rows; where the rows' end says
         # otherwise (the number sat elsewhere), the log is read again with the right one: the whole read's findings.
-        planned = _planned(log)
+        planned = planned_steps(log)
         log = load_any(path)
     analysis.skipped_lines = sum(int(log.meta.get(k) or 0) for k in ("skipped_lines", "text_lines"))  # type: ignore[call-overload]
     if isinstance(log, StreamedLog):  # a printed log may show it is one only late in the file
@@ -384,7 +384,21 @@ def analyze_path(path: str, trainer: str | None = None, alerts: Any = None,
     return analysis
 
 
-def _planned(log: LoadedLog) -> int:
+#: Keys only a value model (a critic) logs, in any framework's vocabulary (verl ``critic/vf_loss``, OpenRLHF
+#: ``critic_loss``, TRL PPO ``loss/value_avg``).
+CRITIC_KEY_PARTS = ("vf_loss", "vf_explained_var", "vpred", "values/mean", "value_avg", "critic_loss")
+
+
+def framework_algorithm(keys: set[str]) -> str:
+    """What a framework's run trained, for its heading: a framework log's family is only how its numbers are read
+    (per-token, as GRPO's), so a PPO run with a critic is named by the critic's keys, not "GRPO / RLOO"."""
+    if any(part in k for k in keys for part in CRITIC_KEY_PARTS):
+        return "PPO with a critic"
+    return "critic-free (GRPO, RLOO, ...)"
+
+
+def planned_steps(log: LoadedLog) -> int:
+    """The run's planned length (``max_steps``) where the log says it, else 0 (the plateau rule reads it)."""
     max_steps = log.meta.get("max_steps") if isinstance(log.meta, dict) else 0
     return int(max_steps) if isinstance(max_steps, (int, float)) else 0
 
@@ -436,8 +450,9 @@ def render_text(analysis: Analysis, color: bool | None = None, stream: Any = Non
     lines = [
         f"rlcluster analyze · {c(analysis.source)}",
         (f"framework {FRAMEWORK_LABELS.get(fw, fw)} (keys read by meaning; numbers read as {fam}'s) · "
-         if fw != "trl" else "") +
-        f"trainer {FAMILY_LABELS.get(fam, fam)} · {s['rows']} rows · steps {analysis.first_step}–{analysis.last_step}"
+         f"algorithm {framework_algorithm(analysis.cluster.keys_seen)}"
+         if fw != "trl" else f"trainer {FAMILY_LABELS.get(fam, fam)}") +
+        f" · {s['rows']} rows · steps {analysis.first_step}–{analysis.last_step}"
         f" · verdict {paint(s['verdict'].upper(), s['verdict'])}",
         *([f"{s['skipped_lines']} line(s) of the log are not log rows (banners, warnings, progress bars, broken rows): "
            "skipped"] if s.get("skipped_lines") else []),

@@ -366,31 +366,60 @@ def _netrc_has_key() -> bool:
 
 
 def _cmd_dashboard(args: argparse.Namespace) -> int:
-    """Write a self-contained HTML dashboard of a run."""
+    """Write a self-contained HTML dashboard of each run given (a shell glob such as wandb/offline-run-*/ gives
+    several: one page each, named after its run)."""
+    trainer, alerts, code = _trainer_and_alerts(args)
+    if code:
+        return code
+    runs = list(dict.fromkeys(args.run))
+    outs = [args.out] if len(runs) == 1 else _dashboard_names(args.out, runs)
+    worst = 0
+    for run, out in zip(runs, outs, strict=True):
+        worst = max(worst, _write_dashboard(run, out, trainer, alerts, args.warn_sooner))
+    return worst
+
+
+def _dashboard_names(out: str, runs: list[str]) -> list[str]:
+    """One output file per run: ``dashboard.html`` becomes ``dashboard-<run>.html``, ``<run>`` the run's folder name
+    (a W&B run) or file name; where two files share a name (``trainer_state.json``), their folders tell them apart."""
+    from pathlib import Path
+
+    base = Path(out)
+    suffix = base.suffix or ".html"
+    paths = [Path(r.rstrip("/\\")) for r in runs]
+    stems = [p.name.removesuffix(".wandb") if p.is_dir() or p.suffix == ".wandb" else p.stem for p in paths]
+    stems = [f"{p.parent.name}-{st}" if stems.count(st) > 1 else st for p, st in zip(paths, stems, strict=True)]
+    names: list[str] = []
+    for stem in stems:
+        name, n = f"{base.stem}-{stem or 'run'}{suffix}", 2
+        while str(base.with_name(name)) in names:
+            name, n = f"{base.stem}-{stem or 'run'}-{n}{suffix}", n + 1
+        names.append(str(base.with_name(name)))
+    return names
+
+
+def _write_dashboard(run: str, out: str, trainer: str | None, alerts: Any, warn_sooner: int | None) -> int:
     from pathlib import Path
 
     from .dashboard import build_dashboard
 
-    trainer, alerts, code = _trainer_and_alerts(args)
-    if code:
-        return code
     try:
-        page, analysis = build_dashboard(args.run, trainer, alerts, warn_sooner=args.warn_sooner)
+        page, analysis = build_dashboard(run, trainer, alerts, warn_sooner=warn_sooner)
     except LogReadError as e:
         return _fail(str(e).splitlines()[0] if str(e) else "cannot read input")
     except MemoryError:
-        return _fail(f"cannot read {args.run!r}: it does not fit in memory")
+        return _fail(f"cannot read {run!r}: it does not fit in memory")
     except OSError as e:
-        return _fail(f"cannot read {args.run!r}: {e.strerror or type(e).__name__}")
+        return _fail(f"cannot read {run!r}: {e.strerror or type(e).__name__}")
     if not analysis.cluster.recognised():
-        return _fail(f"{args.run!r} has no training metrics this tool knows: is it a trainer log?")
+        return _fail(f"{run!r} has no training metrics this tool knows: is it a trainer log?")
     try:
-        Path(args.out).write_text(page, encoding="utf-8")
+        Path(out).write_text(page, encoding="utf-8")
     except OSError as e:
-        return _fail(f"cannot write {args.out!r}: {e.strerror or e}")
+        return _fail(f"cannot write {out!r}: {e.strerror or e}")
     fw = getattr(analysis.cluster, "framework", "trl")
     layout_name = fw if fw in ("verl", "openrlhf") else analysis.cluster.family
-    _say(f"wrote {args.out} ({layout_name} layout, verdict {analysis.verdict()}); open it in a browser")
+    _say(f"wrote {out} ({layout_name} layout, verdict {analysis.verdict()}); open it in a browser")
     return 0
 
 
@@ -410,15 +439,9 @@ def _cmd_rules(args: argparse.Namespace) -> int:
     """The rule catalog: a table, JSON, one rule in full, or the manual's rule pages (``rules_reference.py``)."""
     from pathlib import Path
 
-    from .rules_reference import (
-        closest,
-        find_rules,
-        render_json,
-        render_rule_text,
-        render_table,
-        rule_records,
-        write_reference,
-    )
+    from .alerts import ConfigError, load_config
+    from .alerts.reference import render_alert_table
+    from .rules_reference import render_json, render_table, rule_records, write_reference
 
     if args.markdown:
         try:
@@ -429,20 +452,52 @@ def _cmd_rules(args: argparse.Namespace) -> int:
         _say(f"wrote {pages} pages in {args.markdown} and {len(written) - pages} pictures in "
              f"{Path(args.markdown) / 'img'}")
         return 0
+    try:
+        config = load_config(args.alerts)
+    except ConfigError as e:
+        return _fail(str(e))
     if args.rule:
-        found = find_rules(args.rule)
-        if not found:
-            near = closest(args.rule)
-            hint = f"; did you mean {', '.join(near)}?" if near else ""
-            return _fail(f"no rule {clean_text(args.rule, 60)!r}{hint} (every rule: rlcluster rules)")
-        if args.format == "json":
-            ids = {r.id for r in found}
-            sys.stdout.write(render_json([x for x in rule_records() if x["id"].split(":")[0] in ids]))
-        else:
-            sys.stdout.write(render_rule_text(found))
-        return 0
+        return _print_named_rule(args.rule, args.format, config)
     records = rule_records()
-    sys.stdout.write(render_json(records) if args.format == "json" else render_table(records))
+    if args.format == "json":
+        sys.stdout.write(render_json(records))
+    else:
+        sys.stdout.write(render_table(records) + "\n" + render_alert_table(config))
+    return 0
+
+
+def _print_named_rule(name: str, fmt: str, config: Any) -> int:
+    """``rlcluster rules NAME``: the gauge rule, the alert rule and the liveness alert of that name, each that exists
+    (``kl-warn`` is both a gauge rule and a shipped alert rule: both are printed)."""
+    from .alerts.reference import find_alert_rules, is_liveness, render_alert_rule_text, render_liveness_text
+    from .rules_reference import closest, find_rules, render_json, render_rule_text, rule_records
+
+    gauge_rules, alert_rules = find_rules(name), find_alert_rules(name, config)
+    if not gauge_rules and not alert_rules and not is_liveness(name):
+        near = closest(name, extra=[r.name for r in config.rules])
+        hint = f"; did you mean {', '.join(near)}?" if near else ""
+        return _fail(f"no rule {clean_text(name, 60)!r}{hint} (every rule: rlcluster rules; an alert rule of your own "
+                     "file: rlcluster rules NAME --alerts FILE)")
+    if fmt == "json":
+        ids = {r.id for r in gauge_rules}
+        records = [{**x, "kind": "gauge rule"} for x in rule_records() if x["id"].split(":")[0] in ids]
+        records += [{"kind": "alert rule", "name": r.name, "gauge": r.gauge, "severity": r.severity,
+                     "when": r.when.text if r.when else None, "finding": r.finding, "for": r.for_,
+                     "trainers": list(r.trainers), "title": r.title, "text": r.text} for r in alert_rules]
+        sys.stdout.write(render_json(records))
+        return 0
+    parts = []
+    if gauge_rules:
+        parts.append(("Gauge rule (raised by a gauge: a finding)", render_rule_text(gauge_rules)))
+    if alert_rules:
+        parts.append(("Alert rule (alerts.yaml: what notifies you or stops training)",
+                      render_alert_rule_text(alert_rules)))
+    if is_liveness(name):
+        parts.append(("Liveness alert", render_liveness_text(name)))
+    for heading, text in parts:
+        if len(parts) > 1:
+            sys.stdout.write(f"== {heading}\n\n")
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
     return 0
 
 
@@ -496,8 +551,8 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--map", metavar="QUANTITY=KEY", action="append",
                    help="which logged key is what, for a custom loop: reward=reward/g, gold=reward/f (a held-out score "
                         "the reward is judged against; repeatable), entropy=, kl=, length=, lr=, loss=, grad_norm=, "
-                        "reward_std=, eval_loss=, step=. Always wins over names the tool recognises; over the --alerts "
-                        "file's keys:")
+                        "reward_std=, eval_loss=, step=. It always wins over the names the tool recognises, and over "
+                        "the keys: section of the --alerts file")
     a.add_argument("--framework", choices=FRAMEWORKS,
                    help="whose metric names the log speaks, instead of auto-detection (verl: step:N console logs "
                         "or W&B runs; openrlhf: W&B runs with train/<key>)")
@@ -513,17 +568,17 @@ def build_parser() -> argparse.ArgumentParser:
                         "trained reward is then judged against it (proxy-gold gap, over-optimisation). Repeatable")
     a.add_argument("--warn-sooner", metavar="N", type=int, default=None, choices=range(WARN_SOONER_MAX + 1),
                    help=f"take N logged rows (0 to {WARN_SOONER_MAX}) off every warn rule's hold: earlier warnings, "
-                        "and more false ones (benchmarks/detection/FRONTIER.md); default: the --alerts file's "
-                        "warn_sooner:, else 0")
+                        "and more false ones (the manual's How well it works page gives both); default: the "
+                        "--alerts file's warn_sooner:, else 0")
     a.set_defaults(func=_cmd_analyze)
 
     al = sub.add_parser("alerts", help="check alert rules and channels")
     alsub = al.add_subparsers(dest="alerts_command", required=True)
     v = alsub.add_parser("validate", help="validate an alerts YAML: exit 0, or 2 with FILE:LINE: problem; fix")
-    v.add_argument("file")
+    v.add_argument("file", help="the alerts YAML to check (merged over the shipped rules, as the callback does)")
     v.set_defaults(func=_cmd_alerts_validate)
     t = alsub.add_parser("test", help="send one test alert through each channel configured in FILE")
-    t.add_argument("file")
+    t.add_argument("file", help="the alerts YAML whose channels: section names the channels to test")
     t.set_defaults(func=_cmd_alerts_test)
 
     au = sub.add_parser("automations", help="W&B-side rules: export the rules W&B can evaluate itself")
@@ -532,8 +587,8 @@ def build_parser() -> argparse.ArgumentParser:
         "export", help="create W&B Automations for the rules W&B can evaluate (a threshold held for a window, a "
         "z-score) and for runs that fail or crash; W&B Automations need a paid plan")
     ae.add_argument("file", help="alerts YAML (merged over the shipped rules, as in the callback)")
-    ae.add_argument("--entity", required=True)
-    ae.add_argument("--project", required=True)
+    ae.add_argument("--entity", required=True, help="the W&B entity (user or team) that owns the project")
+    ae.add_argument("--project", required=True, help="the W&B project whose runs the automations watch")
     ae.add_argument("--dry-run", action="store_true", help="print what would be created: no network, no API key")
     ae.add_argument("--json", action="store_true", help="with --dry-run: one JSON line per automation, the GraphQL "
                     "input it would be created with (ids as placeholders)")
@@ -546,12 +601,13 @@ def build_parser() -> argparse.ArgumentParser:
     ae.set_defaults(func=_cmd_automations_export)
 
     r = sub.add_parser("report", help="build the fourteen-gauge W&B report for a project")
-    r.add_argument("--entity", required=True)
-    r.add_argument("--project", required=True)
+    r.add_argument("--entity", required=True, help="the W&B entity (user or team) that owns the project")
+    r.add_argument("--project", required=True, help="the W&B project whose runs the report shows")
     r.add_argument("--trainer", default="grpo",
-                   help="layout: grpo (rloo), dpo (kto, orpo), ppo (online_dpo), sft, verl, openrlhf (their own keys)")
+                   help="layout: grpo (rloo), dpo (kto, orpo), ppo (online_dpo), sft, verl, openrlhf (their own keys); "
+                        "default: grpo")
     r.add_argument("--runs", help="W&B run search string for the report's runsets (default: all runs)")
-    r.add_argument("--title", help="report title")
+    r.add_argument("--title", help="the report's title (default: rlcluster run health - <the layout's trainers>)")
     r.add_argument("--alerts", metavar="FILE", help="alert rules whose thresholds annotate the panels")
     dest = r.add_mutually_exclusive_group(required=True)
     dest.add_argument("--out", metavar="FILE", help="write the report spec (JSON) here: no network, no API key")
@@ -573,47 +629,62 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--interval", type=float, default=1.0, help="seconds between polls of the file (default 1)")
     w.add_argument("--idle-timeout", type=float, default=600.0,
                    help="end after this many seconds without a new byte and no exit record (default 600)")
-    w.add_argument("--wait", type=float, default=0.0, help="wait this long for a run to appear (default: not)")
+    w.add_argument("--wait", type=float, default=0.0, help="seconds to wait for a run to appear (default: 0, do "
+                   "not wait)")
     w.add_argument("--warn-sooner", metavar="N", type=int, default=None, choices=range(WARN_SOONER_MAX + 1),
-                   help="as in `rlcluster analyze`")
+                   help="take N logged rows (0 to 3) off every warn rule's hold, as in `rlcluster analyze`; default: "
+                        "the --alerts file's warn_sooner:, else 0")
     w.add_argument("--map", metavar="QUANTITY=KEY", action="append", help="as in `rlcluster analyze`: which logged "
                    "key is what, for a loop with its own names (reward=reward/g, gold=reward/f, ...)")
     w.add_argument("--fail-on", choices=("warn", "stop"), help="exit 1 when the verdict reaches this severity")
     w.set_defaults(func=_cmd_watch)
 
-    db = sub.add_parser("dashboard", help="write a self-contained HTML dashboard of a run (no network to view)")
-    db.add_argument("run", help="anything `rlcluster analyze` reads: trainer_state.json, a W&B offline run, ...")
-    db.add_argument("--out", default="dashboard.html", help="output file (default: dashboard.html)")
-    db.add_argument("--trainer", help="trainer family instead of auto-detection")
+    db = sub.add_parser("dashboard", help="write a self-contained HTML dashboard of a run (no network to view)",
+                        description="Write one self-contained HTML page per run: the report's panels as static "
+                        "pictures, the gauge table, the findings and alerts. Given several runs (a shell glob such "
+                        "as wandb/offline-run-*/), one page each, named after its run.")
+    db.add_argument("run", nargs="+", help="a log `rlcluster analyze` reads (trainer_state.json, rows .json/.jsonl, "
+                    "a stdout .log, a W&B history .csv) or a W&B offline run folder; several: one page each")
+    db.add_argument("--out", default="dashboard.html", help="the output file (default: dashboard.html); with "
+                    "several runs, each page is named after it: dashboard-<run folder>.html")
+    db.add_argument("--trainer", help=f"trainer family instead of auto-detection: {', '.join(FAMILIES)}, rloo, cpo")
     db.add_argument("--alerts", metavar="FILE", help="alert rules to apply (default: the shipped alerts.yaml)")
     db.add_argument("--warn-sooner", metavar="N", type=int, default=None, choices=range(WARN_SOONER_MAX + 1),
                     help="as in `rlcluster analyze`: N logged rows off every warn hold (default: the alerts "
                          "file's warn_sooner:, else 0)")
     db.set_defaults(func=_cmd_dashboard)
 
-    ru = sub.add_parser("rules", help="list every rule: id, gauge, severity, threshold, false-alarm budget, the "
-                        "seed's words",
-                        description="The rule catalog (src/wandb_rlcluster/core/catalog.py): one entry per rule id "
-                        "the gauges can raise, thresholds read from the gauges' defaults.")
-    ru.add_argument("rule", nargs="?", help="print this rule in full (e.g. kl-warn): what it means, how it "
-                    "decides, what to do, how to change or silence it, its page in the manual")
+    ru = sub.add_parser("rules", help="list every rule (gauge rules and alert rules), or print one in full",
+                        description="The gauge rules (one entry per rule id the gauges can raise, thresholds read "
+                        "from the gauges' defaults) and the alert rules of the shipped alerts.yaml. Every name a "
+                        "finding or an alert prints can be looked up here.")
+    ru.add_argument("rule", nargs="?", help="print this rule in full (e.g. kl-warn, length-warn, stall): what it "
+                    "means, how it decides, what to do, how to change or silence it; a gauge rule, an alert rule or "
+                    "a liveness alert, each kind the name has")
     ru.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
+    ru.add_argument("--alerts", metavar="FILE", help="also look NAME up among this file's alert rules, merged over "
+                    "the shipped alerts.yaml as the callback merges them (default: the shipped rules only)")
     ru.add_argument("--markdown", metavar="DIR", nargs="?", const="docs/rules",
-                    help="write the manual's rule pages (default docs/rules: one <id>.md per rule and index.md) "
-                         "and their SVG pictures (DIR/img/), instead of printing")
+                    help="write the manual's rule pages into DIR instead of printing: one page per rule, an index, "
+                         "the alert rules' page and the SVG pictures in DIR/img (default DIR: docs/rules, the "
+                         "manual's source in a checkout)")
     ru.set_defaults(func=_cmd_rules)
 
     d = sub.add_parser(
         "demo",
         help="train a tiny local model with real TRL (CPU, W&B offline) and watch the plugin catch a failure",
     )
-    d.add_argument("--out", default="demo-out", help="directory for the run, journal, report and dashboard")
-    d.add_argument("--trainer", default="grpo", choices=("grpo", "dpo"))
+    d.add_argument("--out", default="demo-out", help="the folder for the W&B offline run, the alerts journal, the "
+                   "report spec and the dashboard (default: demo-out, created in the current folder)")
+    d.add_argument("--trainer", default="grpo", choices=("grpo", "dpo"), help="grpo: a GRPO run with a failure "
+                   "caused on purpose (see --pathology); dpo: a healthy DPO run (default: grpo)")
     d.add_argument("--pathology", default=None, choices=("kl", "length", "entropy", "none"),
                    help="the GRPO failure to cause (default: kl runaway, which stops training); the DPO demo is a "
                    "healthy run (none)")
-    d.add_argument("--steps", type=int, help="max steps (default depends on the pathology)")
-    d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--steps", type=int, help="the run's max steps (default: enough for the chosen pathology to show "
+                   "and be caught)")
+    d.add_argument("--seed", type=int, default=0, help="the training seed (the trainer's seed: data order, sampling) "
+                   "and the noisy reward's, so a run repeats (default: 0)")
     d.set_defaults(func=_cmd_demo)
     return parser
 

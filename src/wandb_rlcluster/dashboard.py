@@ -15,7 +15,7 @@ import math
 import re
 from typing import Any
 
-from .analyze import Analysis, Downsampler, analyze_stream, detect_framework_of, detect_trainer, load_any
+from .analyze import Analysis, Downsampler, analyze_stream, detect_framework_of, detect_trainer, load_any, planned_steps
 from .core import DIAGNOSIS_ID, FAMILY_LABELS, GAUGE_TITLES, InstrumentCluster
 from .core.cluster import resolve_warn_sooner
 from .core.frameworks import get_profile
@@ -124,6 +124,30 @@ def _fmt(v: float) -> str:
     return f"{v:.3g}" if 1e-3 <= a < 1e5 else f"{v:.1e}"
 
 
+#: A series whose largest value is this many times smaller than the panel's largest gets its own (right) axis: on
+#: one axis it would be a flat line (steps/s beside tokens/s).
+AXIS_SPLIT = 20.0
+
+
+def _y_range(values: list[float]) -> tuple[float, float]:
+    """The axis range of ``values``: a margin of 5 %, never below 0 for data that is never negative (a share, a
+    length), and a constant drawn from 0 to twice itself (all zeros: 0 to 1), not around itself."""
+    lo, hi = min(values), max(values)
+    if hi - lo < 1e-12:
+        lo, hi = (0.0, 1.0) if lo == 0 else ((0.0, 2 * lo) if lo > 0 else (2 * lo, 0.0))
+    span = hi - lo
+    bottom, top = lo - 0.05 * span, hi + 0.05 * span
+    return (max(bottom, 0.0) if lo >= 0 else bottom), top
+
+
+def _axis_groups(series: list[tuple[str, list[tuple[float, float]]]]) -> tuple[set[str], set[str]]:
+    """(keys on the left axis, keys on the right axis): a series far smaller than the largest goes right."""
+    size = {k: max(abs(v) for _, v in pts) for k, pts in series}
+    largest = max(size.values())
+    right = {k for k, m in size.items() if 0 < m * AXIS_SPLIT < largest}
+    return set(size) - right, right
+
+
 def _svg(panel: PanelSpec, store: SeriesStore, marks: list[tuple[str, float, str, str]],
          findings: list[dict[str, Any]], x_range: tuple[float, float]) -> str:
     keys = _expand(panel, store, store.key_of)
@@ -132,29 +156,31 @@ def _svg(panel: PanelSpec, store: SeriesStore, marks: list[tuple[str, float, str
     if not series:
         return (f'<svg viewBox="0 0 {W} {H}" class="empty"><text x="{W / 2}" y="{H / 2}" text-anchor="middle">'
                 "no data for this panel</text></svg>")
-    ys = [v for _, pts in series for _, v in pts]
     marked = [m for m in marks if _canonical(m[0]) in keys]
-    ys += [m[1] for m in marked]
-    lo, hi = min(ys), max(ys)
-    if hi - lo < 1e-12:
-        lo, hi = lo - 0.5 * (abs(lo) or 1), hi + 0.5 * (abs(hi) or 1)
-    span = hi - lo
-    lo, hi = lo - 0.05 * span, hi + 0.05 * span
+    left, right = _axis_groups(series)
+    axes = {side: _y_range([v for k, pts in series if k in group for _, v in pts]
+                           + [m[1] for m in marked if _canonical(m[0]) in group])
+            for side, group in (("left", left), ("right", right)) if group}
+    pad_r = PAD_L if right else PAD_R
     x0, x1 = x_range
     if x1 <= x0:
         x1 = x0 + 1
 
     def sx(x: float) -> float:
-        return PAD_L + (x - x0) / (x1 - x0) * (W - PAD_L - PAD_R)
+        return PAD_L + (x - x0) / (x1 - x0) * (W - PAD_L - pad_r)
 
-    def sy(y: float) -> float:
+    def sy(y: float, side: str = "left") -> float:
+        lo, hi = axes[side]
         return PAD_T + (hi - y) / (hi - lo) * (H - PAD_T - PAD_B)
 
-    parts = [f'<svg viewBox="0 0 {W} {H}" role="img"><rect x="{PAD_L}" y="{PAD_T}" width="{W - PAD_L - PAD_R}" '
+    parts = [f'<svg viewBox="0 0 {W} {H}" role="img"><rect x="{PAD_L}" y="{PAD_T}" width="{W - PAD_L - pad_r}" '
              f'height="{H - PAD_T - PAD_B}" class="plot"/>']
-    for frac in (0, 0.5, 1):
-        yv = lo + frac * (hi - lo)
-        parts.append(f'<text x="{PAD_L - 4}" y="{sy(yv) + 4:.1f}" text-anchor="end" class="tick">{_fmt(yv)}</text>')
+    for side, (lo, hi) in axes.items():
+        tx, anchor = (PAD_L - 4, "end") if side == "left" else (W - pad_r + 4, "start")
+        for frac in (0, 0.5, 1):
+            yv = lo + frac * (hi - lo)
+            parts.append(f'<text x="{tx}" y="{sy(yv, side) + 4:.1f}" text-anchor="{anchor}" class="tick">'
+                         f"{_fmt(yv)}</text>")
     for frac in (0, 0.5, 1):
         xv = x0 + frac * (x1 - x0)
         parts.append(f'<text x="{sx(xv):.1f}" y="{H - 8}" text-anchor="middle" class="tick">{xv:.0f}</text>')
@@ -165,25 +191,39 @@ def _svg(panel: PanelSpec, store: SeriesStore, marks: list[tuple[str, float, str
         parts.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{PAD_T}" y2="{H - PAD_B}" stroke="{color}" '
                      f'stroke-width="1.5" opacity="0.8"><title>{tip}</title></line>')
         parts.append(f'<circle cx="{x:.1f}" cy="{PAD_T + 4}" r="3.5" fill="{color}"><title>{tip}</title></circle>')
-    for _metric, value, severity, label in marked:
-        y = sy(value)
-        color = SEVERITY_COLOR.get(severity, "#888")
-        parts.append(f'<line x1="{PAD_L}" x2="{W - PAD_R}" y1="{y:.1f}" y2="{y:.1f}" stroke="{color}" '
-                     f'stroke-dasharray="5 4" stroke-width="1.2"/><text x="{W - PAD_R - 2}" y="{y - 3:.1f}" '
-                     f'text-anchor="end" class="thr" fill="{color}">{_esc(label)}</text>')
+    # thresholds: a dashed line each, named in the legend (a label on the plot sat on the curves)
+    for metric, value, severity, label in marked:
+        y = sy(value, "right" if _canonical(metric) in right else "left")
+        parts.append(f'<line x1="{PAD_L}" x2="{W - pad_r}" y1="{y:.1f}" y2="{y:.1f}" '
+                     f'stroke="{SEVERITY_COLOR.get(severity, "#888")}" stroke-dasharray="5 4" stroke-width="1.2">'
+                     f"<title>{_esc(label)}</title></line>")
     for i, (k, pts) in enumerate(series):
-        color = PALETTE[i % len(PALETTE)]
-        d = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in pts)
-        parts.append(f'<polyline points="{d}" fill="none" stroke="{color}" stroke-width="1.6"><title>'
-                     f"{_esc(k)}</title></polyline>")
+        side = "right" if k in right else "left"
+        d = " ".join(f"{sx(x):.1f},{sy(y, side):.1f}" for x, y in pts)
+        parts.append(f'<polyline points="{d}" fill="none" stroke="{PALETTE[i % len(PALETTE)]}" stroke-width="1.6">'
+                     f"<title>{_esc(k)}</title></polyline>")
+        if len(pts) == 1:  # a probe measured once: a line of one point draws nothing
+            parts.append(f'<circle cx="{sx(pts[0][0]):.1f}" cy="{sy(pts[0][1], side):.1f}" r="3" '
+                         f'fill="{PALETTE[i % len(PALETTE)]}"><title>{_esc(k)}</title></circle>')
     parts.append("</svg>")
-    legend = "".join(f'<span><i style="background:{PALETTE[i % len(PALETTE)]}"></i>{_esc(k)}</span>'
-                     for i, (k, _) in enumerate(series))
+    legend = "".join(f'<span><i style="background:{PALETTE[i % len(PALETTE)]}"></i>{_esc(k)}'
+                     f'{" (right axis)" if k in right else ""}</span>' for i, (k, _) in enumerate(series))
+    legend += "".join(f'<span class="thr" style="color:{SEVERITY_COLOR.get(sev, "#888")}"><i class="dash" '
+                      f'style="border-color:{SEVERITY_COLOR.get(sev, "#888")}"></i>{_esc(label)}</span>'
+                      for _, _, sev, label in marked)
     return "".join(parts) + f'<div class="legend">{legend}</div>'
 
 
+def _count(n: int, noun: str) -> str:
+    """``1 finding``, ``3 findings``."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def _rule_link(rule: str, doc: str) -> str:
-    """The rule's name, linked to its page in the manual (what it means, what to do, how to tune it)."""
+    """The rule's name, linked to its page in the manual (what it means, what to do, how to tune it) where the
+    manual's address is set (RLCLUSTER_DOCS_URL), else with the command that prints that page as its tooltip."""
+    if "://" not in doc:
+        return f"<span class=\"rule\" title=\"{html.escape(doc, quote=True)}\">{_esc(rule)}</span>"
     return f"<a href=\"{html.escape(doc, quote=True)}\" title=\"the rule's page\">{_esc(rule)}</a>"
 
 
@@ -213,6 +253,7 @@ padding:8px 10px}.panel h3{margin:0 0 4px;font-size:13px;display:flex;justify-co
 .plot{fill:#fbfbfc;stroke:#e3e6ea}.tick{font-size:10px;fill:#666}.thr{font-size:10px}.empty text{fill:#999;
 font-size:12px}.legend{font-size:11px;color:#444;display:flex;flex-wrap:wrap;gap:4px 12px;margin-top:2px}
 .legend i{display:inline-block;width:10px;height:3px;margin-right:4px;vertical-align:middle}
+.legend i.dash{height:0;border-top:2px dashed;background:none}
 .status{display:grid;grid-template-columns:repeat(auto-fill,minmax(190px,1fr));gap:8px}.tile{background:#fff;
 border-radius:8px;padding:8px 10px;border-left:6px solid;font-size:13px}.tile b{display:block}
 table{border-collapse:collapse;background:#fff;width:100%;max-width:1300px}td,th{border-bottom:1px solid #eee;
@@ -251,7 +292,7 @@ def render_dashboard(analysis: Analysis, store: SeriesStore, layout: Layout, ale
     for gid, title in GAUGE_TITLES.items():
         g = gauges[gid]
         st = g["status"]
-        detail = g.get("note", "") if st == "no-data" else f"{len(by_gauge.get(gid, []))} findings"
+        detail = g.get("note", "") if st == "no-data" else _count(len(by_gauge.get(gid, [])), "finding")
         out.append(f"<div class='tile' style='border-color:{STATUS_COLOR[st]}'><b>{_esc(title)}</b>"
                    f"<span style='color:{STATUS_COLOR[st]}' class='sev'>{st.upper()}</span> · "
                    f"{_esc(detail)}</div>")
@@ -305,12 +346,18 @@ def build_dashboard(path: str, trainer: str | None = None, alerts: Any = None,
     # detected by the same rule as `rlcluster analyze`, so both name the same trainer.
     framework, rows = detect_framework_of(log.rows)  # verl's rows are drawn on verl's own keys
     profile = get_profile(framework)
-    family = canonical_family(trainer) if trainer else (profile.family if profile is not None else
-                                                         (detect_trainer(rows)[0] or "sft"))
+    if trainer:
+        family = canonical_family(trainer)
+    elif profile is not None:
+        family = profile.family
+    else:  # detection reads the first rows: go on with the iterator that replays them, or they would be lost
+        detected, rows = detect_trainer(rows, framework=framework)
+        family = detected or "sft"
     layout = load_layout(framework if framework in FRAMEWORK_LAYOUT else family)
     collector = SeriesCollector(layout, profile if framework in FRAMEWORK_LAYOUT else None)
     analysis = analyze_stream(rows, family, source=str(path), source_format=log.source_format,
-                              alerts=alert_config, observer=collector, warn_sooner=warn_sooner, framework=framework)
+                              max_steps=planned_steps(log), alerts=alert_config, observer=collector,
+                              warn_sooner=warn_sooner, framework=framework)
     if isinstance(log, StreamedLog):  # known once the rows are read (a printed log, a provenance wrapper)
         analysis.source_format = log.source_format
     if log.meta.get("rollouts") is not None:

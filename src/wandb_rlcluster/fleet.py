@@ -27,7 +27,8 @@ th{background:#f0f0f0;cursor:pointer;user-select:none;white-space:nowrap;positio
 th[aria-sort=ascending]::after{content:" \\25B2";font-size:10px}
 th[aria-sort=descending]::after{content:" \\25BC";font-size:10px}
 td.num{text-align:right;font-variant-numeric:tabular-nums} td.path{font-family:ui-monospace,monospace;font-size:12px}
-td.rule,td.sparks,td.path,td.diag{white-space:nowrap}
+td.rule,td.path,td.diag{white-space:nowrap} td.sparks{min-width:200px;max-width:440px}
+td.path{max-width:30em;overflow:hidden;text-overflow:ellipsis}
 .badge{display:inline-block;min-width:44px;text-align:center;border-radius:3px;padding:1px 6px;font-weight:600;
 color:#fff}
 .v-stop{background:#c62828}.v-warn{background:#ef8f00}.v-ok{background:#2e7d32}.v-error{background:#777}
@@ -104,6 +105,16 @@ def _text_cell(v: str, cls: str = "") -> str:
     return f'<td{f" class={chr(34)}{cls}{chr(34)}" if cls else ""} data-v="{escape(v)}">{escape(v) or "–"}</td>'
 
 
+#: The most characters of a run's path the run column shows: the end of the path (where runs differ), the whole
+#: path in the cell's tooltip; a long path would otherwise push the other columns off a laptop's screen.
+PATH_SHOWN = 44
+
+
+def _path_cell(path: str) -> str:
+    shown = path if len(path) <= PATH_SHOWN else "…" + path[-(PATH_SHOWN - 1):]
+    return f'<td class="path" data-v="{escape(path)}" title="{escape(path)}">{escape(shown) or "–"}</td>'
+
+
 def build_fleet_page(records: Sequence[RunRecord], title: str = "rlcluster sweep") -> str:
     """The whole page, ranked worst first (the order of ``records``); click a header to sort by it."""
     n = counts(records)
@@ -116,7 +127,7 @@ def build_fleet_page(records: Sequence[RunRecord], title: str = "rlcluster sweep
             f'<tr data-rank="{i}" data-verdict="{r.verdict}">'
             f'<td class="num" data-v="{i}">{i}</td>'
             f'<td data-v="{-VERDICT_RANK[r.verdict]}">{badge}</td>'
-            f"{_text_cell(r.path, 'path')}{_num_cell(r.first_warn_step)}{_num_cell(r.first_stop_step)}"
+            f"{_path_cell(r.path)}{_num_cell(r.first_warn_step)}{_num_cell(r.first_stop_step)}"
             f"{_text_cell(r.diagnosis, 'diag')}"
             f'<td class="rule" data-v="{escape(r.rule)}" title="{escape(r.message)}">{escape(r.rule) or "–"}</td>'
             f'<td class="sparks" data-v="{escape(" ".join(f.gauge for f in r.fired if f.step >= 0))}">{_sparks(r)}</td>'

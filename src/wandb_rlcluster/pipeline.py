@@ -148,6 +148,8 @@ class Pipeline:
         """The journal and the channels of the alert file (none without rules)."""
         if self.alert_config is not None:
             self.notifier = Notifier(self.alert_config, journal, use_wandb=use_wandb, close_wait=close_wait)
+            if self.engine is not None:  # the same dict: name_run's later updates reach the channels' messages
+                self.notifier.run_fields = self.engine.fields
         return self.notifier
 
     def feed(self, raw: Mapping[str, Any], step: int | None = None, evidence: Evidence | None = None) -> Decision:

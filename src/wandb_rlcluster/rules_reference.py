@@ -13,13 +13,13 @@ import json
 import math
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from .core.catalog import ANY_GAUGE, CATALOG, INSTRUMENTS, POST, Rule, budget, threshold_text, thresholds
+from .core.catalog import ANY_GAUGE, CATALOG, INSTRUMENTS, POST, Rule, budget, gauge_class, threshold_text, thresholds
 from .core.cluster import analyze_rows
-from .core.doc_links import rule_doc_url
+from .core.doc_links import DOCS_URL_ENV, rule_doc_url
 from .svgplot import line_chart
 
 BUDGET_NONE = "-"
@@ -67,6 +67,21 @@ LINES: dict[str, tuple[str, Any]] = {
 }
 
 
+def documented(rule: Rule) -> Rule:
+    """The rule as its page documents it: a gauge parameter its words name in backticks (length-explosion's
+    `baseline_rows`) is one of its parameters too, shown in its thresholds and its "Change it" snippets."""
+    cls = gauge_class(rule.gauge)
+    if cls is None:
+        return rule
+    named = re.findall(r"`(\w+)`", f"{rule.reads} {rule.test}")
+    extra = tuple(dict.fromkeys(n for n in named if n in cls.defaults and n not in rule.params))
+    return replace(rule, params=rule.params + extra) if extra else rule
+
+
+#: The catalog as the pages and ``rlcluster rules`` document it (``documented``).
+RULES_DOCUMENTED: tuple[Rule, ...] = tuple(documented(r) for r in CATALOG)
+
+
 def rule_id(rule: Rule) -> str:
     return f"{rule.id}:<fn>" if rule.per_function else rule.id
 
@@ -93,7 +108,7 @@ def seed_text(rule: Rule) -> str:
 def rule_records() -> list[dict[str, Any]]:
     """One plain record per rule: what the table, the JSON and the page show."""
     out = []
-    for r in CATALOG:
+    for r in RULES_DOCUMENTED:
         ex = r.example
         out.append({
             "id": rule_id(r), "gauge": r.gauge, "severity": "/".join(r.severities),
@@ -176,6 +191,14 @@ def threshold_lines(rule: Rule, key: str) -> list[tuple[float, str, str]]:
             label = f"{what} = [{', '.join(_num(float(v)) for v in value)}]"
             return [(float(v), label, LINE) for v in value]
         return [(float(value), f"{what} = {_num(float(value))}", LINE)]
+    if "`baseline_rows`" in rule.reads:  # a ratio to the run's start: the median of its first baseline_rows rows
+        n = int(param_value(rule, "baseline_rows") or 10)
+        first = [r[key] for r in rule.example.rows(True) if key in r and math.isfinite(r[key])][:n]
+        if not first:
+            return []
+        start = sorted(first)[len(first) // 2]
+        return [(float(value) * start, f"{what} = {_num(float(value))} × the median of the first {n} rows "
+                 "(baseline_rows)", LINE)]
     onset = max(rule.example.onset, 21)  # the rows just before the pathology: the level a running baseline holds
     before = [r[key] for r in rule.example.rows(False)
               if key in r and math.isfinite(r[key]) and onset - 20 <= r["step"] < onset]
@@ -278,7 +301,7 @@ def _shipped() -> Any:
 
 
 def _rules_of(gauge: str) -> list[Rule]:
-    return [r for r in CATALOG if r.gauge == gauge or (r.gauge == ANY_GAUGE and gauge != "diagnosis")]
+    return [r for r in RULES_DOCUMENTED if r.gauge == gauge or (r.gauge == ANY_GAUGE and gauge != "diagnosis")]
 
 
 def forwarders(rule: Rule) -> list[Forwarder]:
@@ -356,7 +379,7 @@ def _citation(rule: Rule) -> str:
 def pages_by_id() -> dict[str, list[Rule]]:
     """The catalog's entries by rule id: one page per id (an id two gauges raise has both entries on its page)."""
     out: dict[str, list[Rule]] = {}
-    for r in CATALOG:
+    for r in RULES_DOCUMENTED:
         out.setdefault(r.id, []).append(r)
     return out
 
@@ -366,11 +389,15 @@ def _entry(rule: Rule, fired: int | None, heading: str) -> list[str]:
     key = plot_key(rule)
     lines_drawn = threshold_lines(rule, key)
     sev = "/".join(rule.severities)
+    plain = (plain_words(rule.reads), plain_words(rule.test))
+    technical = ([f"- **the test in statistical terms** it reads {_md(rule.reads)}; it fires on {_md(rule.test)}"]
+                 if plain != (rule.reads, rule.test) else [])
     out = [
         f"{heading} In plain words",
         "",
-        f"It reads {_md(rule.reads)}, and fires on this test: {_md(rule.test)}. When it fires, {_md(rule.means)}.",
+        f"It reads {_md(plain[0])}, and fires on this test: {_md(plain[1])}. When it fires, {_md(rule.means)}.",
         "",
+        *technical,
         f"- **gauge** {_gauge_link(rule)} · **severity** {sev} · **false-alarm budget** {_md(budget(rule))}",
         f"- **thresholds** {_md(threshold_text(rule))}",
         "",
@@ -483,6 +510,35 @@ def render_rule_page(rid: str, rules: list[Rule], fired: dict[tuple[str, str], i
     return "\n".join(lines).rstrip() + "\n"
 
 
+#: Statistical terms a rule's test is written in, and the words its page's "In plain words" uses instead (the
+#: terms stay on the page, in the line that gives the test in statistical terms).
+PLAIN_WORDS = (
+    ("Page's CUSUM", "a running sum of the rows' deviations"),
+    ("two-sided CUSUM", "a running sum of the rows' deviations, up or down,"),
+    ("a CUSUM for the noise", "a running sum of how far the noise exceeds its usual size"),
+    ("a CUSUM of", "a running sum of"),
+    ("its CUSUM", "its running sum of deviations"),
+    ("a noise CUSUM", "a running sum of how far the noise exceeds its usual size"),
+    ("CUSUM residuals", "its running sum of deviations"),
+    ("CUSUM past", "the running sum of deviations past"),
+    ("the CUSUM", "the running sum of deviations"),
+    ("AR(1) prewhitened", "corrected for noise that carries over from row to row"),
+    ("(AR(1)-aware)", "(allowing for noise that carries over from row to row)"),
+    ("(deflated for AR(1) noise)", "(allowing for noise that carries over from row to row)"),
+    ("AR(1)-widened", "widened for noise that carries over from row to row"),
+    ("ARL0-budget threshold", "threshold set by its false-alarm budget"),
+)
+JARGON = ("CUSUM", "AR(1)", "ARL0")
+
+
+def plain_words(test: str) -> str:
+    """A rule's test with the statistical terms put in words (a test this table misses keeps them: the rule pages'
+    test fails on any left)."""
+    for term, words in PLAIN_WORDS:
+        test = test.replace(term, words)
+    return test
+
+
 def render_index(fired: dict[tuple[str, str], int | None]) -> str:
     lines = [
         "# Rules",
@@ -495,9 +551,11 @@ def render_index(fired: dict[tuple[str, str], int | None]) -> str:
         "(`doc` in `rlcluster analyze --format json`, the alerts journal, Slack and e-mail; the rule's name in the "
         "dashboard). In a terminal: `rlcluster rules` lists them, `rlcluster rules ID` prints one.",
         "",
-        "The links point at `docs/rules/<id>.md` in the project; set `RLCLUSTER_DOCS_URL` to where you serve the "
-        "built manual (e.g. `https://docs.example.org/rlcluster`, or `file:///path/to/site` after `make docs`) "
-        "and they become `<that address>/rules/<id>.html`.",
+        "A link reads `rlcluster rules <id>`, the command that prints the page in any install; set "
+        "`RLCLUSTER_DOCS_URL` to where you serve the built manual (e.g. `https://docs.example.org/rlcluster`, or "
+        "`file:///path/to/site` after `make docs`) and they become `<that address>/rules/<id>.html`. The rules "
+        "of `alerts.yaml` that turn findings into alerts have their own page: [Alert rules](alert-rules.md); "
+        "how the two kinds differ: [Gauge rules and alert rules](../rule-kinds.md).",
         "",
         "Each page quotes the line of the blog series the instruments implement (where one states the "
         f"rule), *{SERIES}* by Chris von Csefalvay ([Part I]({PART_URL['I']}), "
@@ -508,7 +566,7 @@ def render_index(fired: dict[tuple[str, str], int | None]) -> str:
         "",
     ]
     gauge = None
-    for r in CATALOG:
+    for r in RULES_DOCUMENTED:
         if r.gauge != gauge:
             gauge = r.gauge
             title = "any gauge" if gauge == ANY_GAUGE else gauge
@@ -519,11 +577,14 @@ def render_index(fired: dict[tuple[str, str], int | None]) -> str:
 
 def render_pages() -> tuple[dict[str, str], dict[str, str]]:
     """The manual's rule pages (``{file name: markdown}``, index.md included) and pictures (``{file name: svg}``)."""
-    fired = {r.key: first_fire(r) for r in CATALOG}
-    pages = {"index.md": render_index(fired)}
+    fired = {r.key: first_fire(r) for r in RULES_DOCUMENTED}
+    from .alerts import load_config
+    from .alerts.reference import render_alert_rules_page
+
+    pages = {"index.md": render_index(fired), "alert-rules.md": render_alert_rules_page(load_config())}
     for rid, rules in pages_by_id().items():
         pages[f"{rid}.md"] = render_rule_page(rid, rules, fired)
-    plots = {plot_name(r): render_plot(r, fired[r.key]) for r in CATALOG}
+    plots = {plot_name(r): render_plot(r, fired[r.key]) for r in RULES_DOCUMENTED}
     return pages, plots
 
 
@@ -553,11 +614,12 @@ def write_reference(folder: str | Path) -> list[Path]:
 def find_rules(name: str) -> list[Rule]:
     """The catalog entries of a rule id (``reward-ceiling:format`` is ``reward-ceiling``)."""
     base = name.strip().split(":", 1)[0]
-    return [r for r in CATALOG if r.id == base]
+    return [r for r in RULES_DOCUMENTED if r.id == base]
 
 
-def closest(name: str, n: int = 3) -> list[str]:
-    ids = list(dict.fromkeys(r.id for r in CATALOG))
+def closest(name: str, n: int = 3, extra: Iterable[str] = ()) -> list[str]:
+    """Up to ``n`` rule ids (and ``extra`` names: alert rules) close to a name that matched none."""
+    ids = list(dict.fromkeys([*(r.id for r in RULES_DOCUMENTED), *extra]))
     near = difflib.get_close_matches(name.strip().lower(), ids, n=n, cutoff=0.5)
     return near or [i for i in ids if name.strip().lower() in i][:n]
 
@@ -589,5 +651,7 @@ def render_rule_text(rules: Iterable[Rule]) -> str:
         silence = silence_yaml(r)
         if silence:
             out += ["Silence it (alerts.yaml):", *("  " + x for x in silence.splitlines()), ""]
-        out += [f"Page: {rule_doc_url(r.id)}", ""]
+        link = rule_doc_url(r.id)
+        out += [f"Page: {link}" if "://" in link else f"Page: rules/{r.id}.html in the built manual (set "
+                f"{DOCS_URL_ENV} to the manual's address and every link points there)", ""]
     return "\n".join(out).rstrip() + "\n"

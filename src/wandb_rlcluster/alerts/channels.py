@@ -74,6 +74,12 @@ class AlertMessage:
     evidence_text: bool = True  # False: the examples' numbers only, no prompt/completion text
     #: the manual's page for the rule (``core/doc_links.py``): what it means, what to do, how to tune it
     doc: str | None = None
+    metric: str = ""  # the logged key the rule read ("" for a forwarded finding without one)
+    state: str = "firing"  # "firing" | "resolved": a resolved alert goes only to channels that send_resolved
+    #: the journal id of the firing alert (a resolved message carries its firing's id, to close the same incident)
+    alert_id: str = ""
+    project: str | None = None
+    time: float = 0.0  # when the engine saw it (seconds since the epoch; 0: unknown)
 
     def evidence_lines(self, width: int = 300) -> list[str]:
         return evidence_lines(self.evidence, with_text=self.evidence_text, width=width) if self.evidence else []
@@ -159,6 +165,69 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
         return None
 
 
+def url_display(url: str, what: str) -> str:
+    """``scheme://host:port/***``: how errors show a webhook URL whose path or query may be the credential.
+    ValueError (never quoting the URL) unless it is an http(s) URL with a host."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        raise ValueError(f"{what} URL is malformed") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"{what} URL must be an http(s) URL with a host")
+    return f"{parts.scheme}://{parts.hostname}{port}/{_MASK}"
+
+
+def url_secrets(url: str) -> list[str]:
+    """The pieces of a webhook URL to mask in any text: the URL, its path and query (also quoted and unquoted),
+    its user:password, and each token-like path segment."""
+    parts = urllib.parse.urlsplit(url)
+    secrets = [url, parts.query, parts.netloc if "@" in parts.netloc else ""]
+    for piece in (parts.path, parts.query):
+        if len(piece) > 1:
+            secrets += [piece, urllib.parse.unquote(piece), urllib.parse.quote(piece)]
+    secrets += [seg for seg in parts.path.split("/") if len(seg) >= 8]  # each token-like path segment
+    secrets += [v for _, v in urllib.parse.parse_qsl(parts.query) if len(v) >= 8]  # a sig=..., token=...
+    return secrets
+
+
+def post_json(opener: urllib.request.OpenerDirector, url: str, payload: Any, *, timeout: float, name: str,
+              display: str, redact: Callable[[str], str], headers: dict[str, str] | None = None) -> None:
+    """POST ``payload`` as JSON; return on a 2xx, else raise a redacted ChannelError (retryable for 5xx, 408, 429,
+    timeouts and refused or reset connections; not for other 4xx or a redirect, which is never followed)."""
+    data = json.dumps(payload).encode("utf-8")
+    req = urllib.request.Request(url, data=data, method="POST", headers={
+        "Content-Type": "application/json; charset=utf-8", "User-Agent": "wandb-rlcluster-alerts", **(headers or {})})
+    try:
+        with opener.open(req, timeout=timeout) as resp:
+            status = resp.status
+            body = resp.read(_MAX_ERROR_BODY).decode("utf-8", "replace")
+    except urllib.error.HTTPError as exc:
+        status = exc.code
+        try:
+            body = exc.read(_MAX_ERROR_BODY).decode("utf-8", "replace")
+        except Exception:  # noqa: BLE001 - the body is only for the message; the status decides
+            body = ""
+        finally:
+            exc.close()
+        retry_after = None
+        if status == 429:
+            try:
+                retry_after = float(exc.headers.get("Retry-After", "") or 1.0)
+            except (TypeError, ValueError):
+                retry_after = 1.0
+        # 4xx (except timeout / rate limit) is a permanent problem with the request or the webhook.
+        retryable = status >= 500 or status in (408, 429)
+        raise ChannelError(redact(f"{name}: HTTP {status} from {display}: {_one_line(body)}"),
+                           retryable=retryable, retry_after=retry_after) from None
+    except urllib.error.URLError as exc:
+        raise ChannelError(redact(f"{name}: cannot reach {display}: {_reason(exc.reason)}")) from None
+    except (OSError, http.client.HTTPException, ValueError) as exc:  # timeouts, resets, garbled responses
+        raise ChannelError(redact(f"{name}: {_reason(exc)} talking to {display}")) from None
+    if not 200 <= status < 300:
+        raise ChannelError(redact(f"{name}: HTTP {status} from {display}: {_one_line(body)}"), retryable=status >= 500)
+
+
 class SlackWebhookChannel:
     """POST an alert to a Slack incoming webhook with the standard library only."""
 
@@ -171,20 +240,12 @@ class SlackWebhookChannel:
         username: str | None = None,
         channel: str | None = None,
     ) -> None:
-        # Never echo the URL in errors: it is the credential.
-        try:
-            parts = urllib.parse.urlsplit(url)
-            port = f":{parts.port}" if parts.port else ""
-        except ValueError:
-            raise ValueError("Slack webhook URL is malformed") from None
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError("Slack webhook URL must be an http(s) URL with a host")
+        self._display = url_display(url, "Slack webhook")  # never the URL itself: it is the credential
         self.name = name
         self.timeout = float(timeout)
         self.username = username
         self.channel = channel
         self._url = url
-        self._display = f"{parts.scheme}://{parts.hostname}{port}/{_MASK}"
         self._opener = urllib.request.build_opener(_NoRedirect())
 
     def __repr__(self) -> str:
@@ -192,13 +253,7 @@ class SlackWebhookChannel:
 
     def redact(self, text: str) -> str:
         """Mask the webhook URL and its path and query (the token part), quoted or not, in arbitrary text."""
-        parts = urllib.parse.urlsplit(self._url)
-        secrets = [self._url, parts.query]
-        for piece in (parts.path, parts.query):
-            if len(piece) > 1:
-                secrets += [piece, urllib.parse.unquote(piece), urllib.parse.quote(piece)]
-        secrets += [seg for seg in parts.path.split("/") if len(seg) >= 8]  # each token-like path segment
-        return _redact(text, secrets)
+        return _redact(text, url_secrets(self._url))
 
     def payload(self, msg: AlertMessage) -> dict:
         """Slack incoming-webhook body: plain ``text`` fallback for notifications plus Block Kit blocks."""
@@ -245,48 +300,8 @@ class SlackWebhookChannel:
         return body
 
     def send(self, msg: AlertMessage) -> None:
-        data = json.dumps(self.payload(msg)).encode("utf-8")
-        req = urllib.request.Request(
-            self._url,
-            data=data,
-            method="POST",
-            headers={"Content-Type": "application/json; charset=utf-8", "User-Agent": "wandb-rlcluster-alerts"},
-        )
-        try:
-            with self._opener.open(req, timeout=self.timeout) as resp:
-                status = resp.status
-                body = resp.read(_MAX_ERROR_BODY).decode("utf-8", "replace")
-        except urllib.error.HTTPError as exc:
-            status = exc.code
-            try:
-                body = exc.read(_MAX_ERROR_BODY).decode("utf-8", "replace")
-            except Exception:  # noqa: BLE001 - the body is only for the message; the status decides
-                body = ""
-            finally:
-                exc.close()
-            retry_after = None
-            if status == 429:
-                try:
-                    retry_after = float(exc.headers.get("Retry-After", "") or 1.0)
-                except (TypeError, ValueError):
-                    retry_after = 1.0
-            # 4xx (except timeout / rate limit) is a permanent problem with the request or the webhook.
-            retryable = status >= 500 or status in (408, 429)
-            raise ChannelError(
-                self.redact(f"{self.name}: HTTP {status} from {self._display}: {_one_line(body)}"),
-                retryable=retryable,
-                retry_after=retry_after,
-            ) from None
-        except urllib.error.URLError as exc:
-            reason = _reason(exc.reason)
-            raise ChannelError(self.redact(f"{self.name}: cannot reach {self._display}: {reason}")) from None
-        except (OSError, http.client.HTTPException, ValueError) as exc:  # timeouts, resets, garbled responses
-            raise ChannelError(self.redact(f"{self.name}: {_reason(exc)} talking to {self._display}")) from None
-        if not 200 <= status < 300:
-            raise ChannelError(
-                self.redact(f"{self.name}: HTTP {status} from {self._display}: {_one_line(body)}"),
-                retryable=status >= 500,
-            )
+        post_json(self._opener, self._url, self.payload(msg), timeout=self.timeout, name=self.name,
+                  display=self._display, redact=self.redact)
 
 
 # --------------------------------------------------------------------------------------------- e-mail

@@ -25,7 +25,16 @@ from ..core.text import clean_text, did_you_mean
 from ..readers import InputRefused, InputTooLarge, read_bounded
 from ..safe_yaml import MAX_YAML_CHARS, compose_checked
 from .expr import ExprError, Expression, parse
-from .located import _line, _Loc, _pairs, _value, parse_duration
+from .http_config import HTTP_CHANNEL_KEYS, HTTP_TYPES, check_http_channel, http_option_problem
+from .located import (
+    _line,
+    _Loc,
+    _pairs,
+    _value,
+    env_name_problem,
+    format_spec_problem,
+    parse_duration,
+)
 from .watchdog import RESERVED_RULES, check_value, parse_section
 
 SEVERITIES = ("info", "warn", "stop")
@@ -43,21 +52,15 @@ CHANNEL_KEYS = {
     "slack": frozenset({"type", "webhook_url_env", "min_severity", "username", "channel", "timeout"}),
     "email": frozenset({"type", "host", "port", "sender", "recipients", "username_env", "password_env", "starttls",
                         "ssl", "min_severity", "timeout", "allow_plaintext_auth"}),
+    **HTTP_CHANNEL_KEYS,  # webhook, discord, teams (http_config.py)
 }
 #: Fields that name an environment variable holding a secret (never the secret itself).
-ENV_FIELDS = ("webhook_url_env", "username_env", "password_env")
+ENV_FIELDS = ("webhook_url_env", "username_env", "password_env", "url_env")
 #: Longest title/text template, and longest rendered title/text (a template cannot print megabytes).
 MAX_TEMPLATE_CHARS = 2000
 MAX_RENDERED = 4000
-#: Widest field and longest precision a template format spec may ask for ({value:>12.4g} is fine).
-MAX_SPEC_WIDTH = 100
-MAX_SPEC_PRECISION = 30
 #: Longest send timeout a channel may ask for, in seconds.
 MAX_CHANNEL_TIMEOUT = 120
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
-_TOKEN_PREFIXES = ("xox", "ghp_", "gho_", "ghs_", "ghu_", "github_pat_", "glpat", "AKIA", "sk_", "hooks")
-_SPEC = re.compile(r"(?:.?[<>=^])?[-+ ]?z?#?0?(?P<width>\d*)[,_]?(?:\.(?P<precision>\d+))?[bcdeEfFgGnosxX%]?",
-                   re.DOTALL)
 
 
 class ConfigError(ValueError):
@@ -293,7 +296,7 @@ def option_problem(key: str, value: Any) -> str | None:
         return None if isinstance(value, str) and value.strip() else "must be a non-empty string"
     if key == "min_severity":
         return None if value in SEVERITIES else "must be info, warn or stop"
-    return None
+    return http_option_problem(key, value)
 
 
 def _json_safe(value: Any) -> Any:
@@ -305,37 +308,6 @@ def _json_safe(value: Any) -> Any:
     if isinstance(value, (list, tuple, set, frozenset)):
         return [_json_safe(v) for v in value]
     return str(value)
-
-
-def format_spec_problem(spec: str) -> str | None:
-    """Why a template format spec is refused (too wide, too precise, not a spec), or None if it is fine."""
-    if not spec:
-        return None
-    m = _SPEC.fullmatch(spec)
-    if m is None:
-        return "is not a format spec such as .3g, >8 or .1%"
-    width, precision = m.group("width"), m.group("precision")
-    if width and (len(width) > 4 or int(width) > MAX_SPEC_WIDTH):
-        return f"asks for a width over {MAX_SPEC_WIDTH}"
-    if precision and (len(precision) > 4 or int(precision) > MAX_SPEC_PRECISION):
-        return f"asks for a precision over {MAX_SPEC_PRECISION}"
-    return None
-
-
-def env_name_problem(value: Any) -> str | None:
-    """Why a ``*_env`` value is not an environment-variable name; the message never repeats the value,
-    which may be the very secret (a webhook URL, a token) pasted into the wrong field."""
-    if not isinstance(value, str) or not value:
-        return "must be the name of an environment variable (e.g. RLCLUSTER_SLACK_WEBHOOK)"
-    # Names are UPPER_CASE by convention; a word with lower-case letters and no '_' (hunter2, sEcReT...) or a
-    # long run of capitals and digits with no '_' is a pasted secret far more often than a name.
-    lower = any(c.islower() for c in value)
-    token_like = "_" not in value and (lower or (len(value) >= 24 and any(c.isdigit() for c in value)))
-    if not _ENV_NAME.fullmatch(value) or value.startswith(_TOKEN_PREFIXES) or token_like:
-        return ("must be the NAME of an environment variable (letters, digits, _), and the value given looks like "
-                "a URL or a secret itself (not shown here): put the secret in an environment variable, write its "
-                "name here, and rotate the secret if this file was shared")
-    return None
 
 
 # -- validation ---------------------------------------------------------------------------------
@@ -682,27 +654,56 @@ def _gauge_params(loc: _Loc, items: list[tuple[Any, int, Any]]) -> dict[str, dic
 
 
 def _channel(loc: _Loc, name: str, node: yaml.Node, line: int) -> ChannelConfig | None:
-    return _channel_value(loc, name, _value(node), line)
+    return _channel_value(loc, name, _value(node), line, _node_lines(node))
 
 
-def _channel_value(loc: _Loc, name: str, v: Any, line: int) -> ChannelConfig | None:
-    """One channel's settings (a YAML mapping, or an object's options with its type and min_severity)."""
+def _node_lines(node: yaml.Node, path: tuple[str, ...] = ()) -> dict[tuple[str, ...], int]:
+    """The line of every key (and list item) under ``node``, by its path of keys: where a nested setting is."""
+    out: dict[tuple[str, ...], int] = {}
+    if isinstance(node, yaml.MappingNode):
+        for key, vnode, kline in _pairs(node):
+            out[path + (key,)] = kline
+            out.update(_node_lines(vnode, path + (key,)))
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            out[path + (str(i),)] = _line(item)
+            out.update(_node_lines(item, path + (str(i),)))
+    return out
+
+
+_TYPES = ", ".join(CHANNEL_KEYS)
+
+
+def _channel_value(loc: _Loc, name: str, v: Any, line: int,
+                   lines: dict[tuple[str, ...], int] | None = None) -> ChannelConfig | None:
+    """One channel's settings (a YAML mapping, or an object's options with its type and min_severity); ``lines``:
+    where each nested setting is (a problem of a webhook's header is reported at that header's line)."""
     if not isinstance(v, dict):
-        loc.err(line, f"channel {name!r} must be a mapping with a 'type' (slack or email)")
+        loc.err(line, f"channel {name!r} must be a mapping with a 'type' ({_TYPES})")
         return None
     ctype = v.get("type", name if name in CHANNEL_KEYS else None)
     if ctype not in CHANNEL_KEYS:
-        loc.err(line, f"channel {name!r}: 'type' must be slack or email, not {ctype!r}")
+        loc.err(line, f"channel {name!r}: 'type' must be one of {_TYPES}, not {clean_text(repr(ctype), 40)}")
         return None
     ok = True
+    secret_keys = tuple(k for k in ("password", "webhook_url", "url") if k not in CHANNEL_KEYS[ctype])
+    def at(k: str) -> int:  # an HTTP channel's problems at the setting's own line (slack/email: the channel's)
+        return (lines or {}).get((k,), line) if ctype in HTTP_TYPES else line
+
     for k in v:
-        if k not in CHANNEL_KEYS[ctype] and k not in ("password", "webhook_url", "url"):
-            loc.err(line, f"channel {name!r}: unknown setting {clean_text(k, 40)!r}"
-                          f"{did_you_mean(str(k), CHANNEL_KEYS[ctype])}")
+        if k not in CHANNEL_KEYS[ctype] and k not in secret_keys:
+            loc.err(at(k), f"channel {name!r}: unknown setting {clean_text(k, 40)!r}"
+                           f"{did_you_mean(str(k), CHANNEL_KEYS[ctype])}")
             ok = False
-    for k in ("password", "webhook_url", "url"):
+    for k in secret_keys:
         if k in v:
-            loc.err(line, f"channel {name!r}: never put secrets in the configuration; use '{k}_env: ENV_VAR_NAME'")
+            env_key = "webhook_url_env" if "webhook_url_env" in CHANNEL_KEYS[ctype] and "url" in k else f"{k}_env"
+            loc.err(at(k), f"channel {name!r}: never put secrets in the configuration; use '{env_key}: ENV_VAR_NAME'")
+            ok = False
+    if ctype in HTTP_TYPES:
+        for path, said in check_http_channel(str(ctype), v):
+            where = next((lines[path[:n]] for n in range(len(path), 0, -1) if lines and path[:n] in lines), line)
+            loc.err(where, f"channel {name!r}: {said}")
             ok = False
     if ctype == "slack" and "webhook_url_env" not in v:
         loc.err(line, f"channel {name!r}: set 'webhook_url_env' to the name of the environment variable "
@@ -711,12 +712,12 @@ def _channel_value(loc: _Loc, name: str, v: Any, line: int) -> ChannelConfig | N
     for k in ENV_FIELDS:
         problem = env_name_problem(v[k]) if k in v else None
         if problem:
-            loc.err(line, f"channel {name!r}: '{k}' {problem}")
+            loc.err(at(k), f"channel {name!r}: '{k}' {problem}")
             ok = False
     for k in ("starttls", "ssl", "allow_plaintext_auth", "timeout", "username", "channel"):
         problem = option_problem(k, v[k]) if k in v and k in CHANNEL_KEYS[ctype] else None
         if problem:
-            loc.err(line, f"channel {name!r}: '{k}' {problem}")
+            loc.err(at(k), f"channel {name!r}: '{k}' {problem}")
             ok = False
     if ctype == "email":
         for req in ("host", "sender", "recipients"):
@@ -740,7 +741,7 @@ def _channel_value(loc: _Loc, name: str, v: Any, line: int) -> ChannelConfig | N
             ok = False
     min_sev = v.get("min_severity", "warn")
     if min_sev not in SEVERITIES:
-        loc.err(line, f"channel {name!r}: 'min_severity' must be info, warn or stop")
+        loc.err(at("min_severity"), f"channel {name!r}: 'min_severity' must be info, warn or stop")
         ok = False
     if not ok:
         return None

@@ -19,7 +19,7 @@ from enum import IntEnum
 from typing import Any
 
 from ..core import InstrumentCluster
-from ..core.doc_links import doc_url, rule_doc_url
+from ..core.doc_links import alert_doc_url, rule_doc_url
 from ..core.findings import SEVERITY_RANK, Finding, Level
 from ..core.keys import to_float
 from .config import MAX_RENDERED, AlertConfig, Rule, format_spec_problem
@@ -69,7 +69,7 @@ class AlertEvent:
 
     def __post_init__(self) -> None:
         if not self.doc:
-            self.doc = event_doc_url(self.rule, self.gauge)
+            self.doc = event_doc_url(self.rule)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -80,18 +80,15 @@ class AlertEvent:
         return d
 
 
-LIVENESS_GAUGES = frozenset({"watchdog", "process"})
-"""The gauges of the liveness alerts (stall, crash, signal, kill -9), documented together on one page."""
-
-
-def event_doc_url(rule: str, gauge: str) -> str:
-    """The manual's page for an alert: the core rule's own page when ``rule`` is one (a forwarded finding, or an
-    alert rule named after one), the liveness page for a stall or crash, else the page on ``alerts.yaml`` rules."""
+def event_doc_url(rule: str, label: str | None = None) -> str:
+    """Where an alert is explained: for a forwarded finding (``label``, the gauge rule that fired, differs from the
+    alert rule's name) the gauge rule's page; else the alert rule's own entry, which ``rlcluster rules NAME`` prints
+    for shipped rules, a user's rules and the liveness alerts (stall, crash, signal) alike."""
     from ..core.catalog import rule_ids
 
-    if rule.split(":", 1)[0] in rule_ids():
-        return rule_doc_url(rule)
-    return doc_url("liveness" if gauge in LIVENESS_GAUGES else "alerts")
+    if label and label != rule and label.split(":", 1)[0] in rule_ids():
+        return rule_doc_url(label)
+    return alert_doc_url(rule)
 
 
 class _SafeFormatter(string.Formatter):
@@ -276,7 +273,7 @@ class AlertEngine:
         return AlertEvent(kind=kind, rule=rule.name, gauge=rule.gauge, severity=rule.severity, step=step,
                           value=value, metric=metric, title=title, text=text, notify=kind == "firing",
                           cooldown=rule.cooldown, time=self.clock() if self.clock else 0.0,
-                          doc=event_doc_url(label, rule.gauge))
+                          doc=event_doc_url(rule.name, label))
 
     def _route(self, events: list[AlertEvent]) -> None:
         """Inhibition and cooldown: which firing events are notified."""

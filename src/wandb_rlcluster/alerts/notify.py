@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import dataclasses
 import itertools
 import json
 import logging
@@ -32,6 +33,7 @@ from ..core.rollouts import evidence_lines
 from ..core.text import clean_text
 from .config import ENV_FIELDS, AlertConfig, ChannelConfig, env_name_problem
 from .engine import AlertEvent
+from .http_config import DEFAULT_RETRIES, HTTP_TYPES, env_refs
 
 logger = logging.getLogger("wandb_rlcluster")
 
@@ -78,9 +80,39 @@ def build_channel(name: str, ch: ChannelConfig, environ: Mapping[str, str] | Non
                                 name=name, username=user, password=pwd, starttls=o.get("starttls") is True,
                                 ssl=o.get("ssl") is True, timeout=float(o.get("timeout", 10.0)),
                                 allow_plaintext_auth=o.get("allow_plaintext_auth") is True), None
+        if ch.type in HTTP_TYPES:
+            return _build_http(name, ch, env)
         return None, f"channel {name!r}: unknown type {clean_text(ch.type, 40)!r}"
     except (KeyError, TypeError, ValueError) as e:  # the messages name a setting or a rule, never its value
         return None, f"channel {name!r}: {type(e).__name__}: {clean_text(e, 200)}"
+
+
+def _build_http(name: str, ch: ChannelConfig, env: Mapping[str, str]) -> tuple[Any, str | None]:
+    """A webhook, Discord or Teams channel, its URL and ``${NAME}`` secrets read from the environment now."""
+    from .channel_template import render_text
+    from .discord import DiscordChannel
+    from .teams import TeamsChannel
+    from .webhook import WebhookChannel
+
+    o = ch.options
+    refs = env_refs(o)
+    missing = next((n for n in (o.get("url_env"), o.get("webhook_url_env"), *refs) if n and not env.get(str(n))), None)
+    if missing:
+        return None, f"channel {name!r}: environment variable {missing} is not set"
+    timeout = float(o.get("timeout", 5.0))
+    if ch.type == "discord":
+        return DiscordChannel(env[o["webhook_url_env"]], name=name, timeout=timeout, username=o.get("username")), None
+    if ch.type == "teams":
+        return TeamsChannel(env[o["webhook_url_env"]], name=name, timeout=timeout), None
+    values = {n: env[n] for n in refs}
+    url = env[o["url_env"]] if o.get("url_env") else render_text(str(o["url"]), {}, values, with_fields=False)
+    headers = {str(k): render_text(str(v), {}, values, with_fields=False) for k, v in (o.get("headers") or {}).items()}
+    return WebhookChannel(url, name=name, timeout=timeout, headers=headers, body=o.get("body"), env=values), None
+
+
+def sends_resolved(ch: ChannelConfig) -> bool:
+    """Whether a channel is told when an alert it got resolves: the HTTP channels, unless ``send_resolved: false``."""
+    return ch.type in HTTP_TYPES and ch.options.get("send_resolved", True) is True
 
 
 def build_channels(config: AlertConfig, environ: Mapping[str, str] | None = None) -> tuple[list[Any], list[str]]:
@@ -165,6 +197,10 @@ class Notifier:
         self._ids = itertools.count(1)
         #: False keeps example completion texts (rollout evidence) out of W&B alerts and the channels
         self.evidence_text = True
+        #: the run's name, URL and project for the channels' messages (the pipeline hands in the engine's fields)
+        self.run_fields: Mapping[str, Any] = {}
+        # (rule, channel) -> the id of the firing alert handed to that channel, until it resolves
+        self._announced: dict[tuple[str, str], str] = {}
         if channels and config.channels:
             from .channels import AsyncDispatcher
 
@@ -174,7 +210,8 @@ class Notifier:
                     self.off[name] = problem
                     logger.warning("rlcluster alerts: %s; that channel is off", clean_text(problem))
                 else:
-                    self.dispatchers[name] = AsyncDispatcher([obj], on_result=self._channel_result)
+                    retries = ch.options.get("retries", DEFAULT_RETRIES) if ch.type in HTTP_TYPES else DEFAULT_RETRIES
+                    self.dispatchers[name] = AsyncDispatcher([obj], retries=retries, on_result=self._channel_result)
         if self.dispatchers:
             _track(self)
 
@@ -187,6 +224,8 @@ class Notifier:
                 note = "" if e.notify else f" [not notified: {e.suppressed}]"
                 logger.log(lvl, "rlcluster ALERT %s %s (step %d): %s%s", e.severity.upper(), clean_text(e.rule),
                            e.step, clean_text(e.title), note)
+            if e.kind == "resolved" and self._announced:
+                self._submit(e, alert_id)  # to the channels that got its firing and send resolved alerts
             if not e.notify or e.kind != "firing":
                 continue
             if self.use_wandb:
@@ -219,12 +258,22 @@ class Notifier:
         wanted = rule.channels if rule is not None and rule.channels is not None else tuple(self._channel_cfg)
         evidence = tuple(e.evidence) if self.evidence_text else tuple(
             {k: v for k, v in x.items() if k not in ("prompt", "completion")} for x in e.evidence)
+        run = self.run_fields
+        run_name = run.get("run_name") if run.get("run_name") not in ("", "this run") else None  # the engine's stand-in
         msg = AlertMessage(title=e.title, text=e.text, severity=e.severity, rule=e.rule, gauge=e.gauge, step=e.step,
-                           run_name=None, run_url=None, value=e.value, evidence=evidence,
-                           evidence_text=self.evidence_text, doc=e.doc or None)
+                           run_name=run_name, run_url=run.get("run_url") or None, value=e.value, evidence=evidence,
+                           evidence_text=self.evidence_text, doc=e.doc or None, metric=e.metric, state=e.kind,
+                           alert_id=alert_id, project=run.get("project") or None, time=e.time)
         for name, cfg in self._channel_cfg.items():
-            if name not in wanted or SEVERITY_RANK[e.severity] < SEVERITY_RANK.get(cfg.min_severity, 1):
+            if e.kind == "resolved":  # only where its firing went, and only to a channel that sends resolved alerts
+                firing_id = self._announced.pop((e.rule, name), None)
+                if firing_id is None or not sends_resolved(cfg):
+                    continue
+                msg = dataclasses.replace(msg, alert_id=firing_id)
+            elif name not in wanted or SEVERITY_RANK[e.severity] < SEVERITY_RANK.get(cfg.min_severity, 1):
                 continue
+            else:
+                self._announced[(e.rule, name)] = alert_id
             base = {"type": "channel", "channel": name, "alert": alert_id, "rule": e.rule, "step": e.step}
             dispatcher = self.dispatchers.get(name)
             if dispatcher is None:

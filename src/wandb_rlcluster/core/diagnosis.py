@@ -125,14 +125,23 @@ PATTERNS: tuple[Pattern, ...] = (
 _GALLERY = "what you get is a picture of multiple interacting failures that create a tableau of pathology."
 
 
+def _alternative_text(groups: tuple[tuple[str, ...], ...], at_least: int) -> str:
+    """One way a pattern holds, in words: "a rule of each of these 2 groups fires at once: (a | b); (c | d)"."""
+    listed = "; ".join("(" + " | ".join(grp) + ")" for grp in groups)
+    if len(groups) == 1:
+        return f"{groups[0][0]} fires" if len(groups[0]) == 1 else f"any of these rules fires: {listed}"
+    if at_least == len(groups):
+        return f"a rule of each of these {len(groups)} groups fires at once: {listed}"
+    return f"rules of at least {at_least} of these {len(groups)} groups fire at once: {listed}"
+
+
 def _pattern_rule(p: Pattern) -> Rule:
     """A pattern as the catalog lists it: it reads the rules its groups name, and its fix is its ``todo``."""
     return Rule(
         DIAGNOSIS_ID, p.name, severities=("warn",),
-        reads="the firing rules of the other gauges: " + "; or ".join(
-            " + ".join("(" + " | ".join(grp) + ")" for grp in groups) for groups, _ in p.when),
-        test="; or ".join(f"rules of {n} of those {len(groups)} groups firing together" for groups, n in p.when)
-        + (f", unless {', '.join(p.unless)} fires" if p.unless else ""),
+        reads="which rules of the other gauges are firing",
+        test=". Or: ".join(_alternative_text(groups, n) for groups, n in p.when)
+        + (f". Not while {', '.join(p.unless)} fires" if p.unless else ""),
         means=f"the failure pattern '{p.title}' across gauges",
         fix=p.todo, seed=_GALLERY, seed_source=POST, example=p.example,
     )

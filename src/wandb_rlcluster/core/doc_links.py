@@ -7,8 +7,8 @@ page. The pages are generated from the rule catalog (``rlcluster rules --markdow
 
 The base is ``RLCLUSTER_DOCS_URL`` (the address where the manual is served, e.g. ``https://example.org/rlcluster``
 or ``file:///path/to/site``): links are then ``<base>/rules/<id>.html``, the page the site build writes. Without it
-a link is the page's source in the project, ``docs/rules/<id>.md``, which resolves in a checkout and on the
-repository's web view.
+a link is the command that prints the same page in any install, ``rlcluster rules <id>`` (a wheel has no docs/
+folder, so a repository path would point nowhere).
 """
 
 from __future__ import annotations
@@ -18,8 +18,15 @@ import os
 DOCS_URL_ENV = "RLCLUSTER_DOCS_URL"
 """The environment variable holding the manual's base address."""
 
-SOURCE_DIR = "docs"
-"""The default base: the manual's source folder in the project (links end in ``.md``)."""
+COMMAND = "rlcluster rules"
+"""Without a base: the command that prints a rule's page."""
+
+ALERT_RULES_PAGE = "rules/alert-rules"
+"""The manual's page of the shipped alert rules and liveness alerts (one anchor per name)."""
+
+
+def _base(base: str | None) -> str:
+    return (os.environ.get(DOCS_URL_ENV, "") if base is None else base).strip().rstrip("/")
 
 
 def rule_page(rule_id: str) -> str:
@@ -28,14 +35,21 @@ def rule_page(rule_id: str) -> str:
 
 
 def doc_url(page: str, base: str | None = None) -> str:
-    """The link to a manual page (``rules/kl-warn``, ``alerts``), under ``base`` or ``$RLCLUSTER_DOCS_URL``."""
-    if base is None:
-        base = os.environ.get(DOCS_URL_ENV, "").strip()
-    if base:
-        return f"{base.rstrip('/')}/{page}.html"
-    return f"{SOURCE_DIR}/{page}.md"
+    """The link to a manual page (``rules/kl-warn``, ``alerts``) under ``base`` or ``$RLCLUSTER_DOCS_URL``; without
+    either, the page's name in the manual (``alerts.html``)."""
+    root = _base(base)
+    return f"{root}/{page}.html" if root else f"{page}.html"
 
 
 def rule_doc_url(rule_id: str, base: str | None = None) -> str:
-    """The link to a rule's page: ``docs/rules/kl-warn.md``, or ``<base>/rules/kl-warn.html`` with a base."""
-    return doc_url(rule_page(rule_id), base)
+    """Where a gauge rule is explained: ``<base>/rules/kl-warn.html`` with a base, else ``rlcluster rules kl-warn``."""
+    rid = rule_id.split(":", 1)[0].strip()
+    root = _base(base)
+    return f"{root}/{rule_page(rid)}.html" if root else f"{COMMAND} {rid}"
+
+
+def alert_doc_url(name: str, base: str | None = None) -> str:
+    """Where an alert rule (or a liveness alert) is explained: its entry on the alert rules page with a base, else
+    ``rlcluster rules <name>`` (which prints the alert rule, and the gauge rule of the same name where there is one)."""
+    root = _base(base)
+    return f"{root}/{ALERT_RULES_PAGE}.html#{name}" if root else f"{COMMAND} {name}"

@@ -213,6 +213,7 @@ def report_death(config: dict[str, Any], step: int, parent: int) -> list[str]:
     event = AlertEvent(kind="firing", rule="crash", gauge="process", severity="stop", step=step, value=None,
                        metric="", title=title, text=text, notify=True, cooldown=0.0, time=time.time())
     notifier = Notifier(AlertConfig(rules=[], channels=channels), config.get("journal"), use_wandb=False)
+    notifier.run_fields = {"run_name": config.get("run_name") or ""}
     notifier.handle([event])
     notifier.close(float(config.get("timeout", 10.0)))
     return list(notifier.dispatchers)
