@@ -303,3 +303,17 @@ def test_watch_follows_a_summary_writer_while_it_writes(tmp_path: Path) -> None:
     offline = analyze_path(str(twin), alerts=load_config(rules))
     stops = [e.step for e in offline.alerts if e.kind == "firing" and e.severity == "stop"]
     assert res.rows == len(rows) and res.stop_step == stops[0] and res.stopped_by == "kl/kl-stop"
+
+
+def test_a_value_logged_at_a_threshold_reads_as_logged(tmp_path: Path) -> None:
+    """A clipped ratio of exactly 0.2 (truncation warns above 0.2) is 0.200000003 as a 32-bit float: read back as
+    that, it fired a warning the JSON Lines twin of the same run does not (a real GRPO log did)."""
+    rows = [{"step": s, "train/reward": 0.5 + 0.01 * (s % 3), "train/kl": 0.01, "train/completions/mean_length": 80.0,
+             "train/completions/clipped_ratio": 0.2 if s >= 20 else 0.05} for s in range(1, 41)]
+    write_tensorboard(tmp_path / "tb", rows)
+    from wandb_rlcluster.readers.tensorboard import read_tensorboard
+
+    log_rows = read_tensorboard(tmp_path / "tb").rows
+    assert {r["train/completions/clipped_ratio"] for r in log_rows} == {0.2, 0.05}
+    found = same(analyze_path(str(tmp_path / "tb")), analyze_path(str(write_jsonl(tmp_path / "twin.jsonl", rows))))
+    assert not [f for f in found["findings"] if f["rule"] == "truncation"]
