@@ -317,3 +317,20 @@ def test_a_value_logged_at_a_threshold_reads_as_logged(tmp_path: Path) -> None:
     assert {r["train/completions/clipped_ratio"] for r in log_rows} == {0.2, 0.05}
     found = same(analyze_path(str(tmp_path / "tb")), analyze_path(str(write_jsonl(tmp_path / "twin.jsonl", rows))))
     assert not [f for f in found["findings"] if f["rule"] == "truncation"]
+
+
+def test_a_scalar_named_step_does_not_split_the_rows(tmp_path: Path) -> None:
+    """A custom loop that logs ``add_scalar("step", ...)`` got two rows per step, every other one at the scalar's
+    value as its step."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    from wandb_rlcluster.readers.tensorboard import read_tensorboard
+
+    writer = SummaryWriter(str(tmp_path / "tb2"))
+    for s in range(1, 11):
+        writer.add_scalar("train/reward", 0.5, s)
+        writer.add_scalar("step", 99.0, s)
+    writer.close()
+    got = read_tensorboard(tmp_path / "tb2").rows
+    assert [r["step"] for r in got] == list(range(1, 11))
+    assert all(set(r) == {"step", "train/reward"} for r in got)
