@@ -307,13 +307,15 @@ BAD = [
      "would hold a secret"),
     ("bad env name", "    headers:\n      X-Api-Key: '${api key}'\n", 7, "NAME of an environment variable"),
     ("reserved header", "    headers:\n      Content-Length: '12'\n", 7, "set by the HTTP client"),
+    ("body secret written", "    body:\n      routing_key: R0ut1ngKey0123456789abcdefXYZ\n", 7, "would hold a secret"),
     ("bad placeholder", "    body:\n      event: '{state}'\n      text: '{rul}'\n", 8, "did you mean"),
     ("attribute placeholder", "    body:\n      text: '{value.__class__}'\n", 7, "not allowed"),
     ("bad spec", "    body:\n      text: '{value:>999}'\n", 7, "width over"),
     ("retries", "    retries: 99\n", 6, "0 to 10"),
     ("send_resolved", "    send_resolved: maybe\n", 6, "true or false"),
 ]
-SECRETS_IN_BAD = ("abc", "a1B2c3", "AbC123dEf456GhI789jKl012mNo", "sk-live-abcdef1234567890")
+SECRETS_IN_BAD = ("abc", "a1B2c3", "AbC123dEf456GhI789jKl012mNo", "sk-live-abcdef1234567890",
+                  "R0ut1ngKey0123456789abcdefXYZ")
 
 
 @pytest.mark.parametrize(("case", "extra", "line", "needle"), BAD, ids=[b[0] for b in BAD])
