@@ -11,6 +11,7 @@ import os
 import random
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -334,3 +335,28 @@ def test_a_scalar_named_step_does_not_split_the_rows(tmp_path: Path) -> None:
     got = read_tensorboard(tmp_path / "tb2").rows
     assert [r["step"] for r in got] == list(range(1, 11))
     assert all(set(r) == {"step", "train/reward"} for r in got)
+
+
+def test_an_mlflow_store_that_is_not_there_is_one_line_and_creates_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Without a tracking URI MLflow 3 opens ./mlflow.db: reading a run created a 1 MB database in the user's folder
+    and then said the experiment was not in './mlruns'; a server that is down was retried for minutes."""
+    pytest.importorskip("mlflow")
+    import socket
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    for var in ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "MLFLOW_HTTP_REQUEST_TIMEOUT"):
+        monkeypatch.setenv(var, "")  # so that monkeypatch restores what the reader sets
+        monkeypatch.delenv(var)
+    code, _, err = _cli(["analyze", "mlflow:rl/abc"], capsys)
+    assert code == 2 and "no MLflow tracking store" in err and err.count("\n") == 1, err
+    assert list(tmp_path.iterdir()) == []
+    code, _, err = _cli(["analyze", "mlflow:rl", "--tracking-uri", f"sqlite:///{tmp_path / 'none.db'}"], capsys)
+    assert code == 2 and "no MLflow tracking store" in err and list(tmp_path.iterdir()) == []
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    start = time.monotonic()
+    code, _, err = _cli(["analyze", "mlflow:rl/abc", "--tracking-uri", f"http://127.0.0.1:{port}"], capsys)
+    assert code == 2 and err.count("\n") == 1 and time.monotonic() - start < 30, err
