@@ -360,3 +360,9 @@ def test_an_mlflow_store_that_is_not_there_is_one_line_and_creates_nothing(
     start = time.monotonic()
     code, _, err = _cli(["analyze", "mlflow:rl/abc", "--tracking-uri", f"http://127.0.0.1:{port}"], capsys)
     assert code == 2 and err.count("\n") == 1 and time.monotonic() - start < 30, err
+
+
+def test_a_filter_field_given_twice_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--filter tag=a --filter tag=b`` swept the runs tagged b alone, while the manual says every filter applies."""
+    code, _, err = _cli(["analyze", "wandb:team/proj", "--filter", "tag=a", "--filter", "tag=b"], capsys)
+    assert code == 2 and "--filter tag= is given twice" in err and err.count("\n") == 1, err
