@@ -366,3 +366,21 @@ def test_a_filter_field_given_twice_is_refused(capsys: pytest.CaptureFixture[str
     """``--filter tag=a --filter tag=b`` swept the runs tagged b alone, while the manual says every filter applies."""
     code, _, err = _cli(["analyze", "wandb:team/proj", "--filter", "tag=a", "--filter", "tag=b"], capsys)
     assert code == 2 and "--filter tag= is given twice" in err and err.count("\n") == 1, err
+
+
+def test_a_wandb_server_that_refuses_connections_is_one_line_in_seconds(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The network down (the connection refused) took 187 s: wandb-core retried until its 60 s timeout, three times."""
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    for var in ("https_proxy", "HTTPS_PROXY", "http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("WANDB_API_KEY", "a" * 40)
+    start = time.monotonic()
+    code, _, err = _cli(["analyze", "wandb:team/proj/run1"], capsys)
+    assert code == 2 and "cannot be reached" in err and err.count("\n") == 1, err
+    assert time.monotonic() - start < 20
