@@ -11,7 +11,7 @@ KERNEL_CAPS ?= default avx2 $(if $(shell grep -qsw avx512f /proc/cpuinfo && echo
 # Which tests make test-kernels reruns (default: every test marked trains); e.g. KERNEL_TESTS=tests/test_demo.py
 KERNEL_TESTS ?=
 
-.PHONY: demo test test-fast test-kernels test-compiled compiled smoke docs docs-build docs-install docs-serve bench bench-callback bench-detection bench-faults bench-readers bench-real clean install
+.PHONY: demo test test-fast test-kernels test-compiled check-compiled compiled smoke docs docs-build docs-install docs-serve bench bench-callback bench-detection bench-faults bench-readers bench-real clean install
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -54,17 +54,27 @@ test-kernels: $(STAMP)
 
 # The compiled core (setup.py, RLCLUSTER_COMPILE=1: mypyc turns the typed core into C extension modules, about 4x
 # faster per row): the wheel built as a release would be, unpacked into build/compiled (never into src/, where a stale
-# .so would shadow the source being edited). A few minutes of C compiling.
+# .so would shadow the source being edited). A few minutes of C compiling at -O3 (MYPYC_OPT_LEVEL, a release's 3).
+MYPYC_OPT_LEVEL ?= 3
 compiled: $(STAMP)
 	rm -rf build
-	RLCLUSTER_COMPILE=1 $(BIN)/python -m pip wheel -q --no-build-isolation --no-deps -w build/compiled-wheel .
+	MYPYC_OPT_LEVEL=$(MYPYC_OPT_LEVEL) RLCLUSTER_COMPILE=1 $(BIN)/python -m pip wheel -q --no-build-isolation --no-deps \
+	  -w build/compiled-wheel .
 	$(BIN)/python -m pip install -q --no-deps --target build/compiled build/compiled-wheel/*.whl
 	PYTHONPATH=$(CURDIR)/build/compiled $(BIN)/python -c "from wandb_rlcluster.core.build import core_build; \
 	  b = core_build(); print('core:', b); assert b == 'compiled', 'the unpacked wheel is not the compiled core'"
 
-# The test suite against the compiled core (everything but the slow tier, and but the liveness tests: signals, forks
-# and the guardian process, none of it compiled, timed against a second worker); findings the same as the pure
-# core's is benchmarks/same_behaviour.py's job (docs/performance.md).
+# What CI checks of the compiled core (.ci/check-compiled): the same C unoptimised (-O0 compiles in a fraction of
+# -O3's time); benchmarks/same_behaviour.py --quick on the pure core (recorded while the compiler runs) and on the
+# compiled one, 0 differences allowed; then the core, reader and compiled-only tests against the compiled build.
+check-compiled: $(STAMP)
+	BIN=$(BIN) TEST_WORKERS=$(TEST_WORKERS) MYPYC_OPT_LEVEL=$(if $(filter command line,$(origin MYPYC_OPT_LEVEL)),$(MYPYC_OPT_LEVEL),0) \
+	  .ci/check-compiled
+
+# The whole test suite against the compiled core (everything but the slow tier, and but the liveness tests: signals,
+# forks and the guardian process, none of it compiled, timed against a second worker): before a release, not in CI
+# (check-compiled is CI's); findings the same as the pure core's is benchmarks/same_behaviour.py's job
+# (docs/performance.md).
 test-compiled: compiled
 	RLCLUSTER_EXPECT_COMPILED=1 PYTHONPATH=$(CURDIR)/build/compiled $(BIN)/python -m pytest -q $(PYTEST_PARALLEL) \
 	  -m "not slow" --ignore=tests/test_liveness.py

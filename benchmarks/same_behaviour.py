@@ -16,6 +16,9 @@ records what each way of reading it decides:
 The quick detection bench's synthetic runs (``benchmarks/detection/bench.py --quick``) go through ``analyze`` and
 ``watch`` the same way. The wall clock is taken out (alert engines get a constant clock; journal times are dropped),
 so two runs of the same code give the same file. ``--compare A B`` lists the differences and exits 1 if there are any.
+``--quick`` records every real log but only every 6th quick bench run (97 of 582: each kind of synthetic run, every
+family, pathology and noise model, at least once): what CI compares the compiled core on against the pure one
+(``make check-compiled``).
 
     PYTHONPATH=/work/main/src python benchmarks/same_behaviour.py --out /tmp/main.json    # before
     PYTHONPATH=src python benchmarks/same_behaviour.py --out /tmp/branch.json             # after
@@ -31,6 +34,7 @@ import io
 import json
 import logging
 import math
+import os
 import re
 import sys
 import tempfile
@@ -294,7 +298,7 @@ def _digest(rows: list[Mapping[str, Any]]) -> dict[str, Any]:
     return d.out()
 
 
-def record_bench(config: Any, limit: int | None) -> dict[str, Any]:
+def record_bench(config: Any, limit: int | None, every: int = 1) -> dict[str, Any]:
     sys.path.insert(0, str(HERE / "detection"))
     from wandb_rlcluster.analyze import analyze_stream
     from wandb_rlcluster.core import analyze_rows
@@ -305,7 +309,7 @@ def record_bench(config: Any, limit: int | None) -> dict[str, Any]:
         bench.QUICK_SEEDS["held-out"], "held-out")
     out: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as d:
-        for spec in specs[:limit]:
+        for spec in specs[:limit:every]:
             run = spec.generate()
             trainer = bench.TRAINER[spec.family]
             params = {"reward": {"gold": list(run.gold)}} if run.gold else None
@@ -326,7 +330,12 @@ def record_bench(config: Any, limit: int | None) -> dict[str, Any]:
 def record(args: argparse.Namespace) -> dict[str, Any]:
     import wandb_rlcluster
     from wandb_rlcluster.alerts import load_config
+    from wandb_rlcluster.core.build import core_build
 
+    build = core_build()
+    if os.environ.get("RLCLUSTER_EXPECT_COMPILED") and build != "compiled":  # make check-compiled's compiled side
+        raise SystemExit(f"same_behaviour: RLCLUSTER_EXPECT_COMPILED is set but the core imported is {build}")
+    print(f"core: {build}, from {Path(wandb_rlcluster.__file__).parent}", file=sys.stderr)
     config = load_config(None)
     out: dict[str, Any] = {"code": str(Path(wandb_rlcluster.__file__).parent), "logs": {}, "bench": {}}
     t0 = time.perf_counter()
@@ -339,7 +348,7 @@ def record(args: argparse.Namespace) -> dict[str, Any]:
         print(f"{name}: {time.perf_counter() - t:.1f} s", file=sys.stderr)
     if not args.no_bench:
         t = time.perf_counter()
-        out["bench"] = canonical(record_bench(config, args.bench_limit))
+        out["bench"] = canonical(record_bench(config, args.bench_limit, args.bench_every))
         print(f"quick bench ({len(out['bench'])} runs): {time.perf_counter() - t:.1f} s", file=sys.stderr)
     print(f"total {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     return out
@@ -403,7 +412,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-live", action="store_true", help="analyze only (no watch / sidecar / callback)")
     ap.add_argument("--no-bench", action="store_true", help="leave out the quick detection bench")
     ap.add_argument("--bench-limit", type=int, default=None, help="first N quick bench runs only")
+    ap.add_argument("--bench-every", type=int, default=1, metavar="N",
+                    help="every Nth quick bench run only (6: 97 of the 582, every kind of run, each family, pathology "
+                         "and noise model, at least once)")
+    ap.add_argument("--quick", action="store_true",
+                    help="what CI compares the compiled core on (make check-compiled): every real log found through "
+                         "every entry point, and every 6th quick bench run (--bench-every 6)")
     args = ap.parse_args(argv)
+    if args.quick:
+        args.bench_every = 6
     if args.compare:
         return compare(*args.compare)
     if args.out is None:

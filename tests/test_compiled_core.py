@@ -13,8 +13,8 @@ import pytest
 
 from wandb_rlcluster.core import InstrumentCluster, analyze_rows
 from wandb_rlcluster.core.build import core_build
-from wandb_rlcluster.core.fundamentals import LossGauge
 from wandb_rlcluster.core.gauge import check_param
+from wandb_rlcluster.core.loss import LossGauge
 from wandb_rlcluster.pipeline import Pipeline
 
 from synthetic import generate_run

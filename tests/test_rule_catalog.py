@@ -15,6 +15,7 @@ import pytest
 
 from wandb_rlcluster.cli import main
 from wandb_rlcluster.core import analyze_rows
+from wandb_rlcluster.core.breaks_gauge import BREAKS_ID
 from wandb_rlcluster.core.catalog import (
     ANY_GAUGE,
     CATALOG,
@@ -67,7 +68,7 @@ def test_declared_severities_are_the_ones_the_code_raises():
 
 
 def test_the_catalog_lists_the_gauges_declarations_in_gauge_order():
-    order = [*GAUGE_IDS, ANY_GAUGE, DIAGNOSIS_ID]
+    order = [*GAUGE_IDS, BREAKS_ID, ANY_GAUGE, DIAGNOSIS_ID]
     gauges = [r.gauge for r in CATALOG]
     assert gauges == sorted(gauges, key=order.index)
     assert set(gauges) == set(order)

@@ -494,7 +494,10 @@ def render_rule_page(rid: str, rules: list[Rule], fired: dict[tuple[str, str], i
         f"*{_md(first.means[:1].upper() + first.means[1:])}.*".replace("..", "."),
         "",
     ]
-    if first.per_function:
+    if first.per_function and first.gauge == "breaks":
+        lines += [f"One rule per series: it fires as `{rid}:<series>` (e.g. `{rid}:reward`, `{rid}:kl`, "
+                  f"`{rid}:rewards/format`), the series being the quantity that broke.", ""]
+    elif first.per_function:
         lines += [f"One rule per reward function: it fires as `{rid}:<name>` (e.g. `{rid}:format`), the name being "
                   "the reward function's as your trainer logs it.", ""]
     if len(rules) == 1:

@@ -17,8 +17,9 @@ from typing import Any
 import yaml
 
 from ..core import DIAGNOSIS_ID, GAUGE_CLASSES, GAUGE_IDS, REPORTING_CLASSES
+from ..core.breaks_gauge import BREAKS_ID, BreakWatcher
 from ..core.cluster import WARN_SOONER_MAX, check_warn_sooner
-from ..core.gauge import check_param
+from ..core.gauge import Gauge, check_param
 from ..core.keymap import check_keys, role_problem
 from ..core.keys import FAMILIES, LIVE_INPUT_KEYS, TRL_LOGGED_KEYS, canonical_family, is_reward_function_key
 from ..core.text import clean_text, did_you_mean
@@ -46,7 +47,7 @@ RULE_KEYS = frozenset({"name", "gauge", "when", "finding", "min_severity", "for"
 TOP_KEYS = frozenset({"version", "extends", "defaults", "gauges", "channels", "rules", "watchdog", "gold_rewards",
                       "warn_sooner", "keys"})
 #: What a rule's ``gauge`` may name: a gauge, or the cross-gauge diagnoses.
-RULE_GAUGES = (*GAUGE_IDS, DIAGNOSIS_ID)
+RULE_GAUGES = (*GAUGE_IDS, BREAKS_ID, DIAGNOSIS_ID)
 DEFAULT_KEYS = frozenset({"for", "cooldown", "keep_firing_for", "channels"})
 CHANNEL_KEYS = {
     "slack": frozenset({"type", "webhook_url_env", "min_severity", "username", "channel", "timeout"}),
@@ -634,11 +635,12 @@ def _keys_section(loc: _Loc, vnode: yaml.Node, kline: int) -> dict[str, list[str
 def _gauge_params(loc: _Loc, items: list[tuple[Any, int, Any]]) -> dict[str, dict[str, Any]]:
     """Checked per-gauge parameter overrides from ``(gauge id, line, [(param, line, value)] or a non-list)``;
     the stored form gives ``(param, value)`` pairs and line 0."""
-    by_id = {g.id: g for g in GAUGE_CLASSES}
+    classes: tuple[type[Gauge], ...] = (*GAUGE_CLASSES, BreakWatcher)
+    by_id = {g.id: g for g in classes}
     out: dict[str, dict[str, Any]] = {}
     for gid, gl, params in items:
         if gid not in by_id:
-            loc.err(gl, f"unknown gauge {clean_text(gid, 40)!r}{did_you_mean(str(gid), GAUGE_IDS)}")
+            loc.err(gl, f"unknown gauge {clean_text(gid, 40)!r}{did_you_mean(str(gid), by_id)}")
             continue
         if not isinstance(params, list):
             loc.err(gl, f"gauges.{gid} must be a mapping of parameter: value")

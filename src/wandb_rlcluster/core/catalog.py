@@ -15,7 +15,25 @@ import ast
 from collections.abc import Iterator
 from pathlib import Path
 
-from . import diagnosis, entropy, fundamentals, kl, length, policy_ratio, reward, reward_signal, sanity
+from . import (
+    attention_entropy,
+    breaks_gauge,
+    convergence,
+    diagnosis,
+    efficiency,
+    entropy,
+    gradients,
+    kl,
+    learning_rate,
+    length,
+    lora,
+    loss,
+    policy_ratio,
+    reward,
+    reward_signal,
+    samples,
+    sanity,
+)
 from .diagnosis import PATTERNS
 from .rule import ANY_GAUGE as ANY_GAUGE
 from .rule import INSTRUMENTS as INSTRUMENTS
@@ -25,13 +43,21 @@ from .rule import Rule as Rule
 from .rule import gauge_class as gauge_class
 
 CATALOG: tuple[Rule, ...] = (
-    *fundamentals.RULES,  # loss, gradients, learning_rate, attention_entropy, samples, lora, efficiency, convergence
+    *loss.LOSS_RULES,
+    *gradients.GRADIENT_RULES,
+    *learning_rate.LEARNING_RATE_RULES,
+    *attention_entropy.ATTENTION_ENTROPY_RULES,
+    *samples.SAMPLES_RULES,
+    *lora.LORA_RULES,
+    *efficiency.EFFICIENCY_RULES,
+    *convergence.CONVERGENCE_RULES,
     *reward.RULES,
     *kl.RULES,
     *policy_ratio.RULES,
     *length.RULES,
     *entropy.RULES,
     *reward_signal.RULES,
+    *breaks_gauge.RULES,  # abrupt breaks in every series: the watcher the cluster runs after the gauges
     *sanity.RULES,  # value-out-of-range, which every gauge raises on the keys it reads
     *diagnosis.RULES,
 )

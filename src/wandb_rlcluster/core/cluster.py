@@ -11,28 +11,27 @@ import numbers
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from .attention_entropy import AttentionEntropyGauge
+from .breaks_gauge import BREAKS_ID, BreakWatcher
+from .convergence import ConvergenceGauge
 from .diagnosis import DIAGNOSIS_ID, Diagnoser, publish
+from .efficiency import EfficiencyGauge
 from .entropy import EntropyGauge
 from .findings import SEVERITY_RANK, STATUSES, Finding
 from .frameworks import get_profile, profile_params
-from .fundamentals import (
-    AttentionEntropyGauge,
-    ConvergenceGauge,
-    EfficiencyGauge,
-    GradientGauge,
-    LearningRateGauge,
-    LoraGauge,
-    LossGauge,
-    SamplesGauge,
-)
 from .gauge import Gauge, check_param
+from .gradients import GradientGauge
 from .keymap import GOLD_ROLE, ROLES, KeyMap, readers, suggest_map
 from .keys import FAMILIES, Normalizer, Row, canonical_family, detect_family
 from .kl import KLGauge
+from .learning_rate import LearningRateGauge
 from .length import LengthGauge
+from .lora import LoraGauge
+from .loss import LossGauge
 from .policy_ratio import PolicyRatioGauge
 from .reward import RewardGauge
 from .reward_signal import RewardSignalGauge
+from .samples import SamplesGauge
 from .text import clean_text, did_you_mean
 
 GAUGE_CLASSES: tuple[type[Gauge], ...] = (
@@ -52,12 +51,14 @@ GAUGE_CLASSES: tuple[type[Gauge], ...] = (
     RewardSignalGauge,
 )
 GAUGE_IDS: tuple[str, ...] = tuple(g.id for g in GAUGE_CLASSES)
-#: Everything that writes ``rlcluster/<id>/<key>``: the fourteen gauges and the diagnoser.
-REPORTING_CLASSES: tuple[type[Gauge], ...] = (*GAUGE_CLASSES, Diagnoser)
+#: Everything that writes ``rlcluster/<id>/<key>``: the fourteen gauges, the break watcher and the diagnoser.
+REPORTING_CLASSES: tuple[type[Gauge], ...] = (*GAUGE_CLASSES, BreakWatcher, Diagnoser)
+#: What reads across the gauges (their rows or their rules), not one of them.
+WATCHER_IDS = (BREAKS_ID, DIAGNOSIS_ID)
 _KNOWN_INPUTS = frozenset(k for g in GAUGE_CLASSES for k in g.inputs)
 GAUGE_TITLES: dict[str, str] = {g.id: g.title for g in GAUGE_CLASSES}
 #: Gauges whose rules change severity with the reward's progress: they read the gold reward too.
-GOLD_AWARE = ("reward", "entropy", "length", "reward_signal", DIAGNOSIS_ID)
+GOLD_AWARE = ("reward", "entropy", "length", "reward_signal", BREAKS_ID, DIAGNOSIS_ID)
 
 # Rows to buffer before guessing the family when it was not given.
 DETECT_ROWS = 8
@@ -205,6 +206,8 @@ class InstrumentCluster:
     def _build(self) -> None:
         assert self.family in FAMILIES
         self.gauges = {cls.id: cls(self.family, self.params.get(cls.id)) for cls in GAUGE_CLASSES}
+        # every quantity's abrupt breaks (core/breaks.py), after the gauges and before the diagnoser
+        self.gauges[BREAKS_ID] = BreakWatcher(self.family, self.params.get(BREAKS_ID))
         # Last, so it sees every gauge's rule transitions of the row it is given.
         diagnoser = Diagnoser(self.family, self.params.get(DIAGNOSIS_ID))
         self.gauges[DIAGNOSIS_ID] = diagnoser
@@ -326,11 +329,12 @@ class InstrumentCluster:
 
     def statuses(self) -> dict[str, str]:
         """Current status of each gauge (``ok``/``warn``/``stop``/``no-data``)."""
-        return {gid: (g.status if g.applies() else "no-data") for gid, g in self.gauges.items() if gid != DIAGNOSIS_ID}
+        return {gid: (g.status if g.applies() else "no-data") for gid, g in self.gauges.items()
+                if gid not in WATCHER_IDS}
 
     def recognised(self) -> bool:
         """True once any gauge has read one of its inputs (the log is a training log at all)."""
-        return any(g.rows_seen for gid, g in self.gauges.items() if gid != DIAGNOSIS_ID)
+        return any(g.rows_seen for gid, g in self.gauges.items() if gid not in WATCHER_IDS)
 
     def key_report(self, limit: int = 60) -> dict[str, Any]:
         """Which logged key fed which gauge, where a key was read by the user's mapping or by what its name means

@@ -47,6 +47,7 @@ class EntropyGauge(Gauge):
                 "for": 8,
                 "smooth": 0.2, "spike_z": 8.0, "baseline_rows": 10, "zero_std_rise": 0.3, "zero_std_alone": 0.9,
                 "saturated_level": 0.8, "collapse_se": 3.0, "failing_level": 0.5, "deep_for": 1, "fall_now": 0.2,
+                "fast_share": 0.33, "fast_climb": 0.2,
                 "gold": []}
 
     def setup(self) -> None:
@@ -62,6 +63,9 @@ class EntropyGauge(Gauge):
         self.spread_base = Baseline(self.p["baseline_rows"])
         self.recent = RollingWindow(30)  # the smoothed level over the last 30 rows: is it falling now?
         self.gaps = StepGaps()  # the start is the run's first steps: a gap in the log closes it
+        self.fall_row = -1  # the row the smoothed entropy went under collapse_ratio x its start (-1: it is above)
+        self.fall_level = float("nan")  # the task score's smoothed level on that row
+        self.fall_verdict: str | None = None  # the fall's reading once it went under deep_ratio ("": not too fast)
 
     def applies(self) -> bool:
         return self.family in ("grpo", "ppo", "online_dpo")
@@ -108,6 +112,41 @@ class EntropyGauge(Gauge):
                 reasons.append(f"the length spread fell to {self.spread.mean / sb:.2f}x its start")
         return reasons
 
+    def _track_fall(self, rel: float) -> None:
+        """Where the current fall began: the row the smoothed entropy went under ``collapse_ratio`` x its start."""
+        if rel >= self.p["collapse_ratio"]:
+            self.fall_row = -1
+            self.fall_verdict = None
+        elif self.fall_row < 0:
+            self.fall_row = self.rows_seen
+            self.fall_level = self.level.smooth
+
+    def _fast_fall(self, rel: float) -> str:
+        """Too far, too fast for sharpening: from ``collapse_ratio`` to under ``deep_ratio`` x its start within
+        ``fast_share`` of the run left when the fall began (of the rows before it, where the run's length is not
+        known), while the task score climbed less than ``fast_climb`` of its range. Sharpening goes with learning
+        and takes the run to do it; a policy that drops most of its entropy in a few dozen rows while the reward
+        only creeps has settled on one answer. Empty: not such a fall."""
+        p = self.p
+        start = self.fall_row
+        if start < 0:
+            return ""
+        if self.fall_verdict is not None:  # judged on the fall's first row under deep_ratio: it stays so
+            return self.fall_verdict
+        span = self.rows_seen - start
+        left = self.planned_rows - start if self.planned_rows > self.rows_seen else float(start)
+        climb = self.level.smooth - self.fall_level
+        # near its ceiling a task is solved: a policy sharpens on the answers it has, however fast (as for a flat
+        # reward above `saturated_level`)
+        solved = self.level.smooth >= p["saturated_level"]
+        if not (span <= p["fast_share"] * max(left, 1.0) and climb < p["fast_climb"]) or solved:
+            self.fall_verdict = ""  # a nan climb (no task score to read) is not a reason
+            return ""
+        self.fall_verdict = (f"it fell from {p['collapse_ratio']}x to {rel:.2f}x its start within {span} logged rows "
+                f"({span / max(left, 1.0):.0%} of the run left when the fall began) while the task score rose only "
+                f"{climb:+.2f}: too far and too fast for sharpening, which goes with learning")
+        return self.fall_verdict
+
     def observe(self, row: Row) -> None:
         if row.kind != "train" or not self.applies():
             return
@@ -118,6 +157,8 @@ class EntropyGauge(Gauge):
             for s in (self.ewma, self.zero, self.spread):
                 s.restart()
             self.recent = RollingWindow(30)
+            self.fall_row = -1  # a fall across a gap in the log is not timed
+            self.fall_verdict = None
         self._context(v)
         key = next((k for k in self.inputs if k in v), None)
         if key is None:
@@ -151,12 +192,16 @@ class EntropyGauge(Gauge):
             # not work (a template), not sharpened on ones that do -- a reward that crept up from 0.02 to 0.2 is
             # still "rising". Read from the level alone, so it holds on the first row after a gap in the log.
             fail = self.level.smooth
+            self._track_fall(rel)
             deep = rel < p["deep_ratio"] and not reasons
             deep_failing = deep and fail == fail and fail < p["failing_level"]
+            fast = self._fast_fall(rel) if deep and not deep_failing else ""
             if deep_failing:
                 reasons.append(f"it is below {p['deep_ratio']}x its start while most completions still fail (the "
                                f"score's level {fail:.0%}): the policy hardly samples alternatives any more, so it "
                                "cannot find the answers it is missing")
+            elif deep and fast:
+                reasons.append(fast)
             elif deep and self.recent.max() - e >= p["fall_now"] * b and not self.progress.improving(now=True):
                 # falling now, deep, while the reward does not rise now: what the fall goes with is what it means (a
                 # fall that went with a climb stays sharpening once both have levelled off)
@@ -192,11 +237,14 @@ RULES: tuple[Rule, ...] = (
         test="below `collapse_ratio`, the fall `collapse_se` standard errors of the smoothed level (AR(1)-aware) out "
              "of the row noise, with a collapse sign (reward flat and not near its ceiling: smoothed level under "
              "`saturated_level`; zero-std up), held `for`; or below `deep_ratio` while the task score's level is "
-             "under `failing_level` (most completions still fail: a template, not sharpening), held `deep_for`. The "
+             "under `failing_level` (most completions still fail: a template, not sharpening), held `deep_for`; or a "
+             "fall from `collapse_ratio` to under `deep_ratio` within `fast_share` of the run left when it began "
+             "while the task score climbed under `fast_climb` and sits under `saturated_level` (too far, too fast for "
+             "sharpening), held `for`. The "
              "start is the first `baseline_rows` rows before any gap in the log (a row more than 4 logging intervals "
              "after the last: a trimmed or resumed log), and the smoothed level starts over after such a gap",
-        params=("collapse_ratio", "collapse_se", "deep_ratio", "failing_level", "deep_for", "zero_std_rise",
-                "saturated_level", "for", "baseline_rows"),
+        params=("collapse_ratio", "collapse_se", "deep_ratio", "failing_level", "deep_for", "fast_share",
+                "fast_climb", "zero_std_rise", "saturated_level", "for", "baseline_rows"),
         means="mode collapse: the policy stopped exploring",
         fix="raise the temperature, clip-higher, an entropy bonus, or filter prompts",
         seed="Collapse is entropy falling *with* the reward signal drying up", seed_source=INSTRUMENTS,

@@ -71,7 +71,13 @@ _PATTERNS: tuple[tuple[str, str, float], ...] = (
     ("reward/mean", "reward", 0.9), ("rewards/mean", "reward", 0.9), ("reward_mean", "reward", 0.9),
     ("mean_reward", "reward", 0.85), ("train_reward", "reward", 0.9), ("train_reward_mean", "reward", 0.9),
     ("train_mean_reward", "reward", 0.9), ("reward/avg", "reward", 0.85), ("avg_reward", "reward", 0.85),
-    ("reward_avg", "reward", 0.85), ("reward/total", "reward", 0.7), ("total_reward", "reward", 0.7),
+    ("reward_avg", "reward", 0.85), ("reward/total", "reward", 0.8), ("total_reward", "reward", 0.7),
+    # a namespaced reward's total or mean (`train/reward/total`, `rollout/rewards/mean`, `env/reward/avg`): the
+    # reward by meaning, whatever the loop calls its namespace; a component (`.../reward/<name>/mean`) is not it
+    ("*/reward/total", "reward", 0.8), ("*/rewards/total", "reward", 0.8), ("rewards/total", "reward", 0.8),
+    ("*/rewards/mean", "reward", 0.8), ("*/reward/avg", "reward", 0.8), ("*/rewards/avg", "reward", 0.8),
+    ("*/reward/average", "reward", 0.8), ("reward/average", "reward", 0.8), ("*/reward_total", "reward", 0.7),
+    ("reward_total", "reward", 0.7),
     ("*/reward_mean", "reward", 0.8), ("*/reward/mean", "reward", 0.8), ("*/mean_reward", "reward", 0.8),
     ("*/reward", "reward", 0.7), ("*/train_reward", "reward", 0.8), ("*reward*", "reward", 0.3),
     # entropy of the policy's tokens

@@ -36,6 +36,8 @@ ALIASES: dict[str, str] = {
     "ppo/loss/total": "loss",
 }
 
+REWARD_TOTAL_NAMES = frozenset({"total", "mean", "avg", "average"})
+"""``rewards/<x>`` where x says "all of it": the reward itself (a loop's total), not a reward function named x."""
 # ``rewards/<x>`` keys that are DPO-family statistics, not reward functions.
 PREFERENCE_REWARD_KEYS = frozenset(
     {"chosen", "rejected", "margins", "accuracies", "chosen_sum", "rejected_sum"}
@@ -168,6 +170,8 @@ def _canonical_key(raw: str) -> str | None:
         return None  # W&B bookkeeping, TRL's per-function timings
     if key.startswith("rewards/"):
         rest = key[8:]
+        if rest in REWARD_TOTAL_NAMES:  # `rewards/total`, `train/rewards/mean`: the reward, not a function so named
+            return "reward"
         if "/" not in rest and rest not in PREFERENCE_REWARD_KEYS:
             return f"rewards/{rest}/mean"  # older TRL: rewards/<fn> without /mean
     return key

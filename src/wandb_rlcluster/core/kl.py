@@ -129,7 +129,8 @@ class KLGauge(Gauge):
     outputs = ("kl", "kl_ewma", "kl_slope", "kl_z", "kl_trend_t", "kl_acceleration", "kl_projected", "kl_cv",
                "kl_negative_share", "to_teacher")
     defaults = {"warn": 0.5, "stop": 1.0, "for": 3, "clear": 10, "near_zero": 1e-4, "near_zero_rows": 50,
-                "negative": -0.01, "spike_z": 10.0, "spike_min": 0.1, "start_rows": 5, "spike_repeat": 3,
+                "zero_rows": 10, "negative": -0.01, "spike_z": 10.0, "spike_min": 0.1, "start_rows": 5,
+                "spike_repeat": 3,
                 "spike_repeat_rows": 25, "spike_repeat_p": 1e-3, "grow_rows": 20, "grow_t": 4.0, "grow_min": 0.2,
                 "grow_accel": 1.3, "grow_accel_max": 3.0, "grow_for": 3, "grow_end": 1.0, "grow_end_keep": 0.9,
                 "grow_span_share": 0.125,
@@ -165,6 +166,7 @@ class KLGauge(Gauge):
         self.spikes_seen = 0  # every spike so far: the run's own spike rate
         self.spike_from = -1  # the first row the spike test was armed on (the rate's denominator starts there)
         self.start_checked = False
+        self.zero_rows = 0  # rows whose KL is exactly 0.0, while every row so far has been (-1 once one was not)
         self.note = ""
         # what the KL is measured to: "reference" (the initial policy; the post's lines), "teacher" (on-policy
         # distillation), or "" while `to: auto` is still reading the first rows
@@ -232,6 +234,8 @@ class KLGauge(Gauge):
                        lambda: f"{key} is already {s:.3g} in the first {p['start_rows']} logged steps, before the "
                        "policy has had time to move: the reference model is not the initial policy, or "
                        "generation settings (temperature, chat template) differ between sampling and scoring.")
+        if self._exactly_zero(key, kl):
+            return  # a placeholder, not a measurement: no rule below reads it
         if self.rows_seen >= p["near_zero_rows"]:
             med, spread = self.win.robust()
             # pinned at 0, not an estimator scattered around it: a per-sequence estimate that goes negative half the
@@ -241,6 +245,26 @@ class KLGauge(Gauge):
                        (lambda: f"{key} has stayed ~0 (median {med:.2g}) for {self.rows_seen} logged steps: the "
                         "policy is not moving away from the reference (beta too high, LR too low, or the reference is "
                         "updated with the policy).") if pinned else "", for_=20, clear=10)
+
+    def _exactly_zero(self, key: str, kl: float) -> bool:
+        """A KL of exactly 0.0 on every row so far: the KL term is switched off (beta = 0, ``use_kl_loss: false``),
+        the number a placeholder. A measured KL is never exactly 0 once the policy has taken a step (an estimate over
+        sampled tokens of a moving policy carries rounding at least), so this is not a policy that does not move; a
+        policy that is not updated at all is the gradient and learning-rate gauges' finding."""
+        if self.zero_rows < 0 or kl != 0.0:
+            self.zero_rows = -1
+            return False
+        self.zero_rows += 1
+        rows = self.p["zero_rows"]
+        if self.zero_rows >= rows:
+            self.note = "the KL term is switched off: exactly 0 on every row (a placeholder)"
+        self.check("kl-term-off", self.zero_rows >= rows, "info", key, kl,
+                   lambda: f"{key} has been exactly 0 on all {self.zero_rows} logged steps: the KL term is switched "
+                   "off (beta = 0, use_kl_loss false, or kl_ctrl off), so the logged value is a placeholder, not a "
+                   "measurement: nothing holds the policy near the reference and the KL rules have nothing to read. "
+                   "Intended for many GRPO recipes; if you meant to regularise, set beta / kl_coef above 0.",
+                   clear=10**9)
+        return True
 
     def _relative(self, key: str, kl: float, e: float, n: int) -> None:
         """The rules read against the KL's own course, whatever it is measured to: negative on average, growing,
@@ -581,7 +605,7 @@ RULES: tuple[Rule, ...] = (
         "kl", "kl-near-zero", severities=("warn",),
         reads="median and spread of KL over the window after `near_zero_rows` rows",
         test="|median| below `near_zero` and its spread pinned too (under 10x it: not an estimate scattered around "
-             "0), held 20",
+             "0), held 20; a KL exactly 0.0 on every row is kl-term-off instead",
         params=("near_zero", "near_zero_rows"),
         means="the policy is not moving (beta too high, LR too low)",
         fix="lower beta or raise the learning rate",
@@ -589,6 +613,21 @@ RULES: tuple[Rule, ...] = (
         example=Example(
             "grpo", lambda i, g: grpo(i, g, kl=1e-6 * abs(g.normal())),
             lambda i, g: grpo(i, g, kl=0.02 + 0.005 * g.normal()), 100, 1, 70, "kl"),
+    ),
+    Rule(
+        "kl", "kl-term-off", severities=("info",),
+        reads="KL on every row so far",
+        test="exactly 0.0 on each of the first `zero_rows` rows and every row since (info, once); the other KL rules "
+             "do not read a placeholder",
+        params=("zero_rows",),
+        means="the KL term is switched off (beta = 0, use_kl_loss false): the logged 0 is a placeholder, not a policy "
+              "that does not move",
+        fix="nothing if intended; set beta / kl_coef above 0 to regularise",
+        origin="issue 47: a healthy verl GRPO run without a KL term logs 0.0 on every row, and kl-near-zero read it as "
+               "a policy that does not move; a measured KL of a moving policy is never exactly 0",
+        example=Example(
+            "grpo", lambda i, g: grpo(i, g, kl=0.0), lambda i, g: grpo(i, g, kl=0.02 + 0.005 * g.normal()),
+            100, 1, 12, "kl"),
     ),
     Rule(
         "kl", "kl-growing", severities=("warn",),

@@ -19,6 +19,9 @@ from .sequential import ar1_inflation
 from .stats import Baseline, DiffNoise, Ewma, RollingCorrelation, RollingWindow
 from .streams import after, grpo, ppo, ramp
 
+ENTROPY_KEYS = ("entropy", "objective/entropy", "policy/entropy_avg")
+"""The policy's token entropy, as the entropy gauge reads it."""
+
 
 def _as_fall(rise: float) -> float:
     """A rise line read on a log scale as a fall: to 1 / (1 + x) of the baseline is as far as up to 1 + x."""
@@ -65,7 +68,7 @@ class LengthGauge(Gauge):
                 "baseline_rows": 10, "drift_for": 5, "trend_rows": 60, "trend_t": 5.0, "trend_min": 0.25,
                 "trend_target": 0.45, "trend_now": 0.15, "drift_sd": 1.0,
                 "trend_for": 3, "gap": 0.1, "baseline_mean": 0.0, "baseline_std": 0.0, "batch_completions": 0,
-                "gold": [], "significance": 4.0, "shrink_now": 0.1, **ROLLOUT_DEFAULTS["length"]}
+                "gold": [], "significance": 4.0, "shrink_now": 0.1, "entropy_rise": 0.1, **ROLLOUT_DEFAULTS["length"]}
 
     def setup(self) -> None:
         p = self.p
@@ -92,6 +95,8 @@ class LengthGauge(Gauge):
         self.log_range_base = Baseline(p["baseline_rows"])
         self.log_range = Ewma(0.2)
         self.log_range_noise = DiffNoise(20)
+        self.entropy_base = Baseline(p["baseline_rows"])  # the policy's entropy: a narrowing beside a rising one is a
+        self.entropy = Ewma(0.2)  # format, not a collapse
 
     def applies(self) -> bool:
         return self.family in ("grpo", "ppo", "online_dpo")
@@ -109,6 +114,10 @@ class LengthGauge(Gauge):
         p = self.p
         d = self.derived
         self.progress.push(v)
+        h = next((v[k] for k in ENTROPY_KEYS if k in v), None)
+        if h is not None and finite(h):
+            self.entropy_base.push(h)
+            self.entropy.push(h)
         kl = v.get("objective/kl", v.get("kl"))
         if kl is not None and finite(kl) and self.teacher.push(v, kl, row.step, self.rows_seen) == "teacher":
             self.teacher_kl_start.push(kl)
@@ -299,8 +308,19 @@ class LengthGauge(Gauge):
         # however deep, a narrowing while the reward still clearly rises is sharpening: a fixed answer format (short
         # arithmetic answers) gives small batches identical lengths while the policy keeps getting better (issue #28)
         improving = self.progress.improving(now=True) if collapsed else True
+        # the lengths converged while the entropy rose: the tokens are more varied, not less; one answer format (a
+        # fixed JSON schema, a tool call) fixes the length, not the content -- no mode collapse
+        fmt = collapsed and not improving and self._entropy_rose()
+        collapse = collapsed and not improving and not fmt
+        self.check("length-fixed-format", fmt, "info", "completions/max_length", spread,
+                   (lambda: f"the length spread within a batch fell to {cratio:.2f}x its start ((max - min) / mean "
+                    f"{sb:.2f} -> {se_c:.2f}) while the policy's entropy rose to {self.entropy.mean:.3g} from "
+                    f"{self.entropy_base.value:.3g}: the answers share one format of fixed length (a JSON schema, a "
+                    "tool call), and within it the tokens grow more varied, not less. Not mode collapse.")
+                   if fmt else "",
+                   for_=p["for"], clear=10)
         # message closures only for a rule that holds this row (a quiet rule never reads one)
-        self.check("length-variance-collapse", collapsed and not improving, "warn", "completions/max_length",
+        self.check("length-variance-collapse", collapse, "warn", "completions/max_length",
                    spread,
                    (lambda: f"the length spread within a batch fell to {cratio:.2f}x its start ((max - min) / mean "
                     f"{sb:.2f} -> {se_c:.2f}) while the reward is not improving: answers are converging on one "
@@ -315,7 +335,8 @@ class LengthGauge(Gauge):
                    for_=p["for"], clear=10)
         vc = p["variance_change"]
         # a milder narrowing: the reward having risen over the run is enough to call it sharpening
-        narrower = significant and var_ratio < 1 - vc and not collapsed and not self.progress.improving()
+        narrower = (significant and var_ratio < 1 - vc and not collapsed and not self.progress.improving()
+                    and not self._entropy_rose())  # narrower beside a rising entropy: a format (as above)
         # (max - min) / mean also grows when only the mean falls: answers getting shorter under a max pinned at the
         # cap leave the range in tokens where it was, and the shape has not widened
         lb = self.base.value
@@ -328,6 +349,11 @@ class LengthGauge(Gauge):
                     f"past the {vc:.0%} change that deserves a look: the output distribution is changing shape. "
                     + self.fix("length-variance-change", sentence=True)) if changed else "",
                    for_=p["drift_for"], clear=10)
+
+    def _entropy_rose(self) -> bool:
+        """The policy's entropy (where logged) sits `entropy_rise` above its start."""
+        b = self.entropy_base.value
+        return b == b and b > 0 and self.entropy.mean >= (1.0 + self.p["entropy_rise"]) * b
 
     def _log_spread_grew(self, mn: float, mx: float, limit: float) -> bool:
         """The spread's growth read on log(max / min), against its own baseline, squared as a variance ratio.
@@ -462,6 +488,21 @@ RULES: tuple[Rule, ...] = (
         seed_source=POST,
         example=Example(
             "grpo", lambda i, g: grpo(i, g, reward=0.4, spread=1.2 - 1.0 * ramp(i, 100, 40)),
+            lambda i, g: grpo(i, g, reward=0.4), 200, 100, 150, "completions/max_length"),
+    ),
+    Rule(
+        "length", "length-fixed-format", severities=("info",),
+        reads="as length-variance-collapse, and the policy's entropy vs its first `baseline_rows`",
+        test="the collapse of length-variance-collapse while the smoothed entropy is `entropy_rise` above its start "
+             "(info); held `for`",
+        params=("spread_collapse", "entropy_rise", "for"),
+        means="one answer format of fixed length (a JSON schema, a tool call); the tokens within it grow more varied",
+        fix="nothing; read a few samples to confirm the format",
+        origin="issue 47: three agent runs answering in a fixed JSON format (constant reply length) under an entropy "
+               "bonus read as mode collapse",
+        example=Example(
+            "grpo", lambda i, g: {**grpo(i, g, reward=0.4, spread=1.2 - 1.0 * ramp(i, 100, 40)),
+                                  "entropy": 0.6 * (1 + 0.5 * ramp(i, 100, 40)) + 0.01 * g.normal()},
             lambda i, g: grpo(i, g, reward=0.4), 200, 100, 150, "completions/max_length"),
     ),
     Rule(

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from .gauge import Gauge, finite
 from .keys import Row
 from .rule import POST, Example, Rule
+from .sequential import ar1_inflation
 from .stats import Baseline, DiffNoise, Ewma, RollingCorrelation, RollingSlope, RollingWindow
 from .streams import after, grpo, ppo, ramp
 
@@ -162,8 +163,11 @@ class PolicyRatioGauge(Gauge):
         base = self.clip_base.value
         if base != base or not self.clip_trend.full:
             return
-        t = self.clip_trend.t_stat()
-        sig = self.clip_noise.sigma()
+        # autocorrelated noise: the slope's t read over correlated rows is deflated by their AR(1) inflation, and the
+        # changes' sigma under-reads the level's noise by sqrt(1 - rho) (issue 47's calibration grid)
+        rho = self.clip_noise.rho
+        t = self.clip_trend.t_stat() / ar1_inflation(rho)
+        sig = self.clip_noise.sigma() / math.sqrt(1.0 - rho)
         d["clip_trend_t"] = t
         d["clip_vs_start"] = ce / max(base, 1e-6)
         warming = self.clip_rows - self.lr_rose_at < self.clip_trend.size
@@ -304,7 +308,8 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "policy_ratio", "clip-growing", severities=("warn",),
         reads="clip fraction trend vs its start and noise",
-        test="trend t above `grow_t`, up `grow_abs` and `grow_ratio` x the start, held `grow_for`",
+        test="trend t (deflated for AR(1) noise) above `grow_t`, up `grow_abs`, `grow_sigma` of the level's noise "
+             "and `grow_ratio` x the start, held `grow_for`",
         params=("grow_t", "grow_abs", "grow_ratio", "grow_sigma", "grow_for"),
         means="updates getting more aggressive",
         fix="lower the learning rate before it passes the clip line",

@@ -960,7 +960,11 @@ class RewardGauge(Gauge):
             since = self.margin_since_peak
             if p["margin_peak_rows"] > 0 and since.n >= p["margin_peak_rows"]:
                 rt = min(rt, since.t_stat())
-            sd = self.margin_noise.sigma() * _EWMA10_SD if len(self.margin_noise) >= 10 else math.inf
+            # autocorrelated noise (a slow data order, a replay of pairs) makes runs of rows that a slope t read as
+            # independent takes for a trend: the t is deflated by the AR(1) inflation of the noise, and the EWMA's
+            # noise is read with it (the prewhitened statistics of issue 47's calibration grid)
+            rt /= ar1_inflation(self.margin_noise.rho)
+            sd = self.margin_noise.level_se(0.1) if len(self.margin_noise) >= 10 else math.inf
             # 15 % off the peak with t <= -2, or 8 % with t <= -5
             steady = (drop >= p["margin_shrink"] and rt <= p["margin_shrink_t"]) or rt <= 2.5 * p["margin_shrink_t"]
             shrinking = steady and peak - me >= p["margin_shrink_sd"] * sd

@@ -59,6 +59,8 @@ class RewardSignalGauge(Gauge):
         self.corr = RollingCorrelation(30)
         self._components: tuple[tuple[str, str, str], ...] = ()
         self._row_width = -1
+        # per reward function: the lowest and highest batch mean, and the rows the highest was logged on
+        self._comp_range: dict[str, tuple[float, float, float]] = {}
 
     def applies(self) -> bool:
         return self.family in GROUP_FAMILIES
@@ -171,15 +173,16 @@ class RewardSignalGauge(Gauge):
             val = v.get(k)
             if val is None or not finite(val):
                 continue
-            is_dead = val < p["component_dead"]
+            mean = v.get(mean_key)
+            solved = self._at_ceiling(fn, mean)  # read on every row: the range is the function's whole run
+            is_dead = val < p["component_dead"] and not solved
             dead += is_dead
-            mean = v.get(mean_key) if is_dead else None  # only its message reads it
             self.check(f"reward-component-dead:{fn}", is_dead, "warn", k, val,
                        (lambda fn=fn, mean=mean: f"reward function '{fn}' has had std < "
                         f"{p['component_dead']} (mean {mean if mean is None else round(mean, 4)}) for "
                         f"{self.held(f'reward-component-dead:{fn}')} logged steps: it scores every completion alike "
                         "and adds no signal.") if is_dead else "",
-                       for_=p["component_for"], clear=10)
+                       for_=p["component_for"], clear=10, long_hold=False)
         d["dead_components"] = float(dead)
         r, L = v.get("reward"), v.get("completions/mean_length")
         if r is not None and L is not None and finite(r) and finite(L):
@@ -191,6 +194,22 @@ class RewardSignalGauge(Gauge):
                 self.check("length-reward-correlation", together, "info", "completions/mean_length", L,
                            (lambda: f"reward and completion length move together (corr {corr:.2f}): check for "
                             "length hacking.") if together else "", for_=5, clear=10)
+
+    def _at_ceiling(self, fn: str, mean: float | None) -> bool:
+        """The function's batch mean sits exactly at the highest it has reached, for the second row or more, having
+        been lower: every completion passes a check the policy learned (a format reward at 1.0 on a small batch).
+        Solved, not dead: a function that scores everything alike because it is broken never climbed to where it
+        sits."""
+        if mean is None or not finite(mean):
+            return False
+        lo, hi, at_hi = self._comp_range.get(fn, (mean, mean, 0.0))
+        if mean > hi:
+            hi, at_hi = mean, 0.0
+        at_hi += mean == hi
+        lo = min(lo, mean)
+        self._comp_range[fn] = (lo, hi, at_hi)
+        # the very same top value again: the score every completion gets (a noisy mean never repeats its maximum)
+        return hi > lo and mean == hi and at_hi >= 2
 
 
 _ALL_FAILED = {"reward": 0.0, "frac_reward_zero_std": 1.0, "grad_norm": 0.0}
@@ -271,7 +290,8 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "reward_signal", "reward-component-dead", severities=("warn",),
         reads="rewards/<fn>/std per reward function",
-        test="below `component_dead`, held `component_for`",
+        test="below `component_dead`, held `component_for`, except on rows where its mean sits exactly at the highest "
+             "it has reached (again) after being lower (a learned check every completion passes: solved, not dead)",
         params=("component_dead", "component_for"),
         means="the function scores every completion alike",
         fix="fix or drop the function",

@@ -25,6 +25,13 @@ POST = "post"
 INSTRUMENTS = "INSTRUMENTS.md"
 """The domain reference (``shared/INSTRUMENTS.md``), which carries Part I (SFT) and Part III (GRPO)."""
 
+FALSE_ALARM_BUDGET = 0.02
+"""The default false-alarm budget of a rule: the share of healthy runs it may warn on, per trainer family and per
+healthy noise model of the calibration harness (``benchmarks/calibration``). Summed over the handful of rules a
+healthy stream can trip it keeps a run's chance of any false warning in the low percent."""
+STOP_ALARM_BUDGET = 0.005
+"""The budget of a rule that can stop a run: a false stop ends someone's training, a false warning costs a look."""
+
 ANY_GAUGE = "*"
 """The gauge of a rule every gauge can raise on the keys it reads (``value-out-of-range``)."""
 
@@ -93,6 +100,16 @@ class Rule:
     budgeted: bool = False
     #: The gauge parameter holding the rule's own ARL0 budget (empty: the engine's ``BASE_ARL``).
     budget_param: str = ""
+    #: The share of healthy runs (per family and noise model) the rule may warn on; None: the default
+    #: (``FALSE_ALARM_BUDGET``, ``STOP_ALARM_BUDGET`` for a rule that can stop). A rule declaring its own says why
+    #: in ``origin``.
+    false_alarm_budget: float | None = None
+
+    def alarm_budget(self) -> float:
+        """The share of healthy runs this rule may warn (or stop) on, per family and noise model."""
+        if self.false_alarm_budget is not None:
+            return self.false_alarm_budget
+        return STOP_ALARM_BUDGET if "stop" in self.severities else FALSE_ALARM_BUDGET
 
     def budget(self) -> str:
         """The false-alarm budget as the reference shows it: '-' for a rule held k rows (no budget declared)."""
