@@ -12,10 +12,11 @@ from wandb_rlcluster.analyze import Analysis
 
 
 def f32(x: float) -> float:
-    """The value as TensorBoard keeps it (a 32-bit float), so the JSON Lines twin holds the very same numbers."""
+    """The value as TensorBoard keeps it (a 32-bit float, read back by its shortest decimal), so the JSON Lines twin
+    holds the very same numbers."""
     import numpy as np
 
-    return float(np.float32(x))
+    return float(str(np.float32(x)))
 
 
 def grpo_rows(seed: int, n: int = 160, drift: bool = True) -> list[dict[str, Any]]:

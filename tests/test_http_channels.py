@@ -307,13 +307,15 @@ BAD = [
      "would hold a secret"),
     ("bad env name", "    headers:\n      X-Api-Key: '${api key}'\n", 7, "NAME of an environment variable"),
     ("reserved header", "    headers:\n      Content-Length: '12'\n", 7, "set by the HTTP client"),
+    ("body secret written", "    body:\n      routing_key: R0ut1ngKey0123456789abcdefXYZ\n", 7, "would hold a secret"),
     ("bad placeholder", "    body:\n      event: '{state}'\n      text: '{rul}'\n", 8, "did you mean"),
     ("attribute placeholder", "    body:\n      text: '{value.__class__}'\n", 7, "not allowed"),
     ("bad spec", "    body:\n      text: '{value:>999}'\n", 7, "width over"),
     ("retries", "    retries: 99\n", 6, "0 to 10"),
     ("send_resolved", "    send_resolved: maybe\n", 6, "true or false"),
 ]
-SECRETS_IN_BAD = ("abc", "a1B2c3", "AbC123dEf456GhI789jKl012mNo", "sk-live-abcdef1234567890")
+SECRETS_IN_BAD = ("abc", "a1B2c3", "AbC123dEf456GhI789jKl012mNo", "sk-live-abcdef1234567890",
+                  "R0ut1ngKey0123456789abcdefXYZ")
 
 
 @pytest.mark.parametrize(("case", "extra", "line", "needle"), BAD, ids=[b[0] for b in BAD])
@@ -412,3 +414,50 @@ def test_model_text_cannot_ping_or_forge_links_in_discord_or_teams() -> None:
     body = WebhookChannel("http://127.0.0.1:9/h").payload(msg)
     assert body["value"] == "nan" and json.loads(json.dumps(body, allow_nan=False)) == body  # valid JSON
     assert isinstance(body["examples"], list) and any("@everyone" in x for x in body["examples"])
+
+
+@contextlib.contextmanager
+def trickling(status: int) -> Iterator[str]:
+    """A server that answers ``status`` and then its body one byte every 0.2 s (each byte well inside the timeout),
+    the first bytes a terminal escape."""
+
+    class Trickle(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            self.send_response(status)
+            self.send_header("Content-Length", "1000")
+            self.end_headers()
+            with contextlib.suppress(OSError):
+                for b in b"\x1b[2J" + b"y" * 996:
+                    self.wfile.write(bytes([b]))
+                    self.wfile.flush()
+                    time.sleep(0.2)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Trickle)
+    srv.daemon_threads = True
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{srv.server_address[1]}/hook"
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+@pytest.mark.parametrize("status", [200, 500])
+def test_an_endpoint_that_trickles_its_answer_cannot_hold_the_channel(status: int) -> None:
+    """Reading 200 bytes of the answer at 0.2 s a byte held a send (``alerts test``, the channel worker) for 40 s
+    with a 1 s timeout; the error printed the endpoint's terminal escapes as they came."""
+    with trickling(status) as url:
+        ch = WebhookChannel(url, timeout=1)
+        start = time.monotonic()
+        msg = AlertMessage(title="t", text="x", severity="warn", rule="r", gauge="kl", step=1)
+        if status == 200:
+            ch.send(msg)
+        else:
+            with pytest.raises(ChannelError) as info:
+                ch.send(msg)
+            assert "HTTP 500" in str(info.value) and "\x1b" not in str(info.value)
+        assert time.monotonic() - start < 5

@@ -11,6 +11,7 @@ import os
 import random
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -303,3 +304,83 @@ def test_watch_follows_a_summary_writer_while_it_writes(tmp_path: Path) -> None:
     offline = analyze_path(str(twin), alerts=load_config(rules))
     stops = [e.step for e in offline.alerts if e.kind == "firing" and e.severity == "stop"]
     assert res.rows == len(rows) and res.stop_step == stops[0] and res.stopped_by == "kl/kl-stop"
+
+
+def test_a_value_logged_at_a_threshold_reads_as_logged(tmp_path: Path) -> None:
+    """A clipped ratio of exactly 0.2 (truncation warns above 0.2) is 0.200000003 as a 32-bit float: read back as
+    that, it fired a warning the JSON Lines twin of the same run does not (a real GRPO log did)."""
+    rows = [{"step": s, "train/reward": 0.5 + 0.01 * (s % 3), "train/kl": 0.01, "train/completions/mean_length": 80.0,
+             "train/completions/clipped_ratio": 0.2 if s >= 20 else 0.05} for s in range(1, 41)]
+    write_tensorboard(tmp_path / "tb", rows)
+    from wandb_rlcluster.readers.tensorboard import read_tensorboard
+
+    log_rows = read_tensorboard(tmp_path / "tb").rows
+    assert {r["train/completions/clipped_ratio"] for r in log_rows} == {0.2, 0.05}
+    found = same(analyze_path(str(tmp_path / "tb")), analyze_path(str(write_jsonl(tmp_path / "twin.jsonl", rows))))
+    assert not [f for f in found["findings"] if f["rule"] == "truncation"]
+
+
+def test_a_scalar_named_step_does_not_split_the_rows(tmp_path: Path) -> None:
+    """A custom loop that logs ``add_scalar("step", ...)`` got two rows per step, every other one at the scalar's
+    value as its step."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    from wandb_rlcluster.readers.tensorboard import read_tensorboard
+
+    writer = SummaryWriter(str(tmp_path / "tb2"))
+    for s in range(1, 11):
+        writer.add_scalar("train/reward", 0.5, s)
+        writer.add_scalar("step", 99.0, s)
+    writer.close()
+    got = read_tensorboard(tmp_path / "tb2").rows
+    assert [r["step"] for r in got] == list(range(1, 11))
+    assert all(set(r) == {"step", "train/reward"} for r in got)
+
+
+def test_an_mlflow_store_that_is_not_there_is_one_line_and_creates_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Without a tracking URI MLflow 3 opens ./mlflow.db: reading a run created a 1 MB database in the user's folder
+    and then said the experiment was not in './mlruns'; a server that is down was retried for minutes."""
+    pytest.importorskip("mlflow")
+    import socket
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    for var in ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "MLFLOW_HTTP_REQUEST_TIMEOUT"):
+        monkeypatch.setenv(var, "")  # so that monkeypatch restores what the reader sets
+        monkeypatch.delenv(var)
+    code, _, err = _cli(["analyze", "mlflow:rl/abc"], capsys)
+    assert code == 2 and "no MLflow tracking store" in err and err.count("\n") == 1, err
+    assert list(tmp_path.iterdir()) == []
+    code, _, err = _cli(["analyze", "mlflow:rl", "--tracking-uri", f"sqlite:///{tmp_path / 'none.db'}"], capsys)
+    assert code == 2 and "no MLflow tracking store" in err and list(tmp_path.iterdir()) == []
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    start = time.monotonic()
+    code, _, err = _cli(["analyze", "mlflow:rl/abc", "--tracking-uri", f"http://127.0.0.1:{port}"], capsys)
+    assert code == 2 and err.count("\n") == 1 and time.monotonic() - start < 30, err
+
+
+def test_a_filter_field_given_twice_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--filter tag=a --filter tag=b`` swept the runs tagged b alone, while the manual says every filter applies."""
+    code, _, err = _cli(["analyze", "wandb:team/proj", "--filter", "tag=a", "--filter", "tag=b"], capsys)
+    assert code == 2 and "--filter tag= is given twice" in err and err.count("\n") == 1, err
+
+
+def test_a_wandb_server_that_refuses_connections_is_one_line_in_seconds(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The network down (the connection refused) took 187 s: wandb-core retried until its 60 s timeout, three times."""
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    for var in ("https_proxy", "HTTPS_PROXY", "http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("WANDB_API_KEY", "a" * 40)
+    start = time.monotonic()
+    code, _, err = _cli(["analyze", "wandb:team/proj/run1"], capsys)
+    assert code == 2 and "cannot be reached" in err and err.count("\n") == 1, err
+    assert time.monotonic() - start < 20

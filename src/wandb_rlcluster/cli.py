@@ -124,6 +124,9 @@ def _parse_filters(items: list[str] | None) -> tuple[dict[str, str], str | None]
         if not sep or field_ not in FILTERS or not value.strip():
             return {}, (f"--filter {item!r}: expected state=STATE, tag=TAG or name=TEXT (which runs of a "
                         "wandb:/mlflow:/trackio: project to read)")
+        if field_ in out and out[field_] != value.strip():  # it kept the last one silently: a sweep of other runs
+            return {}, (f"--filter {field_}= is given twice ({out[field_]!r} and {value.strip()!r}); each field "
+                        "takes one value: give one, or sweep once per value")
         out[field_] = value.strip()
     return out, None
 
@@ -567,7 +570,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "per run with sparklines of the gauges that fired, sortable by any column")
     a.add_argument("--filter", metavar="FIELD=VALUE", action="append",
                    help="which runs of a wandb:ENTITY/PROJECT, mlflow:EXPERIMENT or trackio:PROJECT to read: "
-                        "state=finished|running|crashed|failed, tag=TAG, name=TEXT (in the run's name); repeatable")
+                        "state=finished|running|crashed|failed, tag=TAG, name=TEXT (in the run's name); "
+                        "repeatable, one value per field")
     a.add_argument("--tracking-uri", metavar="URI",
                    help="the MLflow tracking URI of mlflow:EXPERIMENT/RUN_ID paths (default: $MLFLOW_TRACKING_URI)")
     a.add_argument("--jobs", "-j", metavar="N", type=int, default=None,

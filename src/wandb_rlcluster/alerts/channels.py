@@ -54,6 +54,7 @@ _SLACK_EMOJI = {
 _DEFAULT_EMOJI = ":bell:"
 _MASK = "***"
 _MAX_ERROR_BODY = 200
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
 @dataclass(frozen=True)
@@ -119,8 +120,16 @@ def _severity_label(severity: str) -> str:
 
 
 def _one_line(text: str) -> str:
-    """Collapse newlines: headers and Slack header blocks must be single-line."""
-    return " ".join(str(text).split())
+    """Collapse newlines: headers and Slack header blocks must be single-line; control characters (an endpoint's
+    answer with terminal escapes, printed by ``alerts test`` and the training log) become ``?``."""
+    return " ".join(_CONTROL.sub("?", str(text)).split())
+
+
+def _first_bytes(resp: Any) -> str:
+    """The start of a response body, for an error message: one read of what has arrived (``read1``), never a wait
+    for the rest, so an endpoint that trickles its answer a byte at a time cannot hold the channel past its timeout."""
+    read = getattr(resp, "read1", None) or resp.read
+    return str(read(_MAX_ERROR_BODY).decode("utf-8", "replace"))
 
 
 def _truncate(text: str, limit: int) -> str:
@@ -201,11 +210,11 @@ def post_json(opener: urllib.request.OpenerDirector, url: str, payload: Any, *, 
     try:
         with opener.open(req, timeout=timeout) as resp:
             status = resp.status
-            body = resp.read(_MAX_ERROR_BODY).decode("utf-8", "replace")
+            body = "" if 200 <= status < 300 else _first_bytes(resp)
     except urllib.error.HTTPError as exc:
         status = exc.code
         try:
-            body = exc.read(_MAX_ERROR_BODY).decode("utf-8", "replace")
+            body = _first_bytes(exc)
         except Exception:  # noqa: BLE001 - the body is only for the message; the status decides
             body = ""
         finally:

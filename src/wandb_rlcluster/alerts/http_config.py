@@ -40,6 +40,7 @@ _SECRET_HOSTS = (("hooks.slack.com", "Slack"), ("discord.com", "Discord"), ("dis
                  ("webhook.office.com", "Teams"), ("logic.azure.com", "Teams workflow"),
                  ("powerplatform.com", "Teams workflow"), ("hooks.zapier.com", "Zapier"))
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_FIELD_REF = re.compile(r"\{[^{}]*\}")
 
 Problems = list[tuple[tuple[str, ...], str]]
 
@@ -122,7 +123,13 @@ def body_problems(body: Any) -> Problems:
     strings = list(walk_strings(body, ("body",)))
     if sum(len(s) for _, s in strings) > MAX_BODY_CHARS:
         return [(("body",), f"holds more than {MAX_BODY_CHARS:,} characters of text")]
-    return [(path, f"{'.'.join(path)}: {p}") for path, s in strings for p in template_problems(s)]
+    out: Problems = [(path, f"{'.'.join(path)}: {p}") for path, s in strings for p in template_problems(s)]
+    for path, s in strings:  # a routing key or token written out: the body is posted, and kept in checkpoints
+        if _token_like(_FIELD_REF.sub("", ENV_REF.sub("", s))):
+            out.append((path, f"{'.'.join(path)} would hold a secret written in the file (a token-like value, not "
+                              f"shown here); write it as ${{ENV_VAR_NAME}}, e.g. {path[-1]}: '${{PD_ROUTING_KEY}}', "
+                              "and rotate it if this file was shared"))
+    return out
 
 
 def _depth(value: Any) -> int:

@@ -10,6 +10,7 @@ transformers logs its arguments).
 from __future__ import annotations
 
 import os
+import urllib.parse
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,12 +21,37 @@ from .scalars import rows_of_histories
 MISSING = "reading MLflow runs needs MLflow's client: pip install 'wandb-rlcluster[mlflow]'"
 
 
+#: MLflow's own defaults retry a server that is down 7 times with doubling pauses and wait 120 s a request (minutes
+#: before any answer); reading a run asks less of it, unless the user set these variables.
+HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+                 "MLFLOW_HTTP_REQUEST_TIMEOUT": "30"}
+
+
 def _client() -> Any:
     try:
+        import mlflow
         from mlflow.tracking import MlflowClient
     except ImportError:
         raise LogReadError(f"rlcluster: {MISSING}") from None
+    for name, value in HTTP_DEFAULTS.items():
+        os.environ.setdefault(name, value)
+    missing = _missing_local_store(str(mlflow.get_tracking_uri()))
+    if missing:  # MLflow would create an empty store there (a 1 MB mlflow.db in the current folder) and find nothing
+        raise LogReadError(f"rlcluster: no MLflow tracking store at {missing}: pass --tracking-uri (or set "
+                           "MLFLOW_TRACKING_URI) to the store the run logged to, e.g. sqlite:///mlflow.db")
     return MlflowClient()
+
+
+def _missing_local_store(uri: str) -> str | None:
+    """The local path of a ``sqlite:///`` or ``file:`` store that does not exist (reading must not create one)."""
+    parts = urllib.parse.urlsplit(uri)
+    if parts.scheme == "sqlite":
+        path = uri[len("sqlite:///"):] if uri.startswith("sqlite:///") else ""
+        if path and path != ":memory:" and not os.path.exists(urllib.parse.unquote(path)):
+            return urllib.parse.unquote(path)
+    elif parts.scheme in ("", "file") and not os.path.exists(urllib.parse.unquote(parts.path or uri)):
+        return urllib.parse.unquote(parts.path or uri)
+    return None
 
 
 def _fail(what: str, why: str) -> LogReadError:
@@ -34,7 +60,9 @@ def _fail(what: str, why: str) -> LogReadError:
 
 def _where() -> str:
     uri = os.environ.get("MLFLOW_TRACKING_URI")
-    return f"the tracking URI {uri!r}" if uri else "./mlruns (no MLFLOW_TRACKING_URI or --tracking-uri given)"
+    if uri:
+        return f"the tracking URI {uri!r}"
+    return "MLflow's default store (no MLFLOW_TRACKING_URI or --tracking-uri given)"
 
 
 def _experiment(client: Any, name: str, shown: str) -> Any:

@@ -46,6 +46,8 @@ class RowBuilder:
         self._call: object = None
 
     def add(self, step: int, tag: str, value: float, call: object = None) -> Row | None:
+        if tag == "step":  # a scalar named "step" (a custom loop's own counter): the row's step is the tracker's
+            return None
         cls = tag_class(tag)
         done = None
         if self._row:

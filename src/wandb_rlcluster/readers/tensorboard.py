@@ -56,6 +56,14 @@ def _tensorboard() -> tuple[Any, Any]:
     return EventFileLoader, make_ndarray
 
 
+def decimal_value(scalar: Any) -> float:
+    """A scalar as the number the trainer logged: a 32-bit float by its shortest decimal (0.2, not 0.200000003),
+    so a value logged exactly at a rule's threshold stays at it, as in the trainer's own log."""
+    if getattr(scalar, "dtype", None) is not None and scalar.dtype.kind == "f" and scalar.dtype.itemsize < 8:
+        return float(str(scalar))  # numpy prints the shortest decimal that reads back as the same 32-bit float
+    return float(scalar)
+
+
 def _scalars(event: Any, make_ndarray: Any) -> Iterator[tuple[int, str, float]]:
     """(step, tag, value) of each scalar in one event."""
     if not event.HasField("summary"):
@@ -72,7 +80,7 @@ def _scalars(event: Any, make_ndarray: Any) -> Iterator[tuple[int, str, float]]:
             continue
         if arr.size != 1 or arr.dtype.kind not in "fiub":
             continue
-        yield int(event.step), value.tag, float(arr.reshape(()).item())
+        yield int(event.step), value.tag, decimal_value(arr.reshape(())[()])
 
 
 class EventTail:

@@ -82,6 +82,24 @@ def _why_unanswered(base_url: str) -> str:
         return f"the W&B server {base_url} did not answer ({type(exc).__name__}): check the network"
 
 
+def _refused(base_url: str) -> str | None:
+    """Why the server cannot be reached at all (no such host, the connection refused), in one quick look; None when
+    it can, or when a proxy stands between (the proxy, not this machine, reaches the server)."""
+    if any(os.environ.get(v) for v in ("https_proxy", "HTTPS_PROXY", "http_proxy", "HTTP_PROXY", "all_proxy",
+                                       "ALL_PROXY")):
+        return None
+    parsed = urlparse(base_url)
+    try:
+        port = parsed.port or (443 if parsed.scheme == "https" else 80)
+        socket.create_connection((parsed.hostname or "localhost", port), timeout=5).close()
+    except (ConnectionRefusedError, socket.gaierror) as exc:
+        return (f"the W&B server {base_url} cannot be reached ({exc.strerror or type(exc).__name__}): check the "
+                "network, or WANDB_BASE_URL for a dedicated server")
+    except (OSError, ValueError):
+        return None  # slow or odd: wandb's own requests, with their retries, decide
+    return None
+
+
 def _translate(path: str, exc: BaseException) -> LogReadError:
     """A wandb exception as the one line that says what to do."""
     from wandb.errors import AuthenticationError, CommError, UsageError
@@ -122,6 +140,9 @@ def _api(path: str) -> Any:
     except ImportError:  # a dependency of the package: only a broken install lacks it
         raise _fail(path, "the wandb package is not installed: pip install wandb") from None
     timeout, _, _ = _settings()
+    refused = _refused(_base_url())
+    if refused:  # wandb-core retries a refused connection until its timeout, then again per try: minutes
+        raise _fail(path, refused)
     # the environment as it is now (wandb's settings are read once per process, at its first use)
     overrides = {"base_url": os.environ["WANDB_BASE_URL"]} if os.environ.get("WANDB_BASE_URL") else {}
     key = os.environ.get("WANDB_API_KEY") or None
