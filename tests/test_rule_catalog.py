@@ -22,9 +22,12 @@ from wandb_rlcluster.core.catalog import (
     EXAMPLES,
     INSTRUMENTS,
     POST,
+    budget,
     by_key,
     gauge_class,
     raised_rules,
+    threshold_text,
+    thresholds,
 )
 from wandb_rlcluster.core.cluster import GAUGE_IDS, InstrumentCluster
 from wandb_rlcluster.core.diagnosis import DIAGNOSIS_ID
@@ -111,9 +114,9 @@ def test_every_entry_is_complete_and_its_parameters_are_the_gauges():
 
 def test_thresholds_are_read_from_the_gauge_not_copied(monkeypatch):
     clip = by_key()[("policy_ratio", "clip-high")]
-    assert clip.thresholds()["clip_warn"] == {"default": 0.3, "grpo": 0.4}
+    assert thresholds(clip)["clip_warn"] == {"default": 0.3, "grpo": 0.4}
     monkeypatch.setitem(PolicyRatioGauge.family_defaults, "grpo", {"clip_warn": 0.45, "clip_stop": 0.6})
-    assert "grpo: 0.45" in clip.threshold_text()
+    assert "grpo: 0.45" in threshold_text(clip)
 
 
 def _normal(text: str) -> str:
@@ -341,4 +344,4 @@ def test_the_budget_column_names_the_arl_of_a_rule_that_decides_by_a_sequential_
     assert f"{arl_for(0):,.0f} rows" in recs["kl-warn"]["false_alarm_budget"]
     assert recs["kl-stop"]["false_alarm_budget"] is None
     budgeted = [r for r in CATALOG if r.budgeted]
-    assert budgeted and all(r.budget() != "-" for r in budgeted)
+    assert budgeted and all(budget(r) != "-" for r in budgeted)

@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from .core import DIAGNOSIS_ID, FAMILY_LABELS, GAUGE_IDS, GAUGE_TITLES, InstrumentCluster, Row
-from .core.cluster import resolve_warn_sooner
+from .core.cluster import RunSettings, resolve_warn_sooner
 from .core.findings import SEVERITY_RANK, STATUSES
-from .core.frameworks import FRAMEWORK_LABELS, detect_framework_rows, get_profile
+from .core.frameworks import FRAMEWORK_LABELS, detect_framework_rows
 from .core.keymap import KeyMap, merge_keys
 from .core.text import clean_text
 from .readers import LoadedLog, LogReadError, load_rows
@@ -226,15 +226,17 @@ def analyze_stream(rows: Iterable[Mapping[str, object]], trainer: str | None = N
     keymap = KeyMap(merge_keys(getattr(alerts, "keys", None), keys))  # a bad mapping fails before any row is read
     if framework is None:
         framework, rows = detect_framework_of(rows)
-    if trainer is None and get_profile(framework) is not None:
-        trainer = get_profile(framework).family  # type: ignore[union-attr]
-    if trainer is None and (alerts is not None or observer is not None):
+    # the run's settings, resolved once (the framework's family implied where no trainer is given)
+    settings = RunSettings.resolve(trainer=trainer, max_steps=max_steps, params=params,
+                                   warn_sooner=resolve_warn_sooner(warn_sooner, alerts), framework=framework,
+                                   keys=keymap)
+    if settings.family is None and (alerts is not None or observer is not None):
         # Rules and observers read the gauges row by row; a cluster still detecting its family holds its
         # first rows back and feeds them in one go, so rules would never see them (an alert in the first
         # rows was missed). Detect first, on the same rows, then replay every row with the family known.
         trainer, rows = detect_trainer(rows, keymap, framework)
-    cluster = InstrumentCluster(trainer=trainer, max_steps=max_steps, params=params,
-                                warn_sooner=resolve_warn_sooner(warn_sooner, alerts), framework=framework, keys=keymap)
+        settings = settings.with_family(trainer)
+    cluster = InstrumentCluster(settings=settings)
     engine = None
     events: list[Any] = []
     if alerts is not None:

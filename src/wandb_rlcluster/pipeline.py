@@ -21,7 +21,7 @@ from .alerts.config import validate_config
 from .alerts.engine import stop_finding
 from .alerts.notify import Notifier
 from .core import InstrumentCluster
-from .core.cluster import resolve_warn_sooner
+from .core.cluster import RunSettings, resolve_warn_sooner
 from .core.findings import Finding
 from .core.keymap import KeyMap, merge_keys
 from .core.text import clean_text
@@ -127,9 +127,10 @@ class Pipeline:
 
     def _build(self, framework: str) -> None:
         self.framework = framework
-        self.cluster = InstrumentCluster(trainer=self.trainer, params=self.params, detect_rows=self.detect_rows,
-                                         warn_sooner=self.warn_sooner, framework=framework, max_steps=self.max_steps,
-                                         keys=self.keys)
+        self.settings = RunSettings.resolve(trainer=self.trainer, params=self.params, detect_rows=self.detect_rows,
+                                            warn_sooner=self.warn_sooner, framework=framework,
+                                            max_steps=self.max_steps, keys=self.keys)
+        self.cluster = InstrumentCluster(settings=self.settings)
 
     def name_run(self, run: Any, run_name: str | None = None) -> None:
         """The run's name, URL and project in every alert's text (``run``: the W&B run, or None)."""

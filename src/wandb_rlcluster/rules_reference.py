@@ -17,10 +17,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from .core.catalog import ANY_GAUGE, CATALOG, INSTRUMENTS, POST, Rule
+from .core.catalog import ANY_GAUGE, CATALOG, INSTRUMENTS, POST, Rule, budget, gauge_class, threshold_text, thresholds
 from .core.cluster import analyze_rows
 from .core.doc_links import DOCS_URL_ENV, rule_doc_url
-from .core.rule import gauge_class
 from .svgplot import line_chart
 
 BUDGET_NONE = "-"
@@ -113,8 +112,8 @@ def rule_records() -> list[dict[str, Any]]:
         ex = r.example
         out.append({
             "id": rule_id(r), "gauge": r.gauge, "severity": "/".join(r.severities),
-            "threshold": r.threshold_text(), "thresholds": r.thresholds(),
-            "false_alarm_budget": None if r.budget() == BUDGET_NONE else r.budget(),
+            "threshold": threshold_text(r), "thresholds": thresholds(r),
+            "false_alarm_budget": None if budget(r) == BUDGET_NONE else budget(r),
             "seed": r.seed or "none", "seed_source": r.seed_source or None, "origin": r.origin or None,
             "reads": r.reads, "test": r.test, "means": r.means, "fix": r.fix, "doc": rule_doc_url(r.id),
             "example": {"trainer": ex.trainer, "rows": ex.n, "onset": ex.onset, "fire_by": ex.fire_by,
@@ -172,7 +171,7 @@ def plot_key(rule: Rule) -> str:
 
 def param_value(rule: Rule, name: str) -> Any:
     """The parameter's value for the example's trainer family (its family default, else the default)."""
-    row = rule.thresholds().get(name, {})
+    row = thresholds(rule).get(name, {})
     return row.get(rule.example.trainer, row.get("default"))
 
 
@@ -250,7 +249,7 @@ def _yaml_value(v: Any) -> str:
 def tunable(rule: Rule) -> dict[str, Any]:
     """The rule's parameters and their defaults, as a user would override them (reward function names excluded)."""
     out: dict[str, Any] = {}
-    for name, row in rule.thresholds().items():
+    for name, row in thresholds(rule).items():
         v = row.get("default", next(iter(row.values()), None))
         if v is None or (isinstance(v, list) and not all(isinstance(x, (int, float)) for x in v)):
             continue
@@ -259,7 +258,7 @@ def tunable(rule: Rule) -> dict[str, Any]:
 
 
 def _family_note(rule: Rule, name: str) -> str:
-    row = rule.thresholds().get(name, {})
+    row = thresholds(rule).get(name, {})
     fams = {k: v for k, v in row.items() if k != "default"}
     if not fams:
         return ""
@@ -399,8 +398,8 @@ def _entry(rule: Rule, fired: int | None, heading: str) -> list[str]:
         f"It reads {_md(plain[0])}, and fires on this test: {_md(plain[1])}. When it fires, {_md(rule.means)}.",
         "",
         *technical,
-        f"- **gauge** {_gauge_link(rule)} · **severity** {sev} · **false-alarm budget** {_md(rule.budget())}",
-        f"- **thresholds** {_md(rule.threshold_text())}",
+        f"- **gauge** {_gauge_link(rule)} · **severity** {sev} · **false-alarm budget** {_md(budget(rule))}",
+        f"- **thresholds** {_md(threshold_text(rule))}",
         "",
         f"{heading} What to do",
         "",
@@ -642,7 +641,7 @@ def render_rule_text(rules: Iterable[Rule]) -> str:
         out += [f"{rule_id(r)}  (gauge {'any' if r.gauge == ANY_GAUGE else r.gauge}; severity "
                 f"{'/'.join(r.severities)})", ""]
         for label, text in (("What it means", r.means), ("Reads", r.reads), ("Fires on", r.test),
-                            ("Thresholds", r.threshold_text()), ("False-alarm budget", r.budget()),
+                            ("Thresholds", threshold_text(r)), ("False-alarm budget", budget(r)),
                             ("What to do", r.fix), ("Seed", seed_text(r)), ("Origin", r.origin)):
             if text:
                 out += [f"{label}:", *_wrap(text), ""]

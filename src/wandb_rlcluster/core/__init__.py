@@ -8,6 +8,7 @@ from .cluster import GAUGE_CLASSES, GAUGE_IDS, GAUGE_TITLES, REPORTING_CLASSES, 
 from .diagnosis import DIAGNOSIS_ID, PATTERNS
 from .findings import Finding
 from .keys import FAMILIES, FAMILY_LABELS, Normalizer, Row, canonical_family, detect_family
+from .settings import RunSettings
 
 __all__ = [
     "DIAGNOSIS_ID",
@@ -22,6 +23,7 @@ __all__ = [
     "PATTERNS",
     "REPORTING_CLASSES",
     "Row",
+    "RunSettings",
     "analyze_rows",
     "canonical_family",
     "detect_family",

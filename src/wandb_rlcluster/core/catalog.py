@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from . import (
     attention_entropy,
@@ -35,12 +36,14 @@ from . import (
     sanity,
 )
 from .diagnosis import PATTERNS
+from .gauge import Gauge
+from .gauges import REPORTING_CLASSES
 from .rule import ANY_GAUGE as ANY_GAUGE
 from .rule import INSTRUMENTS as INSTRUMENTS
 from .rule import POST as POST
 from .rule import Example as Example
 from .rule import Rule as Rule
-from .rule import gauge_class as gauge_class
+from .sequential import SOONER_FACTOR, arl_for
 
 CATALOG: tuple[Rule, ...] = (
     *loss.LOSS_RULES,
@@ -85,6 +88,64 @@ def declared_fix(gauge_id: str, rule: str) -> str:
 
 
 _FIXES = {r.key: r.fix for r in CATALOG}
+
+
+# -- what the reference shows of a rule, read from its gauge class ------------------------------------------------
+
+def gauge_class(gauge_id: str) -> type[Gauge] | None:
+    """The gauge class (or the diagnoser) whose ``id`` is ``gauge_id``; None for ``ANY_GAUGE``."""
+    for cls in REPORTING_CLASSES:
+        if cls.id == gauge_id:
+            return cls
+    return None
+
+
+def budget(rule: Rule) -> str:
+    """The false-alarm budget as the reference shows it: '-' for a rule held k rows (no budget declared)."""
+    if not rule.budgeted:
+        return "-"
+    arl = float(gauge_class(rule.gauge).defaults[rule.budget_param]) if rule.budget_param else arl_for(0)  # type: ignore[union-attr]
+    return f"ARL0 {arl:,.0f} rows (÷{SOONER_FACTOR:g} per warn_sooner)"
+
+
+def thresholds(rule: Rule) -> dict[str, dict[str, Any]]:
+    """``{param: {"default": value, <family>: value, ...}}`` read from the gauge class now."""
+    cls = gauge_class(rule.gauge)
+    out: dict[str, dict[str, Any]] = {}
+    for name in rule.params:
+        if cls is None:
+            continue
+        row: dict[str, Any] = {}
+        if name in cls.defaults:
+            row["default"] = cls.defaults[name]
+        for fam, fd in cls.family_defaults.items():
+            if name in fd:
+                row[fam] = fd[name]
+        out[name] = row
+    return out
+
+
+def threshold_text(rule: Rule) -> str:
+    """``warn=0.5 (ppo, online_dpo: 6.0); for=3`` -- or ``-`` for a rule without parameters."""
+    parts = []
+    for name, row in thresholds(rule).items():
+        text = f"{name}={_fmt(row.get('default'))}"
+        fams: dict[str, list[str]] = {}
+        for fam, v in row.items():
+            if fam != "default":
+                fams.setdefault(_fmt(v), []).append(fam)
+        if fams:
+            text += " (" + "; ".join(f"{', '.join(f)}: {v}" for v, f in fams.items()) + ")"
+        parts.append(text)
+    return "; ".join(parts) or "-"
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, tuple):
+        return "[" + ", ".join(_fmt(x) for x in v) + "]"
+    if isinstance(v, float):
+        return f"{v:g}"
+    return str(v)
 
 
 # -- what the source can raise --------------------------------------------------------------------------------------

@@ -7,61 +7,30 @@ It imports neither wandb nor torch.
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .attention_entropy import AttentionEntropyGauge
 from .breaks_gauge import BREAKS_ID, BreakWatcher
-from .convergence import ConvergenceGauge
 from .diagnosis import DIAGNOSIS_ID, Diagnoser, publish
-from .efficiency import EfficiencyGauge
-from .entropy import EntropyGauge
 from .findings import SEVERITY_RANK, STATUSES, Finding
-from .frameworks import get_profile, profile_params
-from .gauge import Gauge, check_param
-from .gradients import GradientGauge
+from .gauge import Gauge
+from .gauges import GAUGE_CLASSES as GAUGE_CLASSES
+from .gauges import GAUGE_IDS as GAUGE_IDS
+from .gauges import GAUGE_TITLES as GAUGE_TITLES
+from .gauges import GOLD_AWARE as GOLD_AWARE
+from .gauges import KNOWN_INPUTS
+from .gauges import REPORTING_CLASSES as REPORTING_CLASSES
+from .gauges import WATCHER_IDS as WATCHER_IDS
 from .keymap import GOLD_ROLE, ROLES, KeyMap, readers, suggest_map
-from .keys import FAMILIES, Normalizer, Row, canonical_family, detect_family
-from .kl import KLGauge
-from .learning_rate import LearningRateGauge
-from .length import LengthGauge
-from .lora import LoraGauge
-from .loss import LossGauge
-from .policy_ratio import PolicyRatioGauge
-from .reward import RewardGauge
-from .reward_signal import RewardSignalGauge
-from .samples import SamplesGauge
-from .text import clean_text, did_you_mean
-
-GAUGE_CLASSES: tuple[type[Gauge], ...] = (
-    LossGauge,
-    GradientGauge,
-    LearningRateGauge,
-    AttentionEntropyGauge,
-    SamplesGauge,
-    LoraGauge,
-    EfficiencyGauge,
-    ConvergenceGauge,
-    RewardGauge,
-    KLGauge,
-    PolicyRatioGauge,
-    LengthGauge,
-    EntropyGauge,
-    RewardSignalGauge,
-)
-GAUGE_IDS: tuple[str, ...] = tuple(g.id for g in GAUGE_CLASSES)
-#: Everything that writes ``rlcluster/<id>/<key>``: the fourteen gauges, the break watcher and the diagnoser.
-REPORTING_CLASSES: tuple[type[Gauge], ...] = (*GAUGE_CLASSES, BreakWatcher, Diagnoser)
-#: What reads across the gauges (their rows or their rules), not one of them.
-WATCHER_IDS = (BREAKS_ID, DIAGNOSIS_ID)
-_KNOWN_INPUTS = frozenset(k for g in GAUGE_CLASSES for k in g.inputs)
-GAUGE_TITLES: dict[str, str] = {g.id: g.title for g in GAUGE_CLASSES}
-#: Gauges whose rules change severity with the reward's progress: they read the gold reward too.
-GOLD_AWARE = ("reward", "entropy", "length", "reward_signal", BREAKS_ID, DIAGNOSIS_ID)
-
-# Rows to buffer before guessing the family when it was not given.
-DETECT_ROWS = 8
+from .keys import FAMILIES, Normalizer, Row, detect_family
+from .settings import DETECT_ROWS as DETECT_ROWS
+from .settings import WARN_SOONER_MAX as WARN_SOONER_MAX
+from .settings import RunSettings as RunSettings
+from .settings import check_warn_sooner as check_warn_sooner
+from .settings import checked_params as checked_params
+from .settings import planned_steps as planned_steps
+from .settings import resolve_warn_sooner as resolve_warn_sooner
+from .text import clean_text
 
 NO_DATA_NOTES = {
     "kl": "no KL logged (GRPO/RLOO log kl only when beta > 0)",
@@ -69,65 +38,6 @@ NO_DATA_NOTES = {
     "samples": "live runs only (sampled generations)",
     "lora": "live runs only (PEFT adapter weights)",
 }
-
-
-def checked_params(params: Mapping[str, Any] | None, where: str = "params") -> tuple[dict[str, dict[str, Any]],
-                                                                                list[str]]:
-    """Per-gauge parameter overrides, each checked (``check_param``) and made a plain Python value, and what was
-    wrong with the rest: every name and value is checked before the first row, so a typo is not ignored and a
-    string where a number belongs does not raise in the middle of a run."""
-    by_id: dict[str, type[Gauge]] = {cls.id: cls for cls in REPORTING_CLASSES}
-    out: dict[str, dict[str, Any]] = {}
-    problems: list[str] = []
-    if params is not None and not isinstance(params, Mapping):
-        return out, [f"{where} must be a mapping of gauge id to its parameters, not {clean_text(repr(params), 60)}"]
-    for gid, ps in (params or {}).items():
-        if gid not in by_id:
-            problems.append(f"{where}: unknown gauge id {clean_text(gid, 40)!r}{did_you_mean(str(gid), by_id)}; "
-                            f"expected one of {', '.join(by_id)}")
-            continue
-        if not isinstance(ps, Mapping):
-            problems.append(f"{where}.{gid} must be a mapping of parameter: value, not {clean_text(repr(ps), 60)}")
-            continue
-        out[gid] = {}
-        for k, v in ps.items():
-            value, problem = check_param(by_id[gid], k, v, where)
-            if problem is None:
-                out[gid][k] = value
-            else:
-                problems.append(problem)
-    return out, problems
-
-
-WARN_SOONER_MAX = 3
-"""The most rows ``warn_sooner`` takes off: past that most holds are one row, a single noisy row warns."""
-
-
-def check_warn_sooner(value: object) -> int:
-    """``warn_sooner`` as a whole number of rows from 0 to ``WARN_SOONER_MAX``; anything else is a ValueError that says
-    what to pass."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 0 <= int(value) <= WARN_SOONER_MAX:
-        raise ValueError(f"warn_sooner must be a whole number of logged rows from 0 to {WARN_SOONER_MAX} (rows taken "
-                         f"off every warn rule's hold; 0 = the defaults), not {clean_text(repr(value), 80)}")
-    return int(value)
-
-
-def planned_steps(value: object) -> int:
-    """``max_steps`` as a whole number of steps (numpy's integers and whole floats too); anything else, or under one,
-    is 0: the planned length is unknown."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        return 0
-    steps = float(value)
-    return max(int(steps), 0) if math.isfinite(steps) else 0
-
-
-def resolve_warn_sooner(warn_sooner: object, alerts: Any = None) -> int:
-    """The ``warn_sooner`` a run or a read uses: the one given (checked), else the alert config's ``warn_sooner:``
-    (``alerts``: an AlertConfig or None), else 0."""
-    if warn_sooner is not None:
-        return check_warn_sooner(warn_sooner)
-    from_file = getattr(alerts, "warn_sooner", None)
-    return check_warn_sooner(from_file) if from_file is not None else 0
 
 
 class InstrumentCluster:
@@ -154,6 +64,8 @@ class InstrumentCluster:
             recognised by TRL's, a framework's or a custom loop's vocabulary; ``gold`` keys become held-out rewards
             the trained one is judged against.
         recognise_keys: read a custom loop's keys by what their names mean (``policy/entropy``, ``optim/lr``, ...).
+        settings: the run's settings already resolved (``RunSettings.resolve``): the other arguments are then
+            not read.
     """
 
     def __init__(
@@ -166,30 +78,20 @@ class InstrumentCluster:
         framework: str | None = None,
         keys: Mapping[str, Any] | KeyMap | None = None,
         recognise_keys: bool = True,
+        *,
+        settings: RunSettings | None = None,
     ) -> None:
-        self.warn_sooner = check_warn_sooner(warn_sooner)
-        self.keymap = keys if isinstance(keys, KeyMap) else KeyMap(keys)  # a bad mapping fails here, named
-        self.detect_rows = max(1, detect_rows)
-        # a framework's key profile (verl, OpenRLHF): its keys read by meaning, its family and gold reward implied
-        profile = get_profile(framework)
-        self.framework = profile.name if profile is not None else "trl"
-        params = profile_params(profile, params)
-        if self.keymap.gold:  # the user's gold keys are held-out rewards: the reward gauge judges the proxy by them
-            params = _with_gold(params, self.keymap.gold)
-        if trainer is None and profile is not None:
-            trainer = profile.family
-        self.family: str | None = canonical_family(trainer) if trainer else None
-        self.params, problems = checked_params(params)
-        if problems:
-            raise ValueError("; ".join(problems))
-        gold = self.params.get("reward", {}).get("gold")
-        if gold:
-            if not all(gold):  # names, checked above; an empty one matches no reward function
-                raise ValueError(f"gold rewards must be a list of reward function names, not {gold!r}")
-            for gid in GOLD_AWARE:
-                self.params.setdefault(gid, {}).setdefault("gold", list(gold))
-        self.max_steps = planned_steps(max_steps)
-        self.normalizer = Normalizer(profile=profile, keymap=self.keymap or None, recognise=recognise_keys)
+        s = settings if settings is not None else RunSettings.resolve(
+            trainer, params, max_steps, detect_rows, warn_sooner, framework, keys, recognise_keys)
+        self.settings = s
+        self.warn_sooner = s.warn_sooner
+        self.keymap = s.keymap
+        self.detect_rows = s.detect_rows
+        self.framework = s.framework
+        self.family: str | None = s.family
+        self.params = {gid: dict(ps) for gid, ps in s.params.items()}
+        self.max_steps = s.max_steps
+        self.normalizer = Normalizer(profile=s.profile, keymap=self.keymap or None, recognise=s.recognise_keys)
         self.gauges: dict[str, Gauge] = {}
         self.findings: list[Finding] = []
         self.rows = 0
@@ -219,7 +121,8 @@ class InstrumentCluster:
     def set_family(self, trainer: str) -> None:
         """Fix the family before any row arrives (e.g. from the trainer's config class)."""
         if self.family is None and not self._pending and self.rows == 0:
-            self.family = canonical_family(trainer)
+            self.settings = self.settings.with_family(trainer)
+            self.family = self.settings.family
             self._build()
 
     def set_max_steps(self, max_steps: object) -> None:
@@ -245,7 +148,7 @@ class InstrumentCluster:
         if self.family is None:
             self.keys_seen.update(row.values)
             self._pending.append(row)
-            if not _KNOWN_INPUTS.isdisjoint(row.values):
+            if not KNOWN_INPUTS.isdisjoint(row.values):
                 self._informative += 1
             if self._informative < self.detect_rows and len(self._pending) < 50 * self.detect_rows:
                 return []
@@ -431,21 +334,6 @@ class InstrumentCluster:
                     f["value"] if isinstance(f["value"], (int, float)) else None, f["message"])
             for f in state.get("findings", [])
         ]
-
-
-def _with_gold(params: Mapping[str, Any] | None, gold: list[str]) -> Any:
-    """``params`` with ``gold`` added to the reward gauge's gold rewards (a malformed ``params`` comes back as
-    given: the cluster's own check names what is wrong with it)."""
-    if params is not None and not isinstance(params, Mapping):
-        return params
-    out: dict[str, Any] = {g: (dict(ps) if isinstance(ps, Mapping) else ps) for g, ps in (params or {}).items()}
-    reward = out.setdefault("reward", {})
-    if isinstance(reward, dict):
-        have = reward.get("gold")
-        have = list(have) if isinstance(have, (list, tuple)) else ([] if have is None else have)
-        if isinstance(have, list):
-            reward["gold"] = have + [g for g in gold if g not in have]
-    return out
 
 
 def analyze_rows(rows: Iterable[Mapping[str, object]], trainer: str | None = None,

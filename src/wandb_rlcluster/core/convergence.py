@@ -70,24 +70,7 @@ class ConvergenceGauge(Gauge):
             self.lr_now = lr
         loss = v.get("loss")
         if row.kind == "train" and loss is not None and finite(loss):
-            sm = self.train.push(loss)
-            self.train_start.push(loss)
-            if self.best_train == math.inf or sm < self.best_train - self.p["min_delta"] * abs(self.best_train):
-                self.best_train, self.since_best_train = sm, 0
-            else:
-                self.since_best_train += 1
-            d["rows_since_improvement"] = float(self.since_best_train)
-            start = self.train_start.value
-            if self.family not in SURROGATE_LOSS_FAMILIES and start == start and start > 0:
-                progress = 1.0 - self.best_train / start
-                d["progress"] = progress
-                stuck = (self.rows_seen >= self.min_rows(self.p["min_rows"], self.p["warmup_share"])
-                         and self.since_best_train >= self.p["plateau_rows"]
-                         and progress < self.p["progress"])
-                self.check("no-progress", stuck, "warn", "loss", sm,
-                           lambda: f"loss has not improved for {self.since_best_train} logged steps and is within "
-                           f"{progress:.0%} of where it started ({start:.4g}): the run is not learning. "
-                           + self.fix("no-progress", sentence=True))
+            self._train_progress(loss)
         ev = v.get("eval_loss")
         if ev is None or not finite(ev) or self.family in SURROGATE_LOSS_FAMILIES:
             return
@@ -109,28 +92,56 @@ class ConvergenceGauge(Gauge):
                    f"evaluations at the end of the schedule ({done}): the run converged where it was planned to end; "
                    "nothing to stop.", clear=10**9)
         self._oscillation(ev)
+        self._gap(ev)
+
+    def _train_progress(self, loss: float) -> None:
+        """The smoothed train loss against its best and its start: no progress over ``plateau_rows`` rows."""
+        d = self.derived
+        sm = self.train.push(loss)
+        self.train_start.push(loss)
+        if self.best_train == math.inf or sm < self.best_train - self.p["min_delta"] * abs(self.best_train):
+            self.best_train, self.since_best_train = sm, 0
+        else:
+            self.since_best_train += 1
+        d["rows_since_improvement"] = float(self.since_best_train)
+        start = self.train_start.value
+        if self.family not in SURROGATE_LOSS_FAMILIES and start == start and start > 0:
+            progress = 1.0 - self.best_train / start
+            d["progress"] = progress
+            stuck = (self.rows_seen >= self.min_rows(self.p["min_rows"], self.p["warmup_share"])
+                     and self.since_best_train >= self.p["plateau_rows"]
+                     and progress < self.p["progress"])
+            self.check("no-progress", stuck, "warn", "loss", sm,
+                       lambda: f"loss has not improved for {self.since_best_train} logged steps and is within "
+                       f"{progress:.0%} of where it started ({start:.4g}): the run is not learning. "
+                       + self.fix("no-progress", sentence=True))
+
+    def _gap(self, ev: float) -> None:
+        """The train/eval gap at an evaluation: growing fast (overfitting), or eval rising while train falls."""
+        d = self.derived
         tr = self.train.mean
-        if tr == tr:
-            gap = ev - tr
-            prev_gap = self.gaps[-1] if self.gaps else None
-            self.gaps = (self.gaps + [gap])[-10:]
-            self.train_at_eval = (self.train_at_eval + [tr])[-10:]
-            d["gap"] = gap
-            if prev_gap is not None:
-                vel = (gap - prev_gap) / max(abs(ev), 1e-12)
-                d["gap_velocity"] = vel
-                eval_stalled = len(self.evals) >= 2 and ev >= self.evals[-2]
-                self.check("overfitting", vel > self.p["gap_velocity"] and eval_stalled, "warn", "eval_loss", ev,
-                           lambda: f"train/eval gap grew by {vel:.0%} of eval_loss in one evaluation (gap now "
-                           f"{gap:.4g}): the model is overfitting.", for_=2)
-            if len(self.evals) >= 3 and len(self.train_at_eval) >= 3:
-                e, t = self.evals[-3:], self.train_at_eval[-3:]
-                # three rises in a row can be noise; also require eval to sit clearly above its best
-                diverging = (e[0] < e[1] < e[2] and t[0] >= t[1] >= t[2]
-                             and e[2] > self.best_eval * (1 + self.p["diverge_margin"]))
-                self.check("eval-diverging", diverging, "warn", "eval_loss", ev,
-                           lambda: "eval_loss rose for 3 evaluations while train loss kept falling: "
-                           "classic overfitting. " + self.fix("eval-diverging", sentence=True))
+        if tr != tr:
+            return
+        gap = ev - tr
+        prev_gap = self.gaps[-1] if self.gaps else None
+        self.gaps = (self.gaps + [gap])[-10:]
+        self.train_at_eval = (self.train_at_eval + [tr])[-10:]
+        d["gap"] = gap
+        if prev_gap is not None:
+            vel = (gap - prev_gap) / max(abs(ev), 1e-12)
+            d["gap_velocity"] = vel
+            eval_stalled = len(self.evals) >= 2 and ev >= self.evals[-2]
+            self.check("overfitting", vel > self.p["gap_velocity"] and eval_stalled, "warn", "eval_loss", ev,
+                       lambda: f"train/eval gap grew by {vel:.0%} of eval_loss in one evaluation (gap now "
+                       f"{gap:.4g}): the model is overfitting.", for_=2)
+        if len(self.evals) >= 3 and len(self.train_at_eval) >= 3:
+            e, t = self.evals[-3:], self.train_at_eval[-3:]
+            # three rises in a row can be noise; also require eval to sit clearly above its best
+            diverging = (e[0] < e[1] < e[2] and t[0] >= t[1] >= t[2]
+                         and e[2] > self.best_eval * (1 + self.p["diverge_margin"]))
+            self.check("eval-diverging", diverging, "warn", "eval_loss", ev,
+                       lambda: "eval_loss rose for 3 evaluations while train loss kept falling: "
+                       "classic overfitting. " + self.fix("eval-diverging", sentence=True))
 
     def _oscillation(self, ev: float) -> None:
         """Eval loss see-sawing: direction flips on most evaluations, by more than noise, with no new best."""

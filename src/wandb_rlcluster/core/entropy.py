@@ -176,57 +176,64 @@ class EntropyGauge(Gauge):
         self.noise.push(h)
         b = self.base.value
         if b == b and b > 0:
-            rel = e / b
-            d["vs_start"] = rel
-            falling = rel < p["collapse_ratio"]
-            if falling and p["collapse_se"] > 0 and len(self.noise) >= 10:
-                # a fall the smoothed level's own noise could make is not one yet: a per-step entropy of 0.04 over
-                # a small batch swings 0.55-0.75x its start from row to row (issue #28: a real healthy run warned)
-                falling = b - e >= p["collapse_se"] * self.noise.level_se(p["smooth"], p["baseline_rows"])
-            context = self._why_collapse() if falling else []
-            if not self.level.n:  # no reward logged at all: no context, only a halving counts
-                halved = rel < p["sharpening_ratio"]
-                context = ["no reward is logged to tell sharpening from collapse"] if halved else []
-            reasons = list(context)
-            # Deep below its start while most completions still fail: the policy has settled on answers that do
-            # not work (a template), not sharpened on ones that do -- a reward that crept up from 0.02 to 0.2 is
-            # still "rising". Read from the level alone, so it holds on the first row after a gap in the log.
-            fail = self.level.smooth
-            self._track_fall(rel)
-            deep = rel < p["deep_ratio"] and not reasons
-            deep_failing = deep and fail == fail and fail < p["failing_level"]
-            fast = self._fast_fall(rel) if deep and not deep_failing else ""
-            if deep_failing:
-                reasons.append(f"it is below {p['deep_ratio']}x its start while most completions still fail (the "
-                               f"score's level {fail:.0%}): the policy hardly samples alternatives any more, so it "
-                               "cannot find the answers it is missing")
-            elif deep and fast:
-                reasons.append(fast)
-            elif deep and self.recent.max() - e >= p["fall_now"] * b and not self.progress.improving(now=True):
-                # falling now, deep, while the reward does not rise now: what the fall goes with is what it means (a
-                # fall that went with a climb stays sharpening once both have levelled off)
-                reasons.append(f"it is below {p['deep_ratio']}x its start and still falling while the reward has "
-                               "stopped rising")
-            why = "; ".join(reasons)
-            self.check("entropy-collapse", bool(reasons), "warn", key, h,
-                       lambda: f"entropy fell to {rel:.2g}x its start ({b:.3g} -> {e:.3g}) and {why}: mode collapse, "
-                       "the policy has stopped exploring. Raise the temperature, use clip-higher (epsilon_high), "
-                       "add an entropy bonus, or filter prompts by difficulty.",
-                       for_=p["deep_for"] if deep_failing else p["for"])
-            self.check("entropy-collapse-persistent", bool(context) and rel < p["stop_ratio"], "stop", key, h,
-                       lambda: f"entropy has stayed below {p['stop_ratio']}x its start ({e:.3g}) for {p['stop_for']} "
-                       f"logged steps and {why}: the policy has collapsed and further steps learn nothing. Stop and "
-                       "resume from an earlier checkpoint with more exploration.", for_=p["stop_for"])
-            self.check("entropy-sharpening", rel < p["sharpening_ratio"] and not reasons, "info", key, h,
-                       lambda: f"entropy fell to {rel:.2f}x its start ({b:.3g} -> {e:.3g}) while the reward keeps "
-                       "improving: the policy is sharpening on what it learned. Normal; watch for the reward "
-                       "stalling.", for_=p["for"], clear=10)
+            self._vs_start(key, h, e, b)
         if len(self.win) >= 10:
             z = robust_z(h, self.win, floor=1e-6)
             self.check("entropy-spike", z > p["spike_z"], "info", key, h,
                        lambda: f"entropy jumped ({z:.0f} robust sigmas): possible forgetting or a bad batch.",
                        clear=3)
         self.win.push(h)
+
+
+    def _vs_start(self, key: str, h: float, e: float, b: float) -> None:
+        """The smoothed entropy against its start: a collapse (with what it goes with), or sharpening."""
+        p = self.p
+        d = self.derived
+        rel = e / b
+        d["vs_start"] = rel
+        falling = rel < p["collapse_ratio"]
+        if falling and p["collapse_se"] > 0 and len(self.noise) >= 10:
+            # a fall the smoothed level's own noise could make is not one yet: a per-step entropy of 0.04 over
+            # a small batch swings 0.55-0.75x its start from row to row (issue #28: a real healthy run warned)
+            falling = b - e >= p["collapse_se"] * self.noise.level_se(p["smooth"], p["baseline_rows"])
+        context = self._why_collapse() if falling else []
+        if not self.level.n:  # no reward logged at all: no context, only a halving counts
+            halved = rel < p["sharpening_ratio"]
+            context = ["no reward is logged to tell sharpening from collapse"] if halved else []
+        reasons = list(context)
+        # Deep below its start while most completions still fail: the policy has settled on answers that do
+        # not work (a template), not sharpened on ones that do -- a reward that crept up from 0.02 to 0.2 is
+        # still "rising". Read from the level alone, so it holds on the first row after a gap in the log.
+        fail = self.level.smooth
+        self._track_fall(rel)
+        deep = rel < p["deep_ratio"] and not reasons
+        deep_failing = deep and fail == fail and fail < p["failing_level"]
+        fast = self._fast_fall(rel) if deep and not deep_failing else ""
+        if deep_failing:
+            reasons.append(f"it is below {p['deep_ratio']}x its start while most completions still fail (the "
+                           f"score's level {fail:.0%}): the policy hardly samples alternatives any more, so it "
+                           "cannot find the answers it is missing")
+        elif deep and fast:
+            reasons.append(fast)
+        elif deep and self.recent.max() - e >= p["fall_now"] * b and not self.progress.improving(now=True):
+            # falling now, deep, while the reward does not rise now: what the fall goes with is what it means (a
+            # fall that went with a climb stays sharpening once both have levelled off)
+            reasons.append(f"it is below {p['deep_ratio']}x its start and still falling while the reward has "
+                           "stopped rising")
+        why = "; ".join(reasons)
+        self.check("entropy-collapse", bool(reasons), "warn", key, h,
+                   lambda: f"entropy fell to {rel:.2g}x its start ({b:.3g} -> {e:.3g}) and {why}: mode collapse, "
+                   "the policy has stopped exploring. Raise the temperature, use clip-higher (epsilon_high), "
+                   "add an entropy bonus, or filter prompts by difficulty.",
+                   for_=p["deep_for"] if deep_failing else p["for"])
+        self.check("entropy-collapse-persistent", bool(context) and rel < p["stop_ratio"], "stop", key, h,
+                   lambda: f"entropy has stayed below {p['stop_ratio']}x its start ({e:.3g}) for {p['stop_for']} "
+                   f"logged steps and {why}: the policy has collapsed and further steps learn nothing. Stop and "
+                   "resume from an earlier checkpoint with more exploration.", for_=p["stop_for"])
+        self.check("entropy-sharpening", rel < p["sharpening_ratio"] and not reasons, "info", key, h,
+                   lambda: f"entropy fell to {rel:.2f}x its start ({b:.3g} -> {e:.3g}) while the reward keeps "
+                   "improving: the policy is sharpening on what it learned. Normal; watch for the reward "
+                   "stalling.", for_=p["for"], clear=10)
 
 
 #: The entropy gauge's rules (``core/catalog.py`` collects every module's).

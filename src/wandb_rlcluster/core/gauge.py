@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 from .fields import instance_items
 from .findings import SEVERITY_RANK, STATUSES, Finding, Severity
 from .keys import Row
+from .rule import declared_fix
 from .sanity import RANGES, ranges_for
 from .sanity import RULE as RANGE_RULE
 from .sanity import message as range_message
@@ -113,35 +114,6 @@ class Gauge:
         """False where the gauge means nothing for this trainer family."""
         return True
 
-    def _read_plan(self, step: int) -> None:
-        """Planned logged rows: the rows seen plus the steps left over the logging interval seen so far.
-
-        The windows are set from the first row's estimate; the second row shows the interval, and where the
-        first one misread it (a first row at step 1 with ``logging_first_step``, or at step 5001 of a resumed run)
-        the gauge starts over from the second row with windows set from the better estimate."""
-        n = self.rows_seen
-        if not self._first_step:
-            self._first_step, self._first_row = step, n
-        interval_known = n > self._first_row and step > self._first_step
-        if interval_known:
-            est = n + (self.max_steps - step) * (n - self._first_row) / (step - self._first_step)
-        else:
-            est = self.max_steps * n / step
-        self.planned_rows = max(est, float(n))
-        self._persist = persistence_factor(self.planned_rows)
-        self._long = long_hold_factor(self.planned_rows)
-        misread = (self._plan_guessed and interval_known
-                   and abs(self.planned_rows - self._planned_est) > 0.25 * self.planned_rows)
-        if not self._planned_est or misread:
-            if misread:
-                self.setup()  # the rows so far lost to the statistics, against windows sized for another run
-            self._planned_est, self._plan_guessed = self.planned_rows, not interval_known
-            if self._persist < 1.0:
-                self.plan_short()
-            self.plan_long()
-        elif interval_known:
-            self._plan_guessed = False
-
     def plan_short(self) -> None:
         """Called when the planned length is first read (on fresh statistics, before the row is observed) and the
         run is planned for fewer than ``SHORT_RUN_ROWS`` logged rows: rebuild the windows and warm-ups that would
@@ -173,7 +145,7 @@ class Gauge:
             # the planned length is steady once the logging interval shows: re-read it on the first rows, then
             # every 16th (it is read on every row of every gauge, and this is the live path)
             if self.max_steps > 0 and step > 0 and (n <= 4 or not n & 15):
-                self._read_plan(step)
+                read_plan(self, step)
             self.observe(row)
             if self._ranges:
                 self._check_ranges(row.values)
@@ -198,7 +170,7 @@ class Gauge:
             self.row_index = row.index
             self.rows_seen = n = self.rows_seen + 1
             if plan and step > 0 and (n <= 4 or not n & 15):
-                self._read_plan(step)
+                read_plan(self, step)
             observe(row)
             if self._ranges:
                 self._check_ranges(row.values)
@@ -229,29 +201,8 @@ class Gauge:
         self._out = []
         if self.rows_seen:
             self.finish()
-            self._report_building()
+            report_building(self)
         return self._out
-
-    def _report_building(self) -> None:
-        """Report, as ``info``, each ``warn`` rule that was active on the last row this gauge read, its hold at least
-        ``BUILDING_SHARE`` complete (a hold of 3 rows or more: 2 of 3, 3 of 5, 6 of 10).
-
-        A test that has not decided raises no alert (issue #28): on healthy runs under autocorrelated noise with
-        outliers, one outlier row near the end left a rule 6 of 7 rows into its hold and the end pass warned. A
-        pathology that sets in late (the last 20 rows of a run) is still shown where the user looks, as the
-        evidence so far ("building: 6 of 7 rows"); an alert rule with ``min_severity: info`` turns it into an alert.
-        The rule's state is left as it was: it did not fire on a row."""
-        for rule, (need, seen, metric, value, message) in self._building.items():
-            st = self._rules[rule]  # only warn rules are kept here, from their active rows
-            if st.firing or seen != self.rows_seen or st.held < BUILDING_SHARE * need:
-                continue
-            try:  # the text of the last row it held on; the end of a run must not fail on one message
-                text = message() if callable(message) else message
-            except Exception:  # noqa: BLE001
-                text = rule
-            self._out.append(Finding(self.id, rule, "info", self.step, metric, value,
-                                     f"{BUILDING_PREFIX}{st.held} of {need} rows when the log ended (a warning "
-                                     f"needs all {need}): {text}"))
 
     def check(
         self,
@@ -328,8 +279,6 @@ class Gauge:
     def fix(self, rule: str, *, sentence: bool = False) -> str:
         """What to do about ``rule``, as its declaration beside the gauge says (``Rule.fix``, ``core/rule.py``): a
         message reads it there instead of writing it again. ``sentence``: capitalised, with its full stop."""
-        from .catalog import declared_fix  # the catalog imports every gauge module: read it when a message is built
-
         text = declared_fix(self.id, rule)
         return text[:1].upper() + text[1:] + "." if sentence else text
 
@@ -382,39 +331,103 @@ class Gauge:
 
     def state_dict(self) -> dict[str, Any]:
         """JSON-serialisable state, so a resumed run keeps its baselines."""
-        out: dict[str, Any] = {}
-        for k, v in instance_items(self):
-            if k in self._SKIP_STATE:
-                continue
-            if hasattr(v, "state_dict"):
-                out[k] = {"__state__": v.state_dict()}
-            elif k == "_rules":
-                out[k] = {rule: st.to_list() for rule, st in v.items()}
-            elif isinstance(v, (int, float, str, bool, type(None))):
-                out[k] = v
-            elif isinstance(v, dict):
-                out[k] = {str(a): b for a, b in v.items()}
-            elif isinstance(v, list):
-                out[k] = list(v)
-        return out
+        return state_of(self, self._SKIP_STATE)
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         for k, v in state.items():
-            cur: Any = getattr(self, k, None)
-            if isinstance(v, dict) and "__state__" in v and hasattr(cur, "load_state_dict"):
-                cur.load_state_dict(v["__state__"])
-            elif k == "_rules":
+            if k == "_rules":
                 self._rules = {str(rule): Hold.from_list(st) for rule, st in v.items()}
-            elif not hasattr(cur, "load_state_dict"):
-                try:
-                    setattr(self, k, v)
-                except AttributeError:  # compiled: a name this version of the gauge does not have
-                    continue
-                except TypeError:  # compiled: JSON gives a tuple back as a list
-                    if not (isinstance(v, list) and isinstance(cur, tuple)):
-                        raise
-                    setattr(self, k, tuple(v))
+            else:
+                load_field(self, k, v)
         self._nfiring = sum(1 for st in self._rules.values() if st.firing)
+
+
+def state_of(obj: object, skip: frozenset[str]) -> dict[str, Any]:
+    """An object's checkpoint: each attribute not in ``skip`` that is a statistic (its ``state_dict``, nested under
+    ``__state__``), a hold table (``_rules``), a number, a string, a dict or a list; anything else is left out."""
+    out: dict[str, Any] = {}
+    for k, v in instance_items(obj):
+        if k in skip:
+            continue
+        if hasattr(v, "state_dict"):
+            out[k] = {"__state__": v.state_dict()}
+        elif k == "_rules":
+            out[k] = {rule: st.to_list() for rule, st in v.items()}
+        elif isinstance(v, (int, float, str, bool, type(None))):
+            out[k] = v
+        elif isinstance(v, dict):
+            out[k] = {str(a): b for a, b in v.items()}
+        elif isinstance(v, list):
+            out[k] = list(v)
+    return out
+
+
+def load_field(obj: Any, k: str, v: Any) -> None:
+    """Restore one attribute ``state_of`` wrote: a statistic loads its own state, anything else is set."""
+    cur: Any = getattr(obj, k, None)
+    if isinstance(v, dict) and "__state__" in v and hasattr(cur, "load_state_dict"):
+        cur.load_state_dict(v["__state__"])
+    elif not hasattr(cur, "load_state_dict"):
+        try:
+            setattr(obj, k, v)
+        except AttributeError:  # compiled: a name this version of the object does not have
+            return
+        except TypeError:  # compiled: JSON gives a tuple back as a list
+            if not (isinstance(v, list) and isinstance(cur, tuple)):
+                raise
+            setattr(obj, k, tuple(v))
+
+
+def read_plan(g: Gauge, step: int) -> None:
+    """Planned logged rows: the rows seen plus the steps left over the logging interval seen so far.
+
+    The windows are set from the first row's estimate; the second row shows the interval, and where the
+    first one misread it (a first row at step 1 with ``logging_first_step``, or at step 5001 of a resumed run)
+    the gauge starts over from the second row with windows set from the better estimate."""
+    n = g.rows_seen
+    if not g._first_step:
+        g._first_step, g._first_row = step, n
+    interval_known = n > g._first_row and step > g._first_step
+    if interval_known:
+        est = n + (g.max_steps - step) * (n - g._first_row) / (step - g._first_step)
+    else:
+        est = g.max_steps * n / step
+    g.planned_rows = max(est, float(n))
+    g._persist = persistence_factor(g.planned_rows)
+    g._long = long_hold_factor(g.planned_rows)
+    misread = (g._plan_guessed and interval_known
+               and abs(g.planned_rows - g._planned_est) > 0.25 * g.planned_rows)
+    if not g._planned_est or misread:
+        if misread:
+            g.setup()  # the rows so far lost to the statistics, against windows sized for another run
+        g._planned_est, g._plan_guessed = g.planned_rows, not interval_known
+        if g._persist < 1.0:
+            g.plan_short()
+        g.plan_long()
+    elif interval_known:
+        g._plan_guessed = False
+
+
+def report_building(g: Gauge) -> None:
+    """Report, as ``info``, each ``warn`` rule that was active on the last row this gauge read, its hold at least
+    ``BUILDING_SHARE`` complete (a hold of 3 rows or more: 2 of 3, 3 of 5, 6 of 10).
+
+    A test that has not decided raises no alert (issue #28): on healthy runs under autocorrelated noise with
+    outliers, one outlier row near the end left a rule 6 of 7 rows into its hold and the end pass warned. A
+    pathology that sets in late (the last 20 rows of a run) is still shown where the user looks, as the
+    evidence so far ("building: 6 of 7 rows"); an alert rule with ``min_severity: info`` turns it into an alert.
+    The rule's state is left as it was: it did not fire on a row."""
+    for rule, (need, seen, metric, value, message) in g._building.items():
+        st = g._rules[rule]  # only warn rules are kept here, from their active rows
+        if st.firing or seen != g.rows_seen or st.held < BUILDING_SHARE * need:
+            continue
+        try:  # the text of the last row it held on; the end of a run must not fail on one message
+            text = message() if callable(message) else message
+        except Exception:  # noqa: BLE001
+            text = rule
+        g._out.append(Finding(g.id, rule, "info", g.step, metric, value,
+                                 f"{BUILDING_PREFIX}{st.held} of {need} rows when the log ended (a warning "
+                                 f"needs all {need}): {text}"))
 
 
 SHORT_RUN_ROWS = 100
@@ -527,6 +540,12 @@ def check_param(gauge: type[Gauge], key: object, value: object, where: str = "pa
         return (value, None) if type(value) is type(default) else (None, unlike)
     if not real(value):
         return None, unlike
+    return _check_number(gid, key, value, default, where)
+
+
+
+def _check_number(gid: str, key: str, value: object, default: int | float, where: str) -> tuple[Any, str | None]:
+    """``check_param`` for a number: finite, within ``MAX_PARAM``, positive or a share or a count where it must be."""
     x = _as_float(value)
     if math.isnan(x) or (math.isinf(x) and not isinstance(value, numbers.Integral)):
         return None, f"{where}.{gid}.{key} must be a finite number (like {default!r}), not {value!r}"
@@ -553,4 +572,3 @@ def check_param(gauge: type[Gauge], key: object, value: object, where: str = "pa
                           f"not {value!r}")
         return int(x), None
     return x, None
-

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 from .bounded import RewardLevel
 from .gauge import finite
@@ -89,86 +90,106 @@ class GradientGauge(NonFiniteGauge):
             if NonFiniteTracker.check(self, "grad_norm", g, "grad"):
                 return
             d["grad_norm"] = g
-            zero = g <= 1e-12
-            saturated = zero and self._saturated()
-            # message closures only for a rule that holds this row (a quiet rule never reads one)
-            self.check(
-                "grad-zero", zero and not saturated, "stop", "grad_norm", g,
-                (lambda: f"grad_norm has been exactly 0 for {self.p['zero_for']} logged steps: nothing is "
-                 "being learned (frozen parameters, all-zero advantages, or a broken loss). The run is "
-                 "burning compute.") if zero else "",
-                for_=self.p["zero_for"],
-            )
-            self.check(
-                "grad-zero-saturated", saturated, "info", "grad_norm", g,
-                (lambda: f"grad_norm is exactly 0 while {self.zero_frac:.0%} of groups scored alike at a reward "
-                 "near the top of its range: whole batches are solved, so their advantages are 0. Not a dead run; "
-                 "add harder prompts if it persists.") if saturated else "",
-                for_=self.p["zero_for"], clear=self.p["zero_for"],
-            )
-            # Outside GRPO/RLOO (where a batch of all-equal groups legitimately gives 0) one exact zero is news.
-            self.check(
-                "grad-zero-step", g <= 1e-12 and self.family not in ("grpo",), "warn", "grad_norm", g,
-                (lambda: f"grad_norm is exactly 0 at step {self.step}: no parameter received a gradient "
-                 "(frozen weights, a detached loss, or an empty batch).") if zero else "",
-            )
+            self._zero(g)
             if g > 1e-12:
-                med = self.win.robust()[0] if len(self.win) >= self.p["min_history"] else math.nan
-                if med == med and med > 0:
-                    ratio = g / med
-                    d["spike_ratio"] = ratio
-                    if ratio > self.p["spike_ratio"]:
-                        self.spikes += 1
-                    d["spikes"] = float(self.spikes)
-                    spiked = ratio > self.p["spike_ratio"]
-                    self.check(
-                        "grad-spike", spiked, "info", "grad_norm", g,
-                        (lambda: f"isolated grad_norm spike {g:.3g} ({ratio:.0f}x the running median). "
-                         "Isolated spikes are common; watch for them clustering.") if spiked else "",
-                        clear=1,
-                    )
-                    # A norm is positive and heavy-tailed, and GRPO batches whose groups all agree log norms 100x
-                    # under the rest: the median (or a log-scale MAD over both kinds of batch, several e-folds
-                    # wide) is then no scale for the ordinary batches. An explosion is a norm above explode_ratio x
-                    # the window's upper quartile (the ordinary batches while up to 3 in 4 are quiet) that is also a
-                    # record, above every norm of the window, for explode_for rows in a row: one batch that spikes
-                    # and reverts is a spike (info), not an explosion.
-                    burst = ratio > self.p["explode_ratio"] and self._exploding(g)
-                    self.burst_rows = self.burst_rows + 1 if burst else 0
-                    # one the loss does not feel is a burst (info) until it has lasted `unfelt_for` rows
-                    unfelt = burst and self._unfelt() and self.burst_rows < self.p["unfelt_for"]
-                    exploding = burst and not unfelt
-                    self.check(
-                        "grad-burst-unfelt", unfelt, "info", "grad_norm", g,
-                        (lambda: f"grad_norm jumped to {g:.3g}, above {self.p['explode_ratio']:.0f}x the upper "
-                         f"quartile of the last {len(self.win)} logged norms, but the loss did not move: a burst the "
-                         "update absorbed (clipping, a few odd batches), not an explosion. A warning if the loss "
-                         "follows or the bursts keep coming.") if unfelt else "",
-                        for_=self.p["explode_for"],
-                    )
-                    self.check(
-                        "grad-explosion", exploding, "warn", "grad_norm", g,
-                        (lambda: f"grad_norm has stayed above {self.p['explode_ratio']:.0f}x the upper quartile of "
-                         f"the last {len(self.win)} logged norms, and above all of them, for "
-                         f"{self.p['explode_for']} logged steps (now {g:.3g}): gradients are exploding. "
-                         + self.fix("grad-explosion", sentence=True)) if exploding else "",
-                        for_=self.p["explode_for"],
-                    )
-                    if not burst:  # an exploding norm must not become its own reference
-                        self.win.push(g)
-                else:
-                    self.win.push(g)
-                self.base.push(g)
-                if self.base.ready and len(self.win) >= 10:
-                    rel = self.win.robust()[0] / max(self.base.value, 1e-30)
-                    d["norm_vs_start"] = rel
-                    vanishing = rel < self.p["vanish_ratio"]
-                    self.check(
-                        "grad-vanishing", vanishing, "warn", "grad_norm", g,
-                        (lambda: f"grad_norm median has fallen to {rel:.2g}x its start: gradients are "
-                         "vanishing and the model has stopped moving.") if vanishing else "",
-                        for_=self.p["vanish_for"],
-                    )
+                self._scale(g)
+        self._live(v)
+
+    def _zero(self, g: float) -> None:
+        """An exactly-zero norm: a dead run (stop), solved batches (GRPO, info), or one step without a gradient."""
+        zero = g <= 1e-12
+        saturated = zero and self._saturated()
+        # message closures only for a rule that holds this row (a quiet rule never reads one)
+        self.check(
+            "grad-zero", zero and not saturated, "stop", "grad_norm", g,
+            (lambda: f"grad_norm has been exactly 0 for {self.p['zero_for']} logged steps: nothing is "
+             "being learned (frozen parameters, all-zero advantages, or a broken loss). The run is "
+             "burning compute.") if zero else "",
+            for_=self.p["zero_for"],
+        )
+        self.check(
+            "grad-zero-saturated", saturated, "info", "grad_norm", g,
+            (lambda: f"grad_norm is exactly 0 while {self.zero_frac:.0%} of groups scored alike at a reward "
+             "near the top of its range: whole batches are solved, so their advantages are 0. Not a dead run; "
+             "add harder prompts if it persists.") if saturated else "",
+            for_=self.p["zero_for"], clear=self.p["zero_for"],
+        )
+        # Outside GRPO/RLOO (where a batch of all-equal groups legitimately gives 0) one exact zero is news.
+        self.check(
+            "grad-zero-step", g <= 1e-12 and self.family not in ("grpo",), "warn", "grad_norm", g,
+            (lambda: f"grad_norm is exactly 0 at step {self.step}: no parameter received a gradient "
+             "(frozen weights, a detached loss, or an empty batch).") if zero else "",
+        )
+
+    def _scale(self, g: float) -> None:
+        """A positive norm against its window: a spike, an explosion, or vanishing against its start."""
+        d = self.derived
+        med = self.win.robust()[0] if len(self.win) >= self.p["min_history"] else math.nan
+        if med == med and med > 0:
+            ratio = g / med
+            d["spike_ratio"] = ratio
+            if ratio > self.p["spike_ratio"]:
+                self.spikes += 1
+            d["spikes"] = float(self.spikes)
+            spiked = ratio > self.p["spike_ratio"]
+            self.check(
+                "grad-spike", spiked, "info", "grad_norm", g,
+                (lambda: f"isolated grad_norm spike {g:.3g} ({ratio:.0f}x the running median). "
+                 "Isolated spikes are common; watch for them clustering.") if spiked else "",
+                clear=1,
+            )
+            # A norm is positive and heavy-tailed, and GRPO batches whose groups all agree log norms 100x
+            # under the rest: the median (or a log-scale MAD over both kinds of batch, several e-folds
+            # wide) is then no scale for the ordinary batches. An explosion is a norm above explode_ratio x
+            # the window's upper quartile (the ordinary batches while up to 3 in 4 are quiet) that is also a
+            # record, above every norm of the window, for explode_for rows in a row: one batch that spikes
+            # and reverts is a spike (info), not an explosion.
+            burst = self._burst(g, ratio)
+            if not burst:  # an exploding norm must not become its own reference
+                self.win.push(g)
+        else:
+            self.win.push(g)
+        self.base.push(g)
+        if self.base.ready and len(self.win) >= 10:
+            rel = self.win.robust()[0] / max(self.base.value, 1e-30)
+            d["norm_vs_start"] = rel
+            vanishing = rel < self.p["vanish_ratio"]
+            self.check(
+                "grad-vanishing", vanishing, "warn", "grad_norm", g,
+                (lambda: f"grad_norm median has fallen to {rel:.2g}x its start: gradients are "
+                 "vanishing and the model has stopped moving.") if vanishing else "",
+                for_=self.p["vanish_for"],
+            )
+
+    def _burst(self, g: float, ratio: float) -> bool:
+        """``grad-explosion`` / ``grad-burst-unfelt``: the norm past the explosion lines, told apart by whether the
+        loss felt it. True: a burst (the norm is kept out of its own reference)."""
+        burst = ratio > self.p["explode_ratio"] and self._exploding(g)
+        self.burst_rows = self.burst_rows + 1 if burst else 0
+        # one the loss does not feel is a burst (info) until it has lasted `unfelt_for` rows
+        unfelt = burst and self._unfelt() and self.burst_rows < self.p["unfelt_for"]
+        exploding = burst and not unfelt
+        self.check(
+            "grad-burst-unfelt", unfelt, "info", "grad_norm", g,
+            (lambda: f"grad_norm jumped to {g:.3g}, above {self.p['explode_ratio']:.0f}x the upper "
+             f"quartile of the last {len(self.win)} logged norms, but the loss did not move: a burst the "
+             "update absorbed (clipping, a few odd batches), not an explosion. A warning if the loss "
+             "follows or the bursts keep coming.") if unfelt else "",
+            for_=self.p["explode_for"],
+        )
+        self.check(
+            "grad-explosion", exploding, "warn", "grad_norm", g,
+            (lambda: f"grad_norm has stayed above {self.p['explode_ratio']:.0f}x the upper quartile of "
+             f"the last {len(self.win)} logged norms, and above all of them, for "
+             f"{self.p['explode_for']} logged steps (now {g:.3g}): gradients are exploding. "
+             + self.fix("grad-explosion", sentence=True)) if exploding else "",
+            for_=self.p["explode_for"],
+        )
+        return burst
+
+    def _live(self, v: Mapping[str, float]) -> None:
+        """The live gradient statistics: NaN/Inf entries, layer imbalance, sparsity."""
+        d = self.derived
         nf = v.get("gradients/nonfinite")
         if nf is not None and finite(nf):
             d["nonfinite"] = nf

@@ -201,7 +201,7 @@ class KLGauge(Gauge):
         # read against the KL's own course do: a student running away from its teacher is as much a warning as a
         # policy running away from its reference
         if self.reading.push(v, kl, row.step, self.rows_seen) == "teacher":
-            e = self._teacher(key, kl)
+            e = _teacher(self, key, kl)
             self.slope.push(row.step, kl)
             d["kl_slope"] = self.slope.slope()
             self._relative(key, kl, e, n)
@@ -224,7 +224,7 @@ class KLGauge(Gauge):
                    (lambda: f"{key} {kl:.3g} is above {p['warn']} for {self.held('kl-warn')} logged steps: drifting "
                     "far from the reference. Watch whether reward still improves; consider a larger beta.")
                    if above else "",
-                   for_=1 if self._past_warn(kl) and above else p["for"], clear=p["clear"])
+                   for_=1 if _past_warn(self, kl) and above else p["for"], clear=p["clear"])
         self._relative(key, kl, e, n)
         self.start.push(kl)
         if self.start.ready and not self.start_checked:
@@ -234,7 +234,7 @@ class KLGauge(Gauge):
                        lambda: f"{key} is already {s:.3g} in the first {p['start_rows']} logged steps, before the "
                        "policy has had time to move: the reference model is not the initial policy, or "
                        "generation settings (temperature, chat template) differ between sampling and scoring.")
-        if self._exactly_zero(key, kl):
+        if _exactly_zero(self, key, kl):
             return  # a placeholder, not a measurement: no rule below reads it
         if self.rows_seen >= p["near_zero_rows"]:
             med, spread = self.win.robust()
@@ -245,26 +245,6 @@ class KLGauge(Gauge):
                        (lambda: f"{key} has stayed ~0 (median {med:.2g}) for {self.rows_seen} logged steps: the "
                         "policy is not moving away from the reference (beta too high, LR too low, or the reference is "
                         "updated with the policy).") if pinned else "", for_=20, clear=10)
-
-    def _exactly_zero(self, key: str, kl: float) -> bool:
-        """A KL of exactly 0.0 on every row so far: the KL term is switched off (beta = 0, ``use_kl_loss: false``),
-        the number a placeholder. A measured KL is never exactly 0 once the policy has taken a step (an estimate over
-        sampled tokens of a moving policy carries rounding at least), so this is not a policy that does not move; a
-        policy that is not updated at all is the gradient and learning-rate gauges' finding."""
-        if self.zero_rows < 0 or kl != 0.0:
-            self.zero_rows = -1
-            return False
-        self.zero_rows += 1
-        rows = self.p["zero_rows"]
-        if self.zero_rows >= rows:
-            self.note = "the KL term is switched off: exactly 0 on every row (a placeholder)"
-        self.check("kl-term-off", self.zero_rows >= rows, "info", key, kl,
-                   lambda: f"{key} has been exactly 0 on all {self.zero_rows} logged steps: the KL term is switched "
-                   "off (beta = 0, use_kl_loss false, or kl_ctrl off), so the logged value is a placeholder, not a "
-                   "measurement: nothing holds the policy near the reference and the KL rules have nothing to read. "
-                   "Intended for many GRPO recipes; if you meant to regularise, set beta / kl_coef above 0.",
-                   clear=10**9)
-        return True
 
     def _relative(self, key: str, kl: float, e: float, n: int) -> None:
         """The rules read against the KL's own course, whatever it is measured to: negative on average, growing,
@@ -296,75 +276,13 @@ class KLGauge(Gauge):
                         f"{self.fix('kl-spike')}. One spike that is gone the next step is not a trend.")
                        if spike else "", clear=3)
             count = len(rows)
-            repeated = count >= p["spike_repeat"] and self._spikes_stand_out(count, n)
+            repeated = count >= p["spike_repeat"] and _spikes_stand_out(self, count, n)
             self.check("kl-spike-repeated", repeated, "warn", key, kl,
                        (lambda: f"{key} has spiked {count} times in the last {p['spike_repeat_rows']} logged steps "
                         f"(now {kl:.3g}): the spikes repeat, so the updates are unstable, not one odd batch. "
                         + self.fix("kl-spike-repeated", sentence=True)) if repeated else "",
                        clear=p["spike_repeat_rows"] // 5)
         self.win.push(kl)
-
-    def _teacher(self, key: str, kl: float) -> float:
-        """A KL to a teacher: large from the first step by design (the student is not the teacher yet) and falling as
-        it learns, so the reference's lines (drifting away, high at the start, pinned at 0) mean nothing: it is said
-        once (info)."""
-        d = self.derived
-        d["kl"] = kl
-        d["to_teacher"] = 1.0  # read by the shipped alert rules: the reference's lines are not this KL's
-        e = self.ewma.push(kl)
-        d["kl_ewma"] = e
-        why = self.reading.why()
-        self.note = f"KL to a teacher (on-policy distillation, from {why}), not to the reference"
-        above = kl > self.p["warn"]
-        self.check("kl-to-teacher", above, "info", key, kl,
-                   (lambda: f"{key} {kl:.3g} is a KL to a teacher ({why} says the run distils): it starts high by "
-                    "design and should fall as the student learns, so the reference's lines (0.5 warn, 1.0 stop) do "
-                    "not apply; what matters is that it falls.") if above
-                   else "", clear=10**9)
-        # the teacher's stop line, read from where the student started: twice as far from the teacher as the untrained
-        # student was (the reference's stop is twice its warn line) is distillation going backwards
-        p = self.p
-        self.start.push(kl)
-        s0 = self.start.value
-        ratio = p["stop"] / p["warn"]
-        away = s0 == s0 and s0 > 0 and e > ratio * s0
-        self.check("kl-teacher-diverging", away, "stop", key, kl,
-                   (lambda: f"{key} {e:.3g} is {e / s0:.1f}x its start ({s0:.3g}), a KL to the teacher: the student is "
-                    "moving away from the model it distils, not towards it. "
-                    + self.fix("kl-teacher-diverging", sentence=True)) if away else "",
-                   for_=p["for"], clear=p["clear"])
-        return e
-
-    def _spikes_stand_out(self, count: int, n: int) -> bool:
-        """More spikes in the window than the run's own spike rate before it explains (Poisson tail below
-        ``spike_repeat_p``): heavy-tailed KL estimates spike now and then all run long, and over a long run a few
-        land close together by chance."""
-        p = self.p
-        w = p["spike_repeat_rows"]
-        before = max(self.spikes_seen - count, 0)  # a checkpoint from before the rate was kept has none
-        rows_before = max(n - w - self.spike_from, 0)
-        lam = w * (before + 0.5) / (rows_before + 100.0)  # half a spike per 100 rows a priori
-        return bool(poisson_tail(count, lam) < p["spike_repeat_p"])
-
-    def _past_warn(self, kl: float) -> bool:
-        """The warn line's sequential evidence (issue #28): a one-sided CUSUM of (kl - warn) / noise (the robust
-        row-to-row noise, prewhitened by its AR(1) coefficient from the warm-up), each row clipped at ``warn_clip``
-        sigmas so that one outlier (either way) cannot decide, its threshold from the ARL0 budget
-        (``arl_for(warn_sooner)``). True once it has crossed: a KL far past the line is warned on its second row,
-        not its third; the ``for``-row hold still decides where the noise is not known yet or the CUSUM is slower."""
-        p = self.p
-        arl = _ARL.get(self.warn_sooner)
-        if arl is None:
-            arl = _ARL[self.warn_sooner] = arl_for(self.warn_sooner)
-        if self.warn_cusum.arl != arl:
-            self.warn_cusum = Cusum(k=p["warn_k"], arl=arl)
-        sd = self.noise.cached_sigma()  # as kl-noisy last read it (from row 20): reading it again moves nothing
-        if not sd > 0:
-            return False
-        if self.warn_cusum.s <= 0.0:  # rho is read between excursions: a jump must not teach the test its noise
-            self.warn_rho = self.ar.rho
-        c = p["warn_clip"]
-        return self.warn_cusum.push(min(max((kl - p["warn"]) / sd, -c), c), self.warn_rho)
 
     def _growth(self, key: str, kl: float, e: float, n: float) -> None:
         """KL growing without bound, seen in its slope before it crosses the warn line."""
@@ -416,18 +334,11 @@ class KLGauge(Gauge):
         soon = projected >= p["warn"] and (e + s1 * w >= p["warn"] or t_raw >= p["grow_t"] * infl_hi)
         growing = t >= p["grow_t"] and e >= p["grow_min"] * p["warn"] and (soon or by_end >= line_end)
 
-        def why() -> str:  # only when the rule fires: this runs on every row past the warm-up
-            if soon:
-                return (f"{'accelerating and ' if accel else ''}on course to pass {p['warn']} within about {w} logged "
-                        "steps")
-            when = ("by the end of the run" if ahead >= left
-                    else f"within {ahead:.0f} logged steps, as long as it has run so far")
-            return (f"still climbing ({s_end:+.3g} per logged step over the last {self.span.size}), on course to pass "
-                    f"{line_end:.3g} {when} (about {left:.0f} logged steps left)")
-
         self.check("kl-growing", growing, "warn", key, kl,
                    (lambda: f"{key} is growing ({e:.3g} now, {s1:+.3g} per logged step, trend t={t:.0f}) and "
-                    f"{why()}: runaway policy drift, caught before the level line. Raise beta or lower the learning "
+                    + _growth_why(p['warn'], soon, accel, w, ahead, left, s_end, self.span.size, line_end)
+                    + ": runaway policy "
+                    "drift, caught before the level line. Raise beta or lower the learning "
                     "rate now; in PPO check that clipping is working.") if growing else "",
                    for_=p["grow_for"], clear=p["clear"])
 
@@ -486,6 +397,106 @@ class KLGauge(Gauge):
                     + ": unstable optimisation. The learning rate is probably too high for this KL penalty.")
                    if noisy else "",
                    for_=p["noisy_for"], clear=p["clear"])
+
+
+
+def _teacher(g: KLGauge, key: str, kl: float) -> float:
+    """A KL to a teacher: large from the first step by design (the student is not the teacher yet) and falling as
+    it learns, so the reference's lines (drifting away, high at the start, pinned at 0) mean nothing: it is said
+    once (info)."""
+    d = g.derived
+    d["kl"] = kl
+    d["to_teacher"] = 1.0  # read by the shipped alert rules: the reference's lines are not this KL's
+    e = g.ewma.push(kl)
+    d["kl_ewma"] = e
+    why = g.reading.why()
+    g.note = f"KL to a teacher (on-policy distillation, from {why}), not to the reference"
+    above = kl > g.p["warn"]
+    g.check("kl-to-teacher", above, "info", key, kl,
+               (lambda: f"{key} {kl:.3g} is a KL to a teacher ({why} says the run distils): it starts high by "
+                "design and should fall as the student learns, so the reference's lines (0.5 warn, 1.0 stop) do "
+                "not apply; what matters is that it falls.") if above
+               else "", clear=10**9)
+    # the teacher's stop line, read from where the student started: twice as far from the teacher as the untrained
+    # student was (the reference's stop is twice its warn line) is distillation going backwards
+    p = g.p
+    g.start.push(kl)
+    s0 = g.start.value
+    ratio = p["stop"] / p["warn"]
+    away = s0 == s0 and s0 > 0 and e > ratio * s0
+    g.check("kl-teacher-diverging", away, "stop", key, kl,
+               (lambda: f"{key} {e:.3g} is {e / s0:.1f}x its start ({s0:.3g}), a KL to the teacher: the student is "
+                "moving away from the model it distils, not towards it. "
+                + g.fix("kl-teacher-diverging", sentence=True)) if away else "",
+               for_=p["for"], clear=p["clear"])
+    return e
+
+
+def _exactly_zero(g: KLGauge, key: str, kl: float) -> bool:
+    """A KL of exactly 0.0 on every row so far: the KL term is switched off (beta = 0, ``use_kl_loss: false``),
+    the number a placeholder. A measured KL is never exactly 0 once the policy has taken a step (an estimate over
+    sampled tokens of a moving policy carries rounding at least), so this is not a policy that does not move; a
+    policy that is not updated at all is the gradient and learning-rate gauges' finding."""
+    if g.zero_rows < 0 or kl != 0.0:
+        g.zero_rows = -1
+        return False
+    g.zero_rows += 1
+    rows = g.p["zero_rows"]
+    if g.zero_rows >= rows:
+        g.note = "the KL term is switched off: exactly 0 on every row (a placeholder)"
+    g.check("kl-term-off", g.zero_rows >= rows, "info", key, kl,
+            lambda: f"{key} has been exactly 0 on all {g.zero_rows} logged steps: the KL term is switched "
+            "off (beta = 0, use_kl_loss false, or kl_ctrl off), so the logged value is a placeholder, not a "
+            "measurement: nothing holds the policy near the reference and the KL rules have nothing to read. "
+            "Intended for many GRPO recipes; if you meant to regularise, set beta / kl_coef above 0.",
+            clear=10**9)
+    return True
+
+
+def _spikes_stand_out(g: KLGauge, count: int, n: int) -> bool:
+    """More spikes in the window than the run's own spike rate before it explains (Poisson tail below
+    ``spike_repeat_p``): heavy-tailed KL estimates spike now and then all run long, and over a long run a few
+    land close together by chance."""
+    p = g.p
+    w = p["spike_repeat_rows"]
+    before = max(g.spikes_seen - count, 0)  # a checkpoint from before the rate was kept has none
+    rows_before = max(n - w - g.spike_from, 0)
+    lam = w * (before + 0.5) / (rows_before + 100.0)  # half a spike per 100 rows a priori
+    return bool(poisson_tail(count, lam) < p["spike_repeat_p"])
+
+
+def _past_warn(g: KLGauge, kl: float) -> bool:
+    """The warn line's sequential evidence (issue #28): a one-sided CUSUM of (kl - warn) / noise (the robust
+    row-to-row noise, prewhitened by its AR(1) coefficient from the warm-up), each row clipped at ``warn_clip``
+    sigmas so that one outlier (either way) cannot decide, its threshold from the ARL0 budget
+    (``arl_for(warn_sooner)``). True once it has crossed: a KL far past the line is warned on its second row,
+    not its third; the ``for``-row hold still decides where the noise is not known yet or the CUSUM is slower."""
+    p = g.p
+    arl = _ARL.get(g.warn_sooner)
+    if arl is None:
+        arl = _ARL[g.warn_sooner] = arl_for(g.warn_sooner)
+    if g.warn_cusum.arl != arl:
+        g.warn_cusum = Cusum(k=p["warn_k"], arl=arl)
+    sd = g.noise.cached_sigma()  # as kl-noisy last read it (from row 20): reading it again moves nothing
+    if not sd > 0:
+        return False
+    if g.warn_cusum.s <= 0.0:  # rho is read between excursions: a jump must not teach the test its noise
+        g.warn_rho = g.ar.rho
+    c = p["warn_clip"]
+    return g.warn_cusum.push(min(max((kl - p["warn"]) / sd, -c), c), g.warn_rho)
+
+
+def _growth_why(warn: float, soon: bool, accel: bool, w: int, ahead: float, left: float, s_end: float,
+                span: int, line_end: float) -> str:
+    """Why ``kl-growing`` fired: on course to pass the warn line within a window, or by the end of the run (built
+    only when the rule fires: the growth rule runs on every row past the warm-up)."""
+    if soon:
+        return (f"{'accelerating and ' if accel else ''}on course to pass {warn} within about {w} logged "
+                "steps")
+    when = ("by the end of the run" if ahead >= left
+            else f"within {ahead:.0f} logged steps, as long as it has run so far")
+    return (f"still climbing ({s_end:+.3g} per logged step over the last {span}), on course to pass "
+            f"{line_end:.3g} {when} (about {left:.0f} logged steps left)")
 
 
 _KL_LINES = "KL > 0.5 is a warning and KL > 1.0 is a stop sign"

@@ -133,37 +133,8 @@ class LengthGauge(Gauge):
             self.len_noise.push(L)
             self.trend.push(float(self.len_rows), L)
             self.base.push(L)
-            term = v.get("completions/mean_terminated_length")
-            if term is not None and finite(term):
-                gap = L - term
-                d["truncation_gap"] = gap
-                if L > 0 and (c is None or not finite(c)):
-                    frac = gap / L
-                    gapped = frac > p["gap"]
-                    self.check("truncation-gap", gapped, "warn", "completions/mean_terminated_length", term,
-                               (lambda: f"mean length {L:.0f} is {frac:.0%} above the mean length of completions "
-                                f"that ended with EOS ({term:.0f}): many answers are cut off at max_completion_length "
-                                "before they conclude. " + self.fix("truncation-gap", sentence=True))
-                               if gapped else "",
-                               for_=p["truncation_for"], clear=5)
-            if self.base.ready and self.base.value > 0:
-                b = self.base.value
-                ratio = e / b
-                d["vs_baseline"] = ratio
-                # message closures only for a rule that holds this row (a quiet rule never reads one)
-                over = ratio > p["explode"]
-                self.check("length-explosion", over, "warn", "completions/mean_length", L,
-                           (lambda: f"completions are {ratio:.1f}x their starting length ({b:.0f} -> "
-                            f"{e:.0f} tokens; the line, {p['explode']:g}x, is the post's baseline ratio): length bias. "
-                            "If reward rose with it, the policy is being paid for "
-                            f"verbosity; {self.fix('length-explosion')}.") if over else "", for_=p["for"])
-                under = ratio < p["collapse"]
-                self.check("length-collapse", under, "warn", "completions/mean_length", L,
-                           (lambda: f"completions shrank to {ratio:.2f}x their starting length "
-                            f"({b:.0f} -> {e:.0f} tokens; the line, {p['collapse']:g}x, is the post's baseline "
-                            "ratio): terse collapse, often a reward that "
-                            "punishes length or rewards an empty answer.") if under else "", for_=p["for"])
-                self._drift(L, slow / b, b, slow)
+            self._truncation_gap(L, v.get("completions/mean_terminated_length"), c)
+            self._vs_baseline(L, e, slow)
         mn, mx = v.get("completions/min_length"), v.get("completions/max_length")
         if L is not None and mn is not None and mx is not None and finite(L) and finite(mn) and finite(mx) and L > 0:
             self._spread(L, mn, mx, c)
@@ -181,6 +152,48 @@ class LengthGauge(Gauge):
             self.check("no-eos", eos <= 0, "warn", "val/num_eos_tokens", eos,
                        lambda: "no completion ends with an EOS token: every sample is truncated, so the reward "
                        "model scores unfinished text (check the stop token / generation config).", for_=10)
+
+    def _truncation_gap(self, L: float, term: float | None, c: float | None) -> None:
+        """The mean length against the mean length of the completions that ended with EOS (where no clipped ratio
+        is logged): answers cut off at max_completion_length."""
+        p = self.p
+        d = self.derived
+        if term is not None and finite(term):
+            gap = L - term
+            d["truncation_gap"] = gap
+            if L > 0 and (c is None or not finite(c)):
+                frac = gap / L
+                gapped = frac > p["gap"]
+                self.check("truncation-gap", gapped, "warn", "completions/mean_terminated_length", term,
+                           (lambda: f"mean length {L:.0f} is {frac:.0%} above the mean length of completions "
+                            f"that ended with EOS ({term:.0f}): many answers are cut off at max_completion_length "
+                            "before they conclude. " + self.fix("truncation-gap", sentence=True))
+                           if gapped else "",
+                           for_=p["truncation_for"], clear=5)
+
+    def _vs_baseline(self, L: float, e: float, slow: float) -> None:
+        """The smoothed length against its baseline: the post's explosion and collapse ratios, then the drift."""
+        p = self.p
+        d = self.derived
+        if not (self.base.ready and self.base.value > 0):
+            return
+        b = self.base.value
+        ratio = e / b
+        d["vs_baseline"] = ratio
+        # message closures only for a rule that holds this row (a quiet rule never reads one)
+        over = ratio > p["explode"]
+        self.check("length-explosion", over, "warn", "completions/mean_length", L,
+                   (lambda: f"completions are {ratio:.1f}x their starting length ({b:.0f} -> "
+                    f"{e:.0f} tokens; the line, {p['explode']:g}x, is the post's baseline ratio): length bias. "
+                    "If reward rose with it, the policy is being paid for "
+                    f"verbosity; {self.fix('length-explosion')}.") if over else "", for_=p["for"])
+        under = ratio < p["collapse"]
+        self.check("length-collapse", under, "warn", "completions/mean_length", L,
+                   (lambda: f"completions shrank to {ratio:.2f}x their starting length "
+                    f"({b:.0f} -> {e:.0f} tokens; the line, {p['collapse']:g}x, is the post's baseline "
+                    "ratio): terse collapse, often a reward that "
+                    "punishes length or rewards an empty answer.") if under else "", for_=p["for"])
+        self._drift(L, slow / b, b, slow)
 
     def _follows_teacher(self) -> bool:
         """The run distils (``TeacherReading``) and its KL to the teacher is below where it started: a length that grew
@@ -233,46 +246,7 @@ class LengthGauge(Gauge):
                     "is getting more concise. Usually healthy; read a few samples to be sure nothing is cut.")
                    if concise else "",
                    for_=p["drift_for"], clear=10)
-        # A steady trend, early: where the slope of the last `trend_rows` rows takes the mean by the end of the run
-        # (the callback knows max_steps); without it, the change so far must reach `trend_min`.
-        # A climb is carried on as a straight line in tokens (compounded, a straight line in log space, a steady
-        # +0.3 % a row read as +14,000 % by step 2,000); a fall as a straight line in log space, so it nears -100 %
-        # and never passes it. The rows left come from the planned rows, which start at the log's first step (a
-        # resumed run's first row is not step 0).
-        slope = self.trend.slope() if self.trend.full else 0.0
-        rows_left = max(0.0, self.planned_rows - self.rows_seen) if self.max_steps > 0 else 0.0
-        if slope >= 0 or slow <= 0:
-            projected = pct + slope / b * rows_left
-        else:
-            projected = math.expm1(max(math.log1p(max(pct, -0.999)) + slope / slow * rows_left, -50.0))
-        d["length_projected"] = projected
-        # the lines are ratios, read on a log scale: a fall to 1/(1 + x) of the baseline is as far as a rise to 1 + x
-        # (+45 % by the end matches -31 %; lengths are close to lognormal)
-        tgt, now, least = p["trend_target"], p["trend_now"], p["trend_min"]
-        if pct < 0:
-            tgt, now, least = _as_fall(tgt), _as_fall(now), _as_fall(least)
-        far = (abs(projected) >= tgt and abs(pct) >= now) or abs(pct) >= least
-        steady = self.trend.full and abs(t) >= p["trend_t"] and far and pct * t > 0
-        up = steady and t > 0 and not self._follows_teacher()
-        # as length-shrank: a length that fell while the reward climbed and now creeps down beside a reward that holds
-        # is a concise policy at rest; the steady fall must also show over the last 45 rows
-        down = steady and t < 0 and not improving and fell_now
-        where = ""
-        if up or down:  # the projection's wording only for a message that may be read
-            course = f"{projected:+.0%}" if projected < 9.0 else "more than 10x the baseline"
-            where = f", on course for {course} by step {self.max_steps}" if abs(pct) < least else ""
-        self.check("length-trend-up", up, "warn", "completions/mean_length", L,
-                   (lambda: f"length is steadily increasing ({pct:+.0%} vs the baseline{where}, trend t={t:.0f} over "
-                    f"the last {self.trend.size} logged steps): a length bias in the reward is being learned. Add "
-                    "length normalisation or a brevity penalty before it explodes.") if up else "",
-                   for_=p["trend_for"], clear=10)
-        self.check("length-trend-down", down, "warn",
-                   "completions/mean_length", L,
-                   (lambda: f"length is steadily decreasing ({pct:+.0%} vs the baseline{where}, trend t={t:.0f}) "
-                    "while the reward does not improve: the model learns to say less. "
-                    + self.fix("length-trend-down", sentence=True))
-                   if down else "",
-                   for_=p["trend_for"], clear=10)
+        _trend(self, L, pct, t, improving, fell_now, b, slow)
 
     def _spread(self, L: float, mn: float, mx: float, clipped: float | None) -> None:
         """Within-batch length spread (max - min) / mean vs its start: variance change and collapse."""
@@ -288,7 +262,7 @@ class LengthGauge(Gauge):
         self.spread_noise.push(spread)
         # every row from the first: its baseline is the run's first rows, as the spread's (read from the rows after
         # the spread's baseline, it was whatever ten rows followed them)
-        log_grew = self._log_spread_grew(mn, mx, 1 + p["variance_change"])
+        log_grew = _log_spread_grew(self, mn, mx, 1 + p["variance_change"])
         sb = self.spread_base.value
         if sb != sb or sb <= 1e-3:
             return
@@ -333,6 +307,14 @@ class LengthGauge(Gauge):
                     "keeps improving: the policy is sharpening. Healthy unless samples look like one template.")
                    if collapsed else "",
                    for_=p["for"], clear=10)
+        self._variance_change(spread, se, sb, sratio, var_ratio, significant, collapsed, log_grew)
+
+
+    def _variance_change(self, spread: float, se: float, sb: float, sratio: float, var_ratio: float,
+                         significant: bool, collapsed: bool, log_grew: bool) -> None:
+        """``length-variance-change``: the spread grown or narrowed past ``variance_change`` (not a collapse)."""
+        p = self.p
+        d = self.derived
         vc = p["variance_change"]
         # a milder narrowing: the reward having risen over the run is enough to call it sharpening
         narrower = (significant and var_ratio < 1 - vc and not collapsed and not self.progress.improving()
@@ -355,27 +337,75 @@ class LengthGauge(Gauge):
         b = self.entropy_base.value
         return b == b and b > 0 and self.entropy.mean >= (1.0 + self.p["entropy_rise"]) * b
 
-    def _log_spread_grew(self, mn: float, mx: float, limit: float) -> bool:
-        """The spread's growth read on log(max / min), against its own baseline, squared as a variance ratio.
 
-        Lengths are close to lognormal, and the longest are cut at max_completion_length: when their log-spread
-        grows 1.5-1.9x, (max - min) / mean grows only ~1.2x (the max sits at the cap, the mean moves with the
-        tail), while log(max / min) grows with it, the shortest answers getting shorter.
-        """
-        if not (mn >= 1 and mx > mn):
-            self.derived.pop("log_spread_vs_baseline", None)
-            return False
-        x = math.log(mx / mn)
-        self.log_range_base.push(x)
-        le = self.log_range.push(x)
-        self.log_range_noise.push(x)
-        lb = self.log_range_base.value
-        if lb != lb or lb <= 1e-3 or len(self.log_range_noise) < 10:
-            return False
-        ratio = le / lb
-        self.derived["log_spread_vs_baseline"] = ratio
-        sd = self.log_range_noise.level_se(0.2, 10)
-        return le - lb >= self.p["significance"] * sd and ratio * ratio > limit
+def _trend(g: LengthGauge, L: float, pct: float, t: float, improving: bool, fell_now: bool, b: float,
+           slow: float) -> None:
+    """``length-trend-up`` / ``-down``: a steady trend, projected to the end of the run where its length is known."""
+    p = g.p
+    d = g.derived
+    # A steady trend, early: where the slope of the last `trend_rows` rows takes the mean by the end of the run
+    # (the callback knows max_steps); without it, the change so far must reach `trend_min`.
+    # A climb is carried on as a straight line in tokens (compounded, a straight line in log space, a steady
+    # +0.3 % a row read as +14,000 % by step 2,000); a fall as a straight line in log space, so it nears -100 %
+    # and never passes it. The rows left come from the planned rows, which start at the log's first step (a
+    # resumed run's first row is not step 0).
+    slope = g.trend.slope() if g.trend.full else 0.0
+    rows_left = max(0.0, g.planned_rows - g.rows_seen) if g.max_steps > 0 else 0.0
+    if slope >= 0 or slow <= 0:
+        projected = pct + slope / b * rows_left
+    else:
+        projected = math.expm1(max(math.log1p(max(pct, -0.999)) + slope / slow * rows_left, -50.0))
+    d["length_projected"] = projected
+    # the lines are ratios, read on a log scale: a fall to 1/(1 + x) of the baseline is as far as a rise to 1 + x
+    # (+45 % by the end matches -31 %; lengths are close to lognormal)
+    tgt, now, least = p["trend_target"], p["trend_now"], p["trend_min"]
+    if pct < 0:
+        tgt, now, least = _as_fall(tgt), _as_fall(now), _as_fall(least)
+    far = (abs(projected) >= tgt and abs(pct) >= now) or abs(pct) >= least
+    steady = g.trend.full and abs(t) >= p["trend_t"] and far and pct * t > 0
+    up = steady and t > 0 and not g._follows_teacher()
+    # as length-shrank: a length that fell while the reward climbed and now creeps down beside a reward that holds
+    # is a concise policy at rest; the steady fall must also show over the last 45 rows
+    down = steady and t < 0 and not improving and fell_now
+    where = ""
+    if up or down:  # the projection's wording only for a message that may be read
+        course = f"{projected:+.0%}" if projected < 9.0 else "more than 10x the baseline"
+        where = f", on course for {course} by step {g.max_steps}" if abs(pct) < least else ""
+    g.check("length-trend-up", up, "warn", "completions/mean_length", L,
+               (lambda: f"length is steadily increasing ({pct:+.0%} vs the baseline{where}, trend t={t:.0f} over "
+                f"the last {g.trend.size} logged steps): a length bias in the reward is being learned. Add "
+                "length normalisation or a brevity penalty before it explodes.") if up else "",
+               for_=p["trend_for"], clear=10)
+    g.check("length-trend-down", down, "warn",
+               "completions/mean_length", L,
+               (lambda: f"length is steadily decreasing ({pct:+.0%} vs the baseline{where}, trend t={t:.0f}) "
+                "while the reward does not improve: the model learns to say less. "
+                + g.fix("length-trend-down", sentence=True))
+               if down else "",
+               for_=p["trend_for"], clear=10)
+
+
+def _log_spread_grew(g: LengthGauge, mn: float, mx: float, limit: float) -> bool:
+    """The spread's growth read on log(max / min), against its own baseline, squared as a variance ratio.
+
+    Lengths are close to lognormal, and the longest are cut at max_completion_length: when their log-spread
+    grows 1.5-1.9x, (max - min) / mean grows only ~1.2x (the max sits at the cap, the mean moves with the
+    tail), while log(max / min) grows with it, the shortest answers getting shorter.
+    """
+    if not (mn >= 1 and mx > mn):
+        g.derived.pop("log_spread_vs_baseline", None)
+        return False
+    x = math.log(mx / mn)
+    g.log_range_base.push(x)
+    le = g.log_range.push(x)
+    g.log_range_noise.push(x)
+    lb = g.log_range_base.value
+    if lb != lb or lb <= 1e-3 or len(g.log_range_noise) < 10:
+        return False
+    ratio = le / lb
+    g.derived["log_spread_vs_baseline"] = ratio
+    sd = g.log_range_noise.level_se(0.2, 10)
+    return le - lb >= g.p["significance"] * sd and ratio * ratio > limit
 
 
 _LEN_DEV = ("Any significant deviation (> 30% change in mean or > 50% change in variance) during RL deserves "

@@ -116,6 +116,28 @@ class LossGauge(NonFiniteGauge):
             return  # a surrogate's level says nothing: no spike or volatility rules, nothing to keep
         if self._exactly_zero(loss):
             return  # not a measured loss: no level, spike or swing to read in it
+        spiky = self._spikes(loss)
+        self._shift_up(loss)
+        self._oscillation(loss, row.values.get("epoch"))
+        if not spiky:  # keep the spike out of the reference it is judged against
+            self.hist.push(loss)
+        self.recent.push(loss)
+        self.long_var.push(loss)
+        if self.long_var.full:
+            vr = self.recent.var() / max(self.long_var.var(), 1e-12)
+            d["volatility_ratio"] = vr
+            self.check(
+                "loss-volatile", vr > self.p["var_ratio"] and self.recent.full, "info", "loss", loss,
+                "loss variance over the last 5 steps is far above its longer-run level: training is "
+                "getting noisier.",
+                for_=3,
+            )
+
+
+    def _spikes(self, loss: float) -> bool:
+        """The loss against its running mean: a spike held ``spike_for`` rows, a single huge row, repeated huge
+        rows; whether this row spiked (it stays out of the reference)."""
+        d = self.derived
         ref = self.hist.mean()
         spiky = False
         n = self.rows_seen
@@ -146,22 +168,7 @@ class LossGauge(NonFiniteGauge):
                 f"in the last {self.p['spike_repeat_rows']} logged steps: not one bad batch but unstable training. "
                 + self.fix("loss-spike-repeated", sentence=True), clear=10,
             )
-        self._shift_up(loss)
-        self._oscillation(loss, row.values.get("epoch"))
-        if not spiky:  # keep the spike out of the reference it is judged against
-            self.hist.push(loss)
-        self.recent.push(loss)
-        self.long_var.push(loss)
-        if self.long_var.full:
-            vr = self.recent.var() / max(self.long_var.var(), 1e-12)
-            d["volatility_ratio"] = vr
-            self.check(
-                "loss-volatile", vr > self.p["var_ratio"] and self.recent.full, "info", "loss", loss,
-                "loss variance over the last 5 steps is far above its longer-run level: training is "
-                "getting noisier.",
-                for_=3,
-            )
-
+        return spiky
 
     def _exactly_zero(self, loss: float) -> bool:
         """A supervised or preference loss of exactly 0.0 is not a model that learned everything (a cross-entropy

@@ -86,24 +86,7 @@ class PolicyRatioGauge(Gauge):
         d = self.derived
         ratio = v.get("val/ratio")
         if ratio is not None and finite(ratio):
-            d["ratio"] = ratio
-            dev = abs(ratio - 1.0)
-            d["ratio_deviation"] = dev
-            # the post's two bands, both warnings (issue #28): "values consistently above 1.5 or below 0.7" and
-            # "if it regularly exceeds 2.0 or drops below 0.5, the policy updates are too aggressive" -- it warns,
-            # it never says stop; the rule keeps its name (alerts.yaml, the diagnoser)
-            lo, hi = p["ratio_stop"]
-            self.check("ratio-stop", not lo <= ratio <= hi, "warn", "val/ratio", ratio,
-                       lambda: f"policy ratio {ratio:.3g} is outside [{lo}, {hi}] for {p['for']} logged steps (the "
-                       "post's outer band: 'regularly exceeds 2.0 or drops below 0.5'): updates are far off-policy "
-                       "and the trust region is gone. Lower the learning rate or the PPO epochs.",
-                       for_=p["for"])
-            lo, hi = p["ratio_warn"]
-            self.check("ratio-warn", not lo <= ratio <= hi, "warn", "val/ratio", ratio,
-                       lambda: f"policy ratio {ratio:.3g} is outside [{lo}, {hi}] (the post's line: 'consistently "
-                       "above 1.5 or below 0.7'): updates are drifting off-policy.",
-                       for_=p["warn_for"])
-            self.ratio_win.push(ratio)
+            self._ratio(ratio)
         self._ratio_variance(v)
         self._value(v)
         lr = v.get("learning_rate")
@@ -142,6 +125,29 @@ class PolicyRatioGauge(Gauge):
                    lambda: f"clip fraction ~{ce:.2%} on an off-policy run: updates are very timid; a larger LR "
                    "would learn faster.", for_=10)
         self._clip_growth(key, clip, ce)
+
+    def _ratio(self, ratio: float) -> None:
+        """The policy ratio against the post's two bands."""
+        p = self.p
+        d = self.derived
+        d["ratio"] = ratio
+        dev = abs(ratio - 1.0)
+        d["ratio_deviation"] = dev
+        # the post's two bands, both warnings (issue #28): "values consistently above 1.5 or below 0.7" and
+        # "if it regularly exceeds 2.0 or drops below 0.5, the policy updates are too aggressive" -- it warns,
+        # it never says stop; the rule keeps its name (alerts.yaml, the diagnoser)
+        lo, hi = p["ratio_stop"]
+        self.check("ratio-stop", not lo <= ratio <= hi, "warn", "val/ratio", ratio,
+                   lambda: f"policy ratio {ratio:.3g} is outside [{lo}, {hi}] for {p['for']} logged steps (the "
+                   "post's outer band: 'regularly exceeds 2.0 or drops below 0.5'): updates are far off-policy "
+                   "and the trust region is gone. Lower the learning rate or the PPO epochs.",
+                   for_=p["for"])
+        lo, hi = p["ratio_warn"]
+        self.check("ratio-warn", not lo <= ratio <= hi, "warn", "val/ratio", ratio,
+                   lambda: f"policy ratio {ratio:.3g} is outside [{lo}, {hi}] (the post's line: 'consistently "
+                   "above 1.5 or below 0.7'): updates are drifting off-policy.",
+                   for_=p["warn_for"])
+        self.ratio_win.push(ratio)
 
     def _clip_line_source(self) -> str:
         """Where the clip warn line comes from: a user who sees a GRPO run at 35 % stay silent can tell why."""

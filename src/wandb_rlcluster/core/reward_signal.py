@@ -7,6 +7,7 @@ and each reward function's spread are what keeps GRPO learning.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from .bounded import RewardLevel
@@ -95,74 +96,50 @@ class RewardSignalGauge(Gauge):
                    f"batches dip under it on {q:.0%} of steps: chance {q ** k:.1g}): completions in a group score "
                    "alike, so there is little signal left to learn from.", clear=p["for"])
 
-    def observe(self, row: Row) -> None:
-        if row.kind != "train" or not self.applies():
-            return
-        reward_signal_rules(self, row)
-        v = row.values
+    def _zero_std(self, f: float) -> None:
+        """The share of groups whose completions all scored alike: dead (every group), high (mostly failing
+        prompts), or solved (the reward on its success side or rising)."""
         p = self.p
         d = self.derived
-        self.progress.push(v)
-        self.level.push(v.get("reward"))
-        f = v.get("frac_reward_zero_std")
-        std = v.get("reward_std")
-        if std is not None and finite(std):
-            d["reward_std"] = std
-        has_frac = f is not None and finite(f)
-        if has_frac and f is not None:
-            ze = self.zero.push(f)
-            d["frac_zero_std"] = f
-            d["frac_zero_std_ewma"] = ze
-            # message closures only for a rule that holds this row (a quiet rule never reads one)
-            dead_all = f >= p["zero_std_stop"]
-            self.check("zero-std-dead", dead_all, "stop", "frac_reward_zero_std", f,
-                       (lambda: f"every group has identical rewards for {p['stop_for']} logged steps: advantages "
-                        "are all zero and the policy receives no gradient. The task is either solved or "
-                        f"impossible for this model: {self.fix('zero-std-dead')}.") if dead_all else "",
-                       for_=p["stop_for"])
-            # groups losing their spread are mostly prompts being solved when the (smoothed) reward sits on the
-            # success side of its range, or has been rising over the run (the entropy gauge's test of progress)
-            high = ze > p["zero_std_warn"]  # only then do the two rules below read `solved`
-            solved = high and (self.level.success_side(smoothed=True) or self.progress.improving())
-            # ... and mostly failed prompts when the level leaves no other reading: a reward p >= the all-correct
-            # share a (p = a + the mixed groups' mean x their share), so at least f - p of the groups failed every
-            # completion, whatever the mix of prompt difficulties; p <= f / 2 makes those at least half the uniform
-            # groups. Without a reward level the fixed line alone decides, as before.
-            lv = self.level.smooth
-            failing = lv != lv or lv <= ze / 2
-            self.check("zero-std-high", high and failing and not solved, "warn",
-                       "frac_reward_zero_std", f,
-                       (lambda: f"{ze:.0%} of groups have zero reward variance"
-                        + (f" at a success rate near {lv:.0%}: most of them fail every completion, so the learning "
-                           "signal is vanishing (prompts too hard for the model)" if lv == lv else
-                           ": the learning signal is vanishing (prompts too easy or too hard)")
-                        + ". Filter prompts by difficulty or raise num_generations.") if high else "",
-                       for_=p["for"], clear=5)
-            self.check("zero-std-solved", solved, "info", "frac_reward_zero_std", f,
-                       (lambda: f"{ze:.0%} of groups have zero reward variance while the reward "
-                        + ("keeps climbing" if lv != lv or lv <= 0.5 else f"sits near {lv:.0%} of its range")
-                        + ": prompts are being solved and stop teaching anything. "
-                        + self.fix("zero-std-solved", sentence=True)) if solved else "",
-                       for_=p["for"], clear=5)
-        # One unambiguous row: no group had any reward spread and the optimizer got a zero gradient —
-        # the step changed nothing (the seed's dead-run signal, made specific to group-relative training).
-        g = v.get("grad_norm")
-        # A small batch scores every group alike by chance ((p^G + (1-p)^G)^groups: 6 % of rows at p = 1/2 with 4
-        # groups of 2), so one such row is no evidence: three in a row are (chance 2e-4 per row there). On the
-        # success side with the reward still moving they are solved batches (gradients/grad-zero-saturated says
-        # so), not a stalled run.
-        no_spread = (has_frac and f >= p["zero_std_stop"]) or (not has_frac and std is not None and std == 0.0)
-        solved_batch = self.level.success_side() and not self.level.frozen
-        stalled = no_spread and g is not None and g == 0.0 and not solved_batch
-        self.check("no-update-step", stalled, "warn",
-                   "grad_norm", g,
-                   (lambda: f"at step {self.step} every group scored its completions identically and grad_norm is 0, "
-                    f"for {self.held('no-update-step')} logged steps in a row: these steps changed nothing. If it "
-                    "goes on, the run is dead (prompts too easy/hard, reward constant).") if stalled else "",
-                   for_=p["no_update_for"])
-        if not has_frac and std is not None and finite(std):  # older TRL: reward_std is all there is
-            self._std_low(std)
-        # Partial rewards: a component whose std stays ~0 is dead weight.
+        ze = self.zero.push(f)
+        d["frac_zero_std"] = f
+        d["frac_zero_std_ewma"] = ze
+        # message closures only for a rule that holds this row (a quiet rule never reads one)
+        dead_all = f >= p["zero_std_stop"]
+        self.check("zero-std-dead", dead_all, "stop", "frac_reward_zero_std", f,
+                   (lambda: f"every group has identical rewards for {p['stop_for']} logged steps: advantages "
+                    "are all zero and the policy receives no gradient. The task is either solved or "
+                    f"impossible for this model: {self.fix('zero-std-dead')}.") if dead_all else "",
+                   for_=p["stop_for"])
+        # groups losing their spread are mostly prompts being solved when the (smoothed) reward sits on the
+        # success side of its range, or has been rising over the run (the entropy gauge's test of progress)
+        high = ze > p["zero_std_warn"]  # only then do the two rules below read `solved`
+        solved = high and (self.level.success_side(smoothed=True) or self.progress.improving())
+        # ... and mostly failed prompts when the level leaves no other reading: a reward p >= the all-correct
+        # share a (p = a + the mixed groups' mean x their share), so at least f - p of the groups failed every
+        # completion, whatever the mix of prompt difficulties; p <= f / 2 makes those at least half the uniform
+        # groups. Without a reward level the fixed line alone decides, as before.
+        lv = self.level.smooth
+        failing = lv != lv or lv <= ze / 2
+        self.check("zero-std-high", high and failing and not solved, "warn",
+                   "frac_reward_zero_std", f,
+                   (lambda: f"{ze:.0%} of groups have zero reward variance"
+                    + (f" at a success rate near {lv:.0%}: most of them fail every completion, so the learning "
+                       "signal is vanishing (prompts too hard for the model)" if lv == lv else
+                       ": the learning signal is vanishing (prompts too easy or too hard)")
+                    + ". Filter prompts by difficulty or raise num_generations.") if high else "",
+                   for_=p["for"], clear=5)
+        self.check("zero-std-solved", solved, "info", "frac_reward_zero_std", f,
+                   (lambda: f"{ze:.0%} of groups have zero reward variance while the reward "
+                    + ("keeps climbing" if lv != lv or lv <= 0.5 else f"sits near {lv:.0%} of its range")
+                    + ": prompts are being solved and stop teaching anything. "
+                    + self.fix("zero-std-solved", sentence=True)) if solved else "",
+                   for_=p["for"], clear=5)
+
+    def _dead_components(self, v: Mapping[str, float]) -> None:
+        """Partial rewards: a component whose std stays ~0 is dead weight."""
+        p = self.p
+        d = self.derived
         if len(v) != self._row_width:  # re-scan for reward components only when the row's shape changes
             self._row_width = len(v)
             self._components = tuple(
@@ -184,6 +161,42 @@ class RewardSignalGauge(Gauge):
                         "and adds no signal.") if is_dead else "",
                        for_=p["component_for"], clear=10, long_hold=False)
         d["dead_components"] = float(dead)
+
+    def observe(self, row: Row) -> None:
+        if row.kind != "train" or not self.applies():
+            return
+        reward_signal_rules(self, row)
+        v = row.values
+        p = self.p
+        d = self.derived
+        self.progress.push(v)
+        self.level.push(v.get("reward"))
+        f = v.get("frac_reward_zero_std")
+        std = v.get("reward_std")
+        if std is not None and finite(std):
+            d["reward_std"] = std
+        has_frac = f is not None and finite(f)
+        if has_frac and f is not None:
+            self._zero_std(f)
+        # One unambiguous row: no group had any reward spread and the optimizer got a zero gradient —
+        # the step changed nothing (the seed's dead-run signal, made specific to group-relative training).
+        g = v.get("grad_norm")
+        # A small batch scores every group alike by chance ((p^G + (1-p)^G)^groups: 6 % of rows at p = 1/2 with 4
+        # groups of 2), so one such row is no evidence: three in a row are (chance 2e-4 per row there). On the
+        # success side with the reward still moving they are solved batches (gradients/grad-zero-saturated says
+        # so), not a stalled run.
+        no_spread = (has_frac and f >= p["zero_std_stop"]) or (not has_frac and std is not None and std == 0.0)
+        solved_batch = self.level.success_side() and not self.level.frozen
+        stalled = no_spread and g is not None and g == 0.0 and not solved_batch
+        self.check("no-update-step", stalled, "warn",
+                   "grad_norm", g,
+                   (lambda: f"at step {self.step} every group scored its completions identically and grad_norm is 0, "
+                    f"for {self.held('no-update-step')} logged steps in a row: these steps changed nothing. If it "
+                    "goes on, the run is dead (prompts too easy/hard, reward constant).") if stalled else "",
+                   for_=p["no_update_for"])
+        if not has_frac and std is not None and finite(std):  # older TRL: reward_std is all there is
+            self._std_low(std)
+        self._dead_components(v)
         r, L = v.get("reward"), v.get("completions/mean_length")
         if r is not None and L is not None and finite(r) and finite(L):
             self.corr.push(r, L)

@@ -263,6 +263,71 @@ class _Judged:
     outlier_z: list[float]
 
 
+def _group_stats(texts: list[str], grams: list[set[Any]], reps: list[float], groups: list[list[int]],
+                 lengths: list[float], totals: list[float], out: dict[str, float]) -> list[int]:
+    """Groups: identical texts, near-identical texts, length paid inside the group (into ``out``); the
+    near-identical groups' indices."""
+    # groups: identical texts, near-identical texts, length paid inside the group
+    identical = near = 0
+    near_groups: list[int] = []
+    sxx = syy = sxy = 0.0
+    dof = 0
+    for gi, members in enumerate(groups):
+        if len(members) < 2:
+            continue
+        first = members[0]
+        t0 = texts[first].strip()
+        same = all(texts[j].strip() == t0 for j in members[1:])
+        close = same or (bool(grams[first]) and all(
+            texts[j].strip() == t0 or _near(texts[first], texts[j], grams[first], grams[j], reps[first], reps[j])
+            for j in members[1:]))  # stops at the first completion that differs: healthy groups cost one test
+        identical += same
+        near += close
+        if close:
+            near_groups.append(gi)
+        idx = [i for i in members if totals[i] == totals[i]]
+        if len(idx) < 2:
+            continue
+        k = len(idx)
+        ml = sum(lengths[i] for i in idx) / k
+        mr = sum(totals[i] for i in idx) / k
+        gxx = gyy = gxy = 0.0
+        for i in idx:
+            dl, dr = lengths[i] - ml, totals[i] - mr
+            gxx += dl * dl
+            gyy += dr * dr
+            gxy += dl * dr
+        sxx += gxx
+        syy += gyy
+        sxy += gxy
+        if gxx > 0 and gyy > 0:
+            dof += k - 1
+    counted = sum(1 for m in groups if len(m) >= 2)
+    if counted:
+        out["rollouts/identical_group_frac"] = identical / counted
+        out["rollouts/near_identical_group_frac"] = near / counted
+    out["rollouts/length_reward_dof"] = float(dof)
+    if sxx > 0 and syy > 0:
+        out["rollouts/length_reward_corr"] = max(-1.0, min(1.0, sxy / math.sqrt(sxx * syy)))
+    return near_groups
+
+
+def _outliers(totals: list[float], n: int, out: dict[str, float]) -> list[float]:
+    """Reward outliers: the robust z of each completion's total reward, high side (into ``out``); the z's."""
+    # reward outliers (robust z of the total reward, high side)
+    fin = sorted(t for t in totals if t == t and not math.isinf(t))
+    zs = [0.0] * n
+    if len(fin) >= 8 and len(set(fin)) >= MIN_DISTINCT_FOR_OUTLIERS:
+        med = _median_sorted(fin)
+        mad = _median_sorted(sorted(abs(t - med) for t in fin))
+        if mad > 0:
+            scale = 1.4826 * mad
+            zs = [(t - med) / scale if t == t and not math.isinf(t) else 0.0 for t in totals]
+            out["rollouts/reward_outlier_z"] = max(zs)
+            out["rollouts/reward_outlier_frac"] = sum(1 for z in zs if z > OUTLIER_Z) / n
+    return zs
+
+
 class RolloutStats:
     """Per-step rollout statistics, with the little run-level state they need (each function's range).
 
@@ -312,59 +377,16 @@ class RolloutStats:
             known = [e for e in batch.eos[:n] if e is not None]
             if known:
                 out["rollouts/no_eos_frac"] = sum(1 for e in known if not e) / len(known)
-        # groups: identical texts, near-identical texts, length paid inside the group
-        identical = near = 0
-        near_groups: list[int] = []
-        sxx = syy = sxy = 0.0
-        dof = 0
-        for gi, members in enumerate(groups):
-            if len(members) < 2:
-                continue
-            first = members[0]
-            t0 = texts[first].strip()
-            same = all(texts[j].strip() == t0 for j in members[1:])
-            close = same or (bool(grams[first]) and all(
-                texts[j].strip() == t0 or _near(texts[first], texts[j], grams[first], grams[j], reps[first], reps[j])
-                for j in members[1:]))  # stops at the first completion that differs: healthy groups cost one test
-            identical += same
-            near += close
-            if close:
-                near_groups.append(gi)
-            idx = [i for i in members if totals[i] == totals[i]]
-            if len(idx) < 2:
-                continue
-            k = len(idx)
-            ml = sum(lengths[i] for i in idx) / k
-            mr = sum(totals[i] for i in idx) / k
-            gxx = gyy = gxy = 0.0
-            for i in idx:
-                dl, dr = lengths[i] - ml, totals[i] - mr
-                gxx += dl * dl
-                gyy += dr * dr
-                gxy += dl * dr
-            sxx += gxx
-            syy += gyy
-            sxy += gxy
-            if gxx > 0 and gyy > 0:
-                dof += k - 1
-        counted = sum(1 for m in groups if len(m) >= 2)
-        if counted:
-            out["rollouts/identical_group_frac"] = identical / counted
-            out["rollouts/near_identical_group_frac"] = near / counted
-        out["rollouts/length_reward_dof"] = float(dof)
-        if sxx > 0 and syy > 0:
-            out["rollouts/length_reward_corr"] = max(-1.0, min(1.0, sxy / math.sqrt(sxx * syy)))
-        # reward outliers (robust z of the total reward, high side)
-        fin = sorted(t for t in totals if t == t and not math.isinf(t))
-        zs = [0.0] * n
-        if len(fin) >= 8 and len(set(fin)) >= MIN_DISTINCT_FOR_OUTLIERS:
-            med = _median_sorted(fin)
-            mad = _median_sorted(sorted(abs(t - med) for t in fin))
-            if mad > 0:
-                scale = 1.4826 * mad
-                zs = [(t - med) / scale if t == t and not math.isinf(t) else 0.0 for t in totals]
-                out["rollouts/reward_outlier_z"] = max(zs)
-                out["rollouts/reward_outlier_frac"] = sum(1 for z in zs if z > OUTLIER_Z) / n
+        near_groups = _group_stats(texts, grams, reps, groups, lengths, totals, out)
+        zs = _outliers(totals, n, out)
+        ceilings = self._functions(batch, groups, n, out)
+        self.last = _Judged(batch, lengths, totals, reps, groups, near_groups, ceilings, zs)
+        return out
+
+    def _functions(self, batch: RolloutBatch, groups: list[list[int]], n: int, out: dict[str, float]
+                   ) -> dict[str, float]:
+        """Per reward function: ceiling share and share of the within-group variance (into ``out``); the
+        ceilings."""
         # per reward function: ceiling share and share of the within-group variance
         ceilings: dict[str, float] = {}
         shares: dict[str, float] = {}
@@ -400,8 +422,7 @@ class RolloutStats:
             for fn, var in shares.items():
                 out[f"rollouts/reward/{fn}/advantage_share"] = var / total_var
             out["rollouts/advantage_share_max"] = max(shares.values()) / total_var
-        self.last = _Judged(batch, lengths, totals, reps, groups, near_groups, ceilings, zs)
-        return out
+        return ceilings
 
     # -- evidence ----------------------------------------------------------------------------------
     def evidence(self, focus: str | None = None, *, max_examples: int = MAX_EXAMPLES, max_chars: int = 300,

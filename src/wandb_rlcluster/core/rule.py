@@ -5,20 +5,17 @@ severities, the parameters its thresholds come from (their values are read from 
 ``family_defaults`` when asked, never copied here), the seed's words it implements (a verbatim quote of the Part II
 post or of ``shared/INSTRUMENTS.md``, or none), what a firing means, the fix, and its example streams (a firing
 stream and a healthy one, made by the row makers of ``core/streams.py``). Each gauge module holds a tuple of them
-next to its gauge class; ``core/catalog.py`` collects them in gauge order. This module imports no gauge, so every
-gauge module can import it.
+next to its gauge class; ``core/catalog.py`` collects them in gauge order and reads what needs the gauge classes
+(thresholds, budgets). This module imports no other core module, so every gauge module can import it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import KW_ONLY, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
-
-if TYPE_CHECKING:
-    from .gauge import Gauge
 
 POST = "post"
 """The seed: Part II of "The Post-Training Instrument Cluster" (``shared/seed/``)."""
@@ -111,63 +108,21 @@ class Rule:
             return self.false_alarm_budget
         return STOP_ALARM_BUDGET if "stop" in self.severities else FALSE_ALARM_BUDGET
 
-    def budget(self) -> str:
-        """The false-alarm budget as the reference shows it: '-' for a rule held k rows (no budget declared)."""
-        if not self.budgeted:
-            return "-"
-        from .sequential import SOONER_FACTOR, arl_for
-
-        arl = float(gauge_class(self.gauge).defaults[self.budget_param]) if self.budget_param else arl_for(0)  # type: ignore[union-attr]
-        return f"ARL0 {arl:,.0f} rows (÷{SOONER_FACTOR:g} per warn_sooner)"
+    def __post_init__(self) -> None:
+        _FIXES[(self.gauge, self.id)] = self.fix
 
     @property
     def key(self) -> tuple[str, str]:
         return (self.gauge, self.id)
 
-    def thresholds(self) -> dict[str, dict[str, Any]]:
-        """``{param: {"default": value, <family>: value, ...}}`` read from the gauge class now."""
-        cls = gauge_class(self.gauge)
-        out: dict[str, dict[str, Any]] = {}
-        for name in self.params:
-            if cls is None:
-                continue
-            row: dict[str, Any] = {}
-            if name in cls.defaults:
-                row["default"] = cls.defaults[name]
-            for fam, fd in cls.family_defaults.items():
-                if name in fd:
-                    row[fam] = fd[name]
-            out[name] = row
-        return out
 
-    def threshold_text(self) -> str:
-        """``warn=0.5 (ppo, online_dpo: 6.0); for=3`` -- or ``-`` for a rule without parameters."""
-        parts = []
-        for name, row in self.thresholds().items():
-            text = f"{name}={_fmt(row.get('default'))}"
-            fams: dict[str, list[str]] = {}
-            for fam, v in row.items():
-                if fam != "default":
-                    fams.setdefault(_fmt(v), []).append(fam)
-            if fams:
-                text += " (" + "; ".join(f"{', '.join(f)}: {v}" for v, f in fams.items()) + ")"
-            parts.append(text)
-        return "; ".join(parts) or "-"
+def declared_fix(gauge_id: str, rule: str) -> str:
+    """The fix ``gauge_id``'s declaration of ``rule`` gives (``Gauge.fix``: what a finding's message says to do).
+
+    Each declaration enters itself here when its gauge module builds it, so a gauge reads its fix without importing
+    the catalog (which imports every gauge module)."""
+    return _FIXES[(gauge_id, rule)]
 
 
-def _fmt(v: Any) -> str:
-    if isinstance(v, tuple):
-        return "[" + ", ".join(_fmt(x) for x in v) + "]"
-    if isinstance(v, float):
-        return f"{v:g}"
-    return str(v)
-
-
-def gauge_class(gauge_id: str) -> type[Gauge] | None:
-    """The gauge class (or the diagnoser) whose ``id`` is ``gauge_id``; None for ``ANY_GAUGE``."""
-    from .cluster import REPORTING_CLASSES  # the gauges import this module: read them when asked
-
-    for cls in REPORTING_CLASSES:
-        if cls.id == gauge_id:
-            return cls
-    return None
+_FIXES: dict[tuple[str, str], str] = {}
+"""(gauge, rule) -> the fix its declaration gives; filled by ``Rule.__post_init__``."""
