@@ -60,8 +60,9 @@ class RewardSignalGauge(Gauge):
         self.corr = RollingCorrelation(30)
         self._components: tuple[tuple[str, str, str], ...] = ()
         self._row_width = -1
-        # per reward function: the lowest and highest batch mean, and the rows the highest was logged on
-        self._comp_range: dict[str, tuple[float, float, float]] = {}
+        # [lowest, highest, rows at the highest] per function: a list, as a checkpoint's JSON gives it back (a compiled
+        # core checks a tuple's type on every read)
+        self._comp_range: dict[str, list[float]] = {}
 
     def applies(self) -> bool:
         return self.family in GROUP_FAMILIES
@@ -215,12 +216,12 @@ class RewardSignalGauge(Gauge):
         sits."""
         if mean is None or not finite(mean):
             return False
-        lo, hi, at_hi = self._comp_range.get(fn, (mean, mean, 0.0))
+        lo, hi, at_hi = self._comp_range.get(fn, [mean, mean, 0.0])
         if mean > hi:
             hi, at_hi = mean, 0.0
         at_hi += mean == hi
         lo = min(lo, mean)
-        self._comp_range[fn] = (lo, hi, at_hi)
+        self._comp_range[fn] = [lo, hi, at_hi]
         # the very same top value again: the score every completion gets (a noisy mean never repeats its maximum)
         return hi > lo and mean == hi and at_hi >= 2
 
