@@ -1,7 +1,7 @@
 """The break watcher alone on recorded fault runs: its first warn (gauge ``breaks``, any series) after onset.
 
-The fault benchmark credits a warning only from a cause's expected gauges, which do not name ``breaks`` yet; this
-reads the watcher's own findings on the same recorded runs::
+The fault benchmark (``benchmarks/faults/bench.py --causes breaks``) credits the watcher among each abrupt-break cause's
+expected gauges; this reads the watcher's findings alone on the same recorded runs, to see its own share::
 
     PYTHONPATH=src python benchmarks/breaks/score_faults.py bench-out/faults-breaks/runs
 """
